@@ -1,0 +1,1 @@
+"""The Runwick coordinator: owns every job's state, lease and history."""

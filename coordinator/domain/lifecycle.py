@@ -1,0 +1,176 @@
+"""Decisions of the job lifecycle (R-1, R-2, R-4 to R-7, R-10 to R-12, R-14).
+
+Each function takes what it needs as plain values (the job as the store has it, the
+time, a random source) and returns a decision value; the service carries it out with a
+conditional write guarded by the job's state and current attempt ID (R-11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.domain.backoff import RandomSource, retry_delay_ms, unstarted_delay_ms
+from coordinator.domain.settings import JobSettings
+from coordinator.domain.states import (
+    CODE_NEGATIVE_RETRY_DELAY,
+    CODE_RESERVATION_ABANDONMENT_EXHAUSTED,
+    DEFAULT_CODES,
+    RETRYABLE_OUTCOMES,
+    JobState,
+    Outcome,
+)
+from coordinator.domain.text import (
+    MAX_FAILURE_MESSAGE_BYTES,
+    TRUNCATION_MARKER,
+    coerce_code,
+    truncate_utf8,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What the lifecycle needs to know of a job."""
+
+    state: JobState
+    settings: JobSettings
+    executions: int
+    """Started runs in the current generation."""
+    unstarted_streak: int
+    """Consecutive claims whose lease lapsed before start (R-4)."""
+    current_attempt_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """An attempt's end as the worker reports it."""
+
+    outcome: Outcome
+    error_code: str = ""
+    exception_type: str = ""
+    message: str = ""
+    detail: str = ""
+    explicit_retry_delay_ms: int | None = None
+    """Middleware ``Retry(reason, delay)``: None uses R-2; negative is a contract fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to write when an attempt ends."""
+
+    attempt_outcome: Outcome
+    job_state: JobState
+    error_code: str | None
+    run_at_ms: int | None = None
+    """When the job becomes claimable again (state ``scheduled``)."""
+    retry_delay_ms: int | None = None
+    unstarted_streak: int = 0
+    message: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StartDecision:
+    granted: bool
+    execution_number: int = 0
+    reason: str = ""
+
+
+def initial_state(run_at_ms: int, now_ms: int) -> JobState:
+    """A new job without parents: available now, or scheduled for later."""
+    return JobState.SCHEDULED if run_at_ms > now_ms else JobState.AVAILABLE
+
+
+def decide_start(job: JobView, attempt_id: str) -> StartDecision:
+    """R-1: authorizing the handler is what charges an execution.
+
+    Only the current attempt of a reserved job may start, and only while budget remains.
+    """
+    if job.current_attempt_id != attempt_id:
+        return StartDecision(False, reason="superseded attempt")
+    if job.state is not JobState.RESERVED:
+        return StartDecision(False, reason=f"job is {job.state.value}")
+    if job.executions >= job.settings.max_executions:
+        return StartDecision(False, reason="execution budget spent")
+    return StartDecision(True, execution_number=job.executions + 1)
+
+
+def decide_result(
+    job: JobView, report: Report, now_ms: int, max_failure_detail_bytes: int, rng: RandomSource
+) -> Decision:
+    """R-5/R-6: the job's next state after a started run ends with ``report``."""
+    message = truncate_utf8(report.message, MAX_FAILURE_MESSAGE_BYTES)
+    detail = truncate_utf8(report.detail, max_failure_detail_bytes, TRUNCATION_MARKER)
+    outcome = report.outcome
+    if outcome is Outcome.SUCCEEDED:
+        return Decision(Outcome.SUCCEEDED, JobState.SUCCEEDED, None)
+    code = coerce_code(report.error_code, DEFAULT_CODES.get(outcome, "error"))
+    if outcome is Outcome.CANCELLED:
+        return Decision(outcome, JobState.CANCELLED, code, message=message, detail=detail)
+    if outcome in RETRYABLE_OUTCOMES and report.explicit_retry_delay_ms is not None:
+        if report.explicit_retry_delay_ms < 0:
+            # R-6: a negative delay is the middleware's contract fault, not a retry.
+            return Decision(
+                Outcome.PERMANENT_FAILURE,
+                JobState.FAILED,
+                CODE_NEGATIVE_RETRY_DELAY,
+                message=message,
+                detail=detail,
+            )
+        delay = min(report.explicit_retry_delay_ms, job.settings.retry_max_delay_ms)
+        return _retry_or_fail(job, outcome, code, now_ms, delay, message, detail)
+    if outcome in RETRYABLE_OUTCOMES:
+        delay = retry_delay_ms(
+            max(job.executions, 1), job.settings.retry_initial_delay_ms, job.settings.retry_max_delay_ms, rng
+        )
+        return _retry_or_fail(job, outcome, code, now_ms, delay, message, detail)
+    return Decision(outcome, JobState.FAILED, code, message=message, detail=detail)
+
+
+def decide_lease_expiry(job: JobView, now_ms: int, rng: RandomSource) -> Decision:
+    """R-4/R-5: a lease lapsed. Before start it costs no execution, after start one."""
+    if job.state is JobState.RESERVED:
+        streak = job.unstarted_streak + 1
+        code = DEFAULT_CODES[Outcome.UNSTARTED_ABANDONED]
+        if streak >= job.settings.max_unstarted_abandonments:
+            return Decision(
+                Outcome.UNSTARTED_ABANDONED,
+                JobState.FAILED,
+                CODE_RESERVATION_ABANDONMENT_EXHAUSTED,
+                unstarted_streak=streak,
+            )
+        delay = unstarted_delay_ms(
+            streak, job.settings.unstarted_initial_delay_ms, job.settings.unstarted_max_delay_ms
+        )
+        return Decision(
+            Outcome.UNSTARTED_ABANDONED,
+            JobState.SCHEDULED,
+            code,
+            run_at_ms=now_ms + delay,
+            retry_delay_ms=delay,
+            unstarted_streak=streak,
+        )
+    return decide_result(job, Report(Outcome.ABANDONED), now_ms, 0, rng)
+
+
+def decide_release(job: JobView, now_ms: int) -> Decision:
+    """R-12: a worker gives back a claim it never started: no charge, claimable at once."""
+    return Decision(
+        Outcome.RELEASED, JobState.AVAILABLE, None, run_at_ms=now_ms, unstarted_streak=job.unstarted_streak
+    )
+
+
+def _retry_or_fail(
+    job: JobView, outcome: Outcome, code: str, now_ms: int, delay_ms: int, message: str, detail: str
+) -> Decision:
+    """R-1: retry while the budget lasts; the last allowed execution fails the job."""
+    if job.executions >= job.settings.max_executions:
+        return Decision(outcome, JobState.FAILED, code, message=message, detail=detail)
+    return Decision(
+        outcome,
+        JobState.SCHEDULED,
+        code,
+        run_at_ms=now_ms + delay_ms,
+        retry_delay_ms=delay_ms,
+        message=message,
+        detail=detail,
+    )

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code (do not edit; run protos/generate.py)."""
