@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 _MAX_MS = (1 << 48) - 1
+# The 8-4-4-4-12 text form only: uuid.UUID alone also takes what int(..., 16) tolerates
+# (whitespace, "+", "_"), stray hyphens, braces and "urn:uuid:", so garbage such as
+# "0_93a7c25b1e7c3d9f001a2b3c4d5e6f" would name a different job.
+_CANONICAL = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 
 
 def uuid7(now_ms: int, random_bytes: bytes | None = None) -> str:
@@ -22,8 +27,10 @@ def uuid7(now_ms: int, random_bytes: bytes | None = None) -> str:
 
 
 def parse_id(text: str) -> str | None:
-    """Returns the canonical text of a UUID, or None when ``text`` is not one."""
-    try:
-        return str(uuid.UUID(text))
-    except (ValueError, AttributeError, TypeError):
+    """Returns the canonical text of a UUID, or None when ``text`` is not one.
+
+    Accepts the hyphenated 8-4-4-4-12 hex form in any letter case.
+    """
+    if not isinstance(text, str) or _CANONICAL.fullmatch(text) is None:
         return None
+    return str(uuid.UUID(text))

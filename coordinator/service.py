@@ -1,0 +1,192 @@
+"""The one place that joins domain and store for client requests: enqueue and reads.
+
+The worker protocol's batched writes live in ``worker_ops``; both are synchronous and
+run on executor threads, so the asyncio loop never waits on the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.clock import Clock
+from coordinator.domain.ids import parse_id, uuid7
+from coordinator.domain.lifecycle import initial_state
+from coordinator.domain.settings import SettingsError, SettingsLayer, resolve_settings
+from coordinator.domain.states import JobState
+from coordinator.errors import InvalidArgument, NotFound, Unavailable
+from coordinator.store import AttemptRecord, JobRecord, Store, StoreError
+from coordinator.store.records import settings_columns
+from coordinator.store.store import DuplicateKey
+from coordinator.validation import check_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_QUEUE = "default"
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJobSpec:
+    """An enqueue request for one job, already decoded from the wire."""
+
+    wire_name: str
+    payload: bytes
+    queue: str = DEFAULT_QUEUE
+    payload_version: int = 1
+    priority: int = 0
+    run_at_ms: int | None = None
+    idempotency_key: str | None = None
+    settings: SettingsLayer = field(default_factory=SettingsLayer)
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    job_id: str
+    state: JobState
+    existing: bool
+
+
+class JobsService:
+    """Enqueue and read jobs."""
+
+    def __init__(
+        self, store: Store, clock: Clock, config: CoordinatorConfig, rng: random.Random | None = None
+    ):
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.rng = rng or random.Random()
+
+    def enqueue(self, specs: list[NewJobSpec]) -> list[Enqueued]:
+        """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
+
+        Raises InvalidArgument naming the index of the first bad job.
+        """
+        if not specs:
+            raise InvalidArgument("jobs", "at least one job is required")
+        now = self.clock.now_ms()
+        rows = [self._row(index, spec, now) for index, spec in enumerate(specs)]
+        for attempt in range(2):
+            try:
+                return self._insert(rows, now)
+            except DuplicateKey:
+                # Another enqueue with the same idempotency key committed first: the next
+                # pass finds it and returns it instead.
+                if attempt == 1:
+                    raise
+            except StoreError as exc:
+                raise Unavailable(str(exc)) from exc
+        raise AssertionError("unreachable")
+
+    def _row(self, index: int, spec: NewJobSpec, now: int) -> dict[str, Any]:
+        check_name("wire_name", spec.wire_name, index=index)
+        check_name("queue", spec.queue, index=index)
+        try:
+            settings = resolve_settings(self.config.job_defaults, spec.settings)
+        except SettingsError as exc:
+            raise InvalidArgument(f"settings.{exc.field}", str(exc).split(": ", 1)[-1], index=index) from exc
+        run_at = now if spec.run_at_ms is None else max(spec.run_at_ms, 0)
+        return {
+            "id": uuid7(now),
+            "wire_name": spec.wire_name,
+            "queue": spec.queue,
+            "state": initial_state(run_at, now).value,
+            "priority": spec.priority,
+            "run_at_ms": run_at,
+            "payload": spec.payload,
+            "payload_version": spec.payload_version,
+            "idempotency_key": spec.idempotency_key or None,
+            **settings_columns(settings),
+            "generation": 1,
+            "executions": 0,
+            "unstarted_streak": 0,
+            "current_attempt_id": None,
+            "worker_id": None,
+            "lease_expires_at_ms": None,
+            "created_at_ms": now,
+            "updated_at_ms": now,
+            "finished_at_ms": None,
+            "last_error_code": None,
+            "output": None,
+        }
+
+    def _insert(self, rows: list[dict[str, Any]], now: int) -> list[Enqueued]:
+        with self.store.write() as tx:
+            keys = [row["idempotency_key"] for row in rows if row["idempotency_key"]]
+            existing = tx.jobs_by_idempotency_keys(keys)
+            results: list[Enqueued] = []
+            fresh: list[dict[str, Any]] = []
+            taken: dict[str, dict[str, Any]] = {}
+            for row in rows:
+                key = row["idempotency_key"]
+                if key and key in existing:
+                    found = existing[key]
+                    results.append(Enqueued(found.id, found.state, existing=True))
+                elif key and key in taken:
+                    twin = taken[key]
+                    results.append(Enqueued(twin["id"], JobState(twin["state"]), existing=True))
+                else:
+                    if key:
+                        taken[key] = row
+                    fresh.append(row)
+                    results.append(Enqueued(row["id"], JobState(row["state"]), existing=False))
+            tx.insert_jobs(fresh, now)
+        return results
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> JobRecord:
+        canonical = _require_id("id", job_id)
+        job = self._read(self.store.get_job, canonical)
+        if job is None:
+            raise NotFound(f"job {canonical} does not exist")
+        return job
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None,
+        state: JobState | None,
+        wire_name: str | None,
+        page_size: int,
+        page_token: str,
+    ) -> tuple[list[JobRecord], str]:
+        """A page of jobs, newest first, and the token of the next page ('' at the end)."""
+        size = page_size if page_size > 0 else self.config.default_page_size
+        size = min(size, self.config.max_page_size)
+        after = _require_id("page_token", page_token) if page_token else None
+        page = self._read(
+            self.store.list_jobs,
+            queue=queue,
+            state=state,
+            wire_name=wire_name,
+            after_id=after,
+            limit=size + 1,
+        )
+        if len(page) > size:
+            return page[:size], page[size - 1].id
+        return page, ""
+
+    def list_attempts(self, job_id: str) -> list[AttemptRecord]:
+        job = self.get_job(job_id)
+        return self._read(self.store.list_attempts, job.id)
+
+    @staticmethod
+    def _read(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return function(*args, **kwargs)
+        except StoreError as exc:
+            raise Unavailable(str(exc)) from exc
+
+
+def _require_id(field_name: str, text: str) -> str:
+    canonical = parse_id(text)
+    if canonical is None:
+        raise InvalidArgument(field_name, f"{text[:64]!r} is not a UUID")
+    return canonical

@@ -1,0 +1,337 @@
+"""The worker protocol's writes, batched: claims, starts, heartbeats, results, releases
+and lease expiry, each batch in one transaction (SPEC §8, STYLE 10).
+
+Every job write is conditional on the state and history sequence read in the same
+transaction (R-11); rows are locked on PostgreSQL, and SQLite has a single writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.clock import Clock
+from coordinator.domain.ids import uuid7
+from coordinator.domain.lifecycle import (
+    Decision,
+    Report,
+    decide_lease_expiry,
+    decide_release,
+    decide_result,
+    decide_start,
+)
+from coordinator.domain.states import JobState, Outcome
+from coordinator.store import AttemptRecord, JobRecord, Store, WriteConflict
+from coordinator.store.store import JobChange, WriteTx
+
+log = logging.getLogger(__name__)
+
+_WRITE_RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    worker_id: str
+    queues: tuple[str, ...]
+    wire_names: tuple[str, ...]
+    count: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    job: JobRecord
+    attempt_id: str
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResultReport:
+    attempt_id: str
+    report: Report
+    output: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartAnswer:
+    attempt_id: str
+    granted: bool
+    execution_number: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResultAnswer:
+    attempt_id: str
+    accepted: bool
+    job_state: JobState | None = None
+    retry_delay_ms: int | None = None
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class WorkBatch:
+    """What arrived from all streams in one batch window."""
+
+    releases: list[str] = field(default_factory=list)
+    starts: list[str] = field(default_factory=list)
+    heartbeats: list[tuple[list[str], int]] = field(default_factory=list)
+    results: list[ResultReport] = field(default_factory=list)
+    claims: list[ClaimRequest] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.releases or self.starts or self.heartbeats or self.results or self.claims)
+
+
+@dataclass(slots=True)
+class BatchAnswers:
+    starts: list[StartAnswer] = field(default_factory=list)
+    lost: list[set[str]] = field(default_factory=list)
+    """For each heartbeat, in order: the attempts no longer recognised (R-10)."""
+    lease_expires_at_ms: list[int] = field(default_factory=list)
+    results: list[ResultAnswer] = field(default_factory=list)
+    claims: list[list[Claimed]] = field(default_factory=list)
+    terminal_job_ids: set[str] = field(default_factory=set)
+    available_changed: bool = False
+    next_run_at_ms: int | None = None
+    """The earliest run-at this batch scheduled (a retry), so the dispatcher can wake."""
+
+
+class WorkerOps:
+    def __init__(
+        self, store: Store, clock: Clock, config: CoordinatorConfig, rng: random.Random | None = None
+    ):
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.rng = rng or random.Random()
+
+    def process(self, batch: WorkBatch) -> BatchAnswers:
+        """Carries out a whole batch in one transaction, retried whole on a conflict."""
+        for attempt in range(_WRITE_RETRIES):
+            try:
+                with self.store.write() as tx:
+                    return _BatchRun(tx, self, self.clock.now_ms()).run(batch)
+            except WriteConflict:
+                log.warning("write conflict in a worker batch (try %d); retrying", attempt + 1)
+        raise WriteConflict("worker batch kept conflicting")
+
+    def expire_leases(self) -> BatchAnswers:
+        """R-4/R-5: recovers jobs whose lease lapsed. Safe with any number of replicas:
+        rows are taken with SKIP LOCKED and every write is conditional."""
+        with self.store.write() as tx:
+            run = _BatchRun(tx, self, self.clock.now_ms())
+            for job in tx.expired_leases(run.now, self.config.maintenance_batch):
+                run.end_attempt(job, decide_lease_expiry(job.view(), run.now, self.rng), reported=False)
+            return run.answers
+
+    def promote_due(self) -> BatchAnswers:
+        """Moves scheduled jobs whose run-at has come to ``available``.
+
+        Claims take due scheduled jobs directly, so this only keeps states truthful for
+        readers; it also tells the dispatcher that work is there.
+        """
+        with self.store.write() as tx:
+            run = _BatchRun(tx, self, self.clock.now_ms())
+            due = tx.due_scheduled(run.now, self.config.maintenance_batch)
+            tx.apply(
+                [JobChange(job, {"state": JobState.AVAILABLE.value}, reason="due") for job in due], run.now
+            )
+            run.answers.available_changed = bool(due)
+            return run.answers
+
+
+class _BatchRun:
+    """One batch inside one transaction; keeps the freshest copy of each job it touched
+    so several messages about one job in a batch see each other's effect."""
+
+    def __init__(self, tx: WriteTx, ops: WorkerOps, now: int) -> None:
+        self.tx = tx
+        self.ops = ops
+        self.now = now
+        self.answers = BatchAnswers()
+        self._jobs_by_attempt: dict[str, JobRecord] = {}
+
+    def run(self, batch: WorkBatch) -> BatchAnswers:
+        ids = batch.releases + batch.starts + [r.attempt_id for r in batch.results]
+        attempts = self.tx.attempts_by_ids(ids)
+        jobs = self.tx.jobs_by_ids(a.job_id for a in attempts.values())
+        for attempt in attempts.values():
+            if attempt.job_id in jobs:
+                self._jobs_by_attempt[attempt.id] = jobs[attempt.job_id]
+        self._attempts = attempts
+        for attempt_id in batch.releases:
+            self._release(attempt_id)
+        self.answers.starts = [self._start(attempt_id) for attempt_id in batch.starts]
+        for attempt_ids, lease_ms in batch.heartbeats:
+            renewed = self.tx.renew_leases(attempt_ids, self.now + lease_ms)
+            self.answers.lost.append(set(attempt_ids) - renewed)
+            self.answers.lease_expires_at_ms.append(self.now + lease_ms)
+        self.answers.results = [self._result(r) for r in batch.results]
+        self.answers.claims = [self._claim(request) for request in batch.claims]
+        return self.answers
+
+    def _current(self, attempt_id: str) -> JobRecord | None:
+        job = self._jobs_by_attempt.get(attempt_id)
+        return job if job is not None and job.current_attempt_id == attempt_id else None
+
+    def _change(
+        self, job: JobRecord, values: dict[str, Any], reason: str | None, attempt_id: str | None
+    ) -> JobRecord:
+        self.tx.apply([JobChange(job, values, reason=reason, attempt_id=attempt_id)], self.now)
+        typed: dict[str, Any] = {k: (JobState(v) if k == "state" else v) for k, v in values.items()}
+        updated = replace(job, **typed, history_seq=job.history_seq + 1, updated_at_ms=self.now)
+        for attempt_id_key, known in list(self._jobs_by_attempt.items()):
+            if known.id == job.id:
+                self._jobs_by_attempt[attempt_id_key] = updated
+        return updated
+
+    def _release(self, attempt_id: str) -> None:
+        job = self._current(attempt_id)
+        if job is None or job.state is not JobState.RESERVED:
+            return  # already recovered or never ours: nothing to give back
+        self.end_attempt(job, decide_release(job.view(), self.now), reported=True)
+
+    def _start(self, attempt_id: str) -> StartAnswer:
+        attempt = self._attempts.get(attempt_id)
+        if attempt is None:
+            return StartAnswer(attempt_id, False, reason="unknown attempt")
+        if attempt.started_at_ms is not None:
+            # R-14: a repeated start gets the first answer.
+            return StartAnswer(attempt_id, True, attempt.execution_number)
+        job = self._current(attempt_id)
+        if job is None:
+            return StartAnswer(attempt_id, False, reason="superseded attempt")
+        decision = decide_start(job.view(), attempt_id)
+        if not decision.granted:
+            return StartAnswer(attempt_id, False, reason=decision.reason)
+        self._change(
+            job,
+            {"state": JobState.RUNNING.value, "executions": decision.execution_number, "unstarted_streak": 0},
+            "started",
+            attempt_id,
+        )
+        self.tx.mark_started(attempt_id, decision.execution_number, self.now)
+        self._attempts[attempt_id] = replace(
+            attempt, started_at_ms=self.now, execution_number=decision.execution_number
+        )
+        return StartAnswer(attempt_id, True, decision.execution_number)
+
+    def _result(self, result: ResultReport) -> ResultAnswer:
+        attempt_id = result.attempt_id
+        attempt = self._attempts.get(attempt_id)
+        if attempt is None:
+            return ResultAnswer(attempt_id, False, reason="unknown attempt")
+        if attempt.outcome is not None:
+            if attempt.reported:  # R-14: a repeat gets the first answer and changes nothing
+                return ResultAnswer(attempt_id, True, attempt.job_state_after, attempt.retry_delay_ms)
+            return ResultAnswer(attempt_id, False, reason=f"attempt already ended {attempt.outcome.value}")
+        job = self._current(attempt_id)
+        if job is None or job.state is not JobState.RUNNING:
+            return ResultAnswer(attempt_id, False, reason="superseded attempt")  # R-11
+        decision = decide_result(
+            job.view(), result.report, self.now, self.ops.config.max_failure_detail_bytes, self.ops.rng
+        )
+        output = result.output if decision.job_state is JobState.SUCCEEDED else None
+        self.end_attempt(job, decision, reported=True, output=output, report=result.report)
+        return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
+
+    def end_attempt(
+        self,
+        job: JobRecord,
+        decision: Decision,
+        *,
+        reported: bool,
+        output: bytes | None = None,
+        report: Report | None = None,
+    ) -> None:
+        """Writes an attempt's end and the job's next state from one decision."""
+        attempt_id = job.current_attempt_id
+        assert attempt_id is not None
+        values: dict[str, Any] = {
+            "state": decision.job_state.value,
+            "current_attempt_id": None,
+            "worker_id": None,
+            "lease_expires_at_ms": None,
+            "unstarted_streak": decision.unstarted_streak,
+        }
+        if decision.error_code is not None:
+            values["last_error_code"] = decision.error_code
+        if decision.run_at_ms is not None:
+            values["run_at_ms"] = decision.run_at_ms
+        if decision.job_state.terminal:
+            values["finished_at_ms"] = self.now
+            self.answers.terminal_job_ids.add(job.id)
+        if output is not None:
+            values["output"] = output
+        self._change(job, values, decision.error_code or decision.attempt_outcome.value, attempt_id)
+        self.tx.finish_attempt(
+            attempt_id,
+            {
+                "finished_at_ms": self.now,
+                "outcome": decision.attempt_outcome.value,
+                "error_code": decision.error_code,
+                "exception_type": (report.exception_type or None) if report else None,
+                "message": decision.message or None,
+                "detail": decision.detail or None,
+                "retry_delay_ms": decision.retry_delay_ms,
+                "job_state_after": decision.job_state.value,
+                "reported": reported,
+            },
+        )
+        if decision.attempt_outcome is Outcome.RELEASED or decision.job_state is JobState.AVAILABLE:
+            self.answers.available_changed = True
+        if decision.job_state is JobState.SCHEDULED and decision.run_at_ms is not None:
+            current = self.answers.next_run_at_ms
+            self.answers.next_run_at_ms = min(current, decision.run_at_ms) if current else decision.run_at_ms
+
+    def _claim(self, request: ClaimRequest) -> list[Claimed]:
+        limit = min(request.count, self.ops.config.max_claim_batch)
+        if limit <= 0 or not request.wire_names:
+            return []
+        claimed = []
+        lease_until = self.now + request.lease_ms
+        rows: list[dict[str, Any]] = []
+        for job in self.tx.claimable(request.queues, request.wire_names, self.now, limit):
+            attempt_id = uuid7(self.now)
+            updated = self._change(
+                job,
+                {
+                    "state": JobState.RESERVED.value,
+                    "current_attempt_id": attempt_id,
+                    "worker_id": request.worker_id,
+                    "lease_expires_at_ms": lease_until,
+                },
+                "claimed",
+                attempt_id,
+            )
+            rows.append(
+                {
+                    "id": attempt_id,
+                    "job_id": job.id,
+                    "generation": job.generation,
+                    "worker_id": request.worker_id,
+                    "execution_number": 0,
+                    "claimed_at_ms": self.now,
+                    "reported": False,
+                }
+            )
+            claimed.append(Claimed(updated, attempt_id, lease_until))
+        self.tx.insert_attempts(rows)
+        return claimed
+
+
+__all__ = [
+    "AttemptRecord",
+    "BatchAnswers",
+    "ClaimRequest",
+    "Claimed",
+    "ResultAnswer",
+    "ResultReport",
+    "StartAnswer",
+    "WorkBatch",
+    "WorkerOps",
+]
