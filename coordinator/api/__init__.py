@@ -1,0 +1,1 @@
+"""gRPC transport: servicers (thin), interceptors, wire conversions, server start/stop."""

@@ -1,0 +1,154 @@
+"""Conversions between store records / domain values and protobuf messages."""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from coordinator.domain.settings import SettingsLayer
+from coordinator.domain.states import JobState, Outcome
+from coordinator.errors import InvalidArgument
+from coordinator.service import DEFAULT_QUEUE, NewJobSpec
+from coordinator.store import AttemptRecord, JobRecord
+from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
+
+_STATE_TO_PB = {state: job_pb2.JobState.Value(f"JOB_STATE_{state.name}") for state in JobState}
+_PB_TO_STATE = {value: state for state, value in _STATE_TO_PB.items()}
+_OUTCOME_TO_PB = {outcome: job_pb2.Outcome.Value(f"OUTCOME_{outcome.name}") for outcome in Outcome}
+PB_TO_OUTCOME = {value: outcome for outcome, value in _OUTCOME_TO_PB.items()}
+
+
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def duration(ms: int) -> Duration:
+    # Duration needs seconds and nanos of the same sign.
+    seconds = int(ms / 1000)
+    return Duration(seconds=seconds, nanos=(ms - seconds * 1000) * 1_000_000)
+
+
+def duration_ms(value: Duration, field: str, *, index: int | None = None) -> int:
+    """Whole milliseconds of a Duration; rejects sub-millisecond precision."""
+    if value.nanos % 1_000_000:
+        raise InvalidArgument(field, "must be a whole number of milliseconds", index=index)
+    return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+def timestamp_ms(value: Timestamp) -> int:
+    return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+def state_to_pb(state: JobState) -> int:
+    return _STATE_TO_PB[state]
+
+
+def state_from_pb(value: int, field: str) -> JobState | None:
+    """None for UNSPECIFIED (no filter); InvalidArgument for values this server doesn't know."""
+    if value == job_pb2.JOB_STATE_UNSPECIFIED:
+        return None
+    if value not in _PB_TO_STATE:
+        raise InvalidArgument(field, f"unknown job state {value}")
+    return _PB_TO_STATE[value]
+
+
+def settings_layer(settings: job_pb2.JobSettings, index: int) -> SettingsLayer:
+    """The client's merged attribute+fluent level; unset fields inherit (R-3)."""
+
+    def ms(name: str) -> int | None:
+        if not settings.HasField(name):
+            return None
+        return duration_ms(getattr(settings, name), f"settings.{name}", index=index)
+
+    return SettingsLayer(
+        max_executions=settings.max_executions if settings.HasField("max_executions") else None,
+        retry_initial_delay_ms=ms("retry_initial_delay"),
+        retry_max_delay_ms=ms("retry_max_delay"),
+        execution_timeout_ms=ms("execution_timeout"),
+        clear_execution_timeout=settings.no_execution_timeout,
+        max_unstarted_abandonments=(
+            settings.max_unstarted_abandonments if settings.HasField("max_unstarted_abandonments") else None
+        ),
+        unstarted_initial_delay_ms=ms("unstarted_initial_delay"),
+        unstarted_max_delay_ms=ms("unstarted_max_delay"),
+    )
+
+
+def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
+    if job.parent_ids:
+        raise InvalidArgument("parent_ids", "job dependencies are not supported yet", index=index)
+    return NewJobSpec(
+        wire_name=job.wire_name,
+        payload=job.payload,
+        queue=job.queue or DEFAULT_QUEUE,
+        payload_version=job.payload_version,
+        priority=job.priority,
+        run_at_ms=timestamp_ms(job.run_at) if job.HasField("run_at") else None,
+        idempotency_key=job.idempotency_key or None,
+        settings=settings_layer(job.settings, index),
+    )
+
+
+def job_to_pb(job: JobRecord, *, include_blobs: bool = True) -> job_pb2.Job:
+    settings = job_pb2.JobSettings(
+        max_executions=job.max_executions,
+        retry_initial_delay=duration(job.retry_initial_delay_ms),
+        retry_max_delay=duration(job.retry_max_delay_ms),
+        max_unstarted_abandonments=job.max_unstarted_abandonments,
+        unstarted_initial_delay=duration(job.unstarted_initial_delay_ms),
+        unstarted_max_delay=duration(job.unstarted_max_delay_ms),
+    )
+    if job.execution_timeout_ms is not None:
+        settings.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
+    else:
+        settings.no_execution_timeout = True
+    message = job_pb2.Job(
+        id=job.id,
+        wire_name=job.wire_name,
+        queue=job.queue,
+        payload_version=job.payload_version,
+        priority=job.priority,
+        state=state_to_pb(job.state),  # type: ignore[arg-type]
+        run_at=timestamp(job.run_at_ms),
+        idempotency_key=job.idempotency_key or "",
+        settings=settings,
+        executions=job.executions,
+        unstarted_abandonments=job.unstarted_streak,
+        generation=job.generation,
+        current_attempt_id=job.current_attempt_id or "",
+        created_at=timestamp(job.created_at_ms),
+        updated_at=timestamp(job.updated_at_ms),
+        last_error_code=job.last_error_code or "",
+    )
+    if include_blobs:
+        message.payload = job.payload
+        if job.output is not None:
+            message.output = job.output
+    if job.lease_expires_at_ms is not None:
+        message.lease_expires_at.CopyFrom(timestamp(job.lease_expires_at_ms))
+    if job.finished_at_ms is not None:
+        message.finished_at.CopyFrom(timestamp(job.finished_at_ms))
+    return message
+
+
+def attempt_to_pb(attempt: AttemptRecord) -> job_pb2.Attempt:
+    """Code and exception type only: message and full text need a reveal (R-22)."""
+    message = job_pb2.Attempt(
+        id=attempt.id,
+        job_id=attempt.job_id,
+        generation=attempt.generation,
+        worker_id=attempt.worker_id,
+        execution_number=attempt.execution_number,
+        claimed_at=timestamp(attempt.claimed_at_ms),
+        error_code=attempt.error_code or "",
+        exception_type=attempt.exception_type or "",
+    )
+    if attempt.outcome is not None:
+        message.outcome = _OUTCOME_TO_PB[attempt.outcome]  # type: ignore[assignment]
+    if attempt.started_at_ms is not None:
+        message.started_at.CopyFrom(timestamp(attempt.started_at_ms))
+    if attempt.finished_at_ms is not None:
+        message.finished_at.CopyFrom(timestamp(attempt.finished_at_ms))
+    if attempt.retry_delay_ms is not None:
+        message.retry_delay.CopyFrom(duration(attempt.retry_delay_ms))
+    return message

@@ -1,0 +1,94 @@
+"""The worker stream's wire form: decoding WorkerMessages, encoding answers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator.api.convert import PB_TO_OUTCOME, duration, duration_ms, state_to_pb, timestamp
+from coordinator.domain.lifecycle import Report
+from coordinator.domain.states import WORKER_OUTCOMES
+from coordinator.errors import InvalidArgument
+from coordinator.worker_ops import Claimed, ResultAnswer, ResultReport, StartAnswer
+from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
+
+if TYPE_CHECKING:
+    from coordinator.dispatch import HeartbeatAnswer
+
+Message = pb.CoordinatorMessage
+
+
+def result_report(result: pb.Result) -> ResultReport:
+    """Raises InvalidArgument for an outcome a worker may not report."""
+    outcome = PB_TO_OUTCOME.get(result.outcome)
+    if outcome not in WORKER_OUTCOMES or outcome is None:
+        raise InvalidArgument("result.outcome", f"a worker cannot report outcome {result.outcome}")
+    retry_delay = None
+    if result.HasField("retry_delay"):
+        retry_delay = duration_ms(result.retry_delay, "result.retry_delay")
+    report = Report(
+        outcome=outcome,
+        error_code=result.error_code,
+        exception_type=result.exception_type[:512],
+        message=result.message,
+        detail=result.detail,
+        explicit_retry_delay_ms=retry_delay,
+    )
+    return ResultReport(result.attempt_id, report, bytes(result.output) if result.output else None)
+
+
+def welcome(coordinator_id: str) -> Message:
+    return Message(welcome=pb.Welcome(coordinator_id=coordinator_id))
+
+
+def start_answer(answer: StartAnswer) -> Message:
+    return Message(
+        start_answer=pb.StartAnswer(
+            attempt_id=answer.attempt_id,
+            granted=answer.granted,
+            execution_number=answer.execution_number,
+            reason=answer.reason,
+        )
+    )
+
+
+def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
+    return Message(
+        heartbeat_answer=pb.HeartbeatAnswer(
+            lost_attempt_ids=sorted(answer.lost), lease_expires_at=timestamp(answer.lease_expires_at_ms)
+        )
+    )
+
+
+def result_ack(answer: ResultAnswer) -> Message:
+    ack = pb.ResultAck(
+        attempt_id=answer.attempt_id,
+        status=pb.ResultAck.STATUS_ACCEPTED if answer.accepted else pb.ResultAck.STATUS_STALE,
+    )
+    if answer.job_state is not None:
+        ack.job_state = state_to_pb(answer.job_state)  # type: ignore[assignment]
+    if answer.retry_delay_ms is not None:
+        ack.retry_delay.CopyFrom(duration(answer.retry_delay_ms))
+    return Message(result_ack=ack)
+
+
+def assignment(claimed: Claimed) -> Message:
+    job = claimed.job
+    message = pb.Assignment(
+        job_id=job.id,
+        attempt_id=claimed.attempt_id,
+        wire_name=job.wire_name,
+        queue=job.queue,
+        payload=job.payload,
+        payload_version=job.payload_version,
+        lease_expires_at=timestamp(claimed.lease_expires_at_ms),
+        execution_number=job.executions + 1,
+        max_executions=job.max_executions,
+        generation=job.generation,
+    )
+    if job.execution_timeout_ms is not None:
+        message.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
+    return Message(assignment=message)
+
+
+def drain(timeout_s: float) -> Message:
+    return Message(drain=pb.Drain(deadline=duration(int(timeout_s * 1000))))
