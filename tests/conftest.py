@@ -19,7 +19,9 @@ from sqlalchemy.engine import make_url
 
 from coordinator.store import Store
 
-ADMIN_URL = os.environ.get("RUNWICK_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+ADMIN_URL = os.environ.get(
+    "RUNWICK_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
@@ -31,7 +33,9 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # a missing server must fail the run, loudly
-        pytest.fail(f"PostgreSQL is required for the postgres tests and is not reachable at {ADMIN_URL}: {exc}")
+        pytest.fail(
+            f"PostgreSQL is required for the postgres tests and is not reachable at {ADMIN_URL}: {exc}"
+        )
     url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     store = Store.open(url, create=True)
     store.close()

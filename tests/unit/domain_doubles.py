@@ -1,0 +1,57 @@
+"""Test doubles for the pure domain: stub random sources and a JobView builder.
+
+Test modules import this by its bare name (pytest puts this directory on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+from coordinator.domain.lifecycle import JobView
+from coordinator.domain.settings import JobSettings
+from coordinator.domain.states import JobState
+
+ATTEMPT_ID = "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f"
+"""The current attempt of jobs built by ``job_view``."""
+OTHER_ATTEMPT_ID = "0193a7c2-5b1e-7c3d-9f00-ffffffffffff"
+NOW_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, FakeClock's default start
+
+
+class EndOfRange:
+    """A RandomSource that always picks one end of the range it is asked for.
+
+    It records every ``(a, b)`` it was asked for, so a test can check the range itself.
+    """
+
+    def __init__(self, end: str) -> None:
+        if end not in ("low", "high"):
+            raise ValueError(end)
+        self.end = end
+        self.calls: list[tuple[int, int]] = []
+
+    def randint(self, a: int, b: int) -> int:
+        self.calls.append((a, b))
+        return a if self.end == "low" else b
+
+
+class NoRandom:
+    """A RandomSource that fails the test when used: proves a decision has no jitter."""
+
+    def randint(self, a: int, b: int) -> int:
+        raise AssertionError(f"randomness used: randint({a}, {b})")
+
+
+def job_view(
+    state: JobState = JobState.RUNNING,
+    *,
+    executions: int = 1,
+    unstarted_streak: int = 0,
+    current_attempt_id: str | None = ATTEMPT_ID,
+    **settings: int | None,
+) -> JobView:
+    """A JobView; settings fields may be passed as keywords (``max_executions=5``)."""
+    return JobView(
+        state=state,
+        settings=JobSettings(**settings).validate(),  # type: ignore[arg-type]
+        executions=executions,
+        unstarted_streak=unstarted_streak,
+        current_attempt_id=current_attempt_id,
+    )

@@ -1,0 +1,47 @@
+"""The committed protobuf code must be what protos/generate.py makes from protos/."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "protos" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_code_is_current() -> None:
+    stale = _generator().stale_files()
+    assert stale == [], f"regenerate with `python protos/generate.py`: stale {stale}"
+
+
+def test_generated_modules_import_from_the_sdk_package() -> None:
+    from worker_sdk.proto.runwick.v1 import job_service_pb2, worker_service_pb2
+
+    assert job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name == "runwick.v1.JobService"
+    assert (
+        worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name
+        == "runwick.v1.WorkerService"
+    )
+
+
+def test_sdk_does_not_import_the_coordinator_or_sqlalchemy() -> None:
+    """SPEC §1: the SDK installs and imports without the server's dependencies."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, worker_sdk, worker_sdk.testing; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('coordinator', 'sqlalchemy', 'alembic')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,94 @@
+"""States, outcomes and the declarative transition table (SPEC §2, R-5, R-9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.domain.states import (
+    DEFAULT_CODES,
+    RETRYABLE_OUTCOMES,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    WORKER_OUTCOMES,
+    JobState,
+    Outcome,
+    can_transition,
+)
+from coordinator.domain.text import is_valid_code
+
+
+def test_states_match_the_spec_glossary() -> None:
+    assert {state.value for state in JobState} == {
+        "scheduled",
+        "waiting",
+        "available",
+        "reserved",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+    }
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_terminal_states_are_succeeded_failed_cancelled(state: JobState) -> None:
+    assert state.terminal == (state in {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+    assert state.terminal == (state in TERMINAL_STATES)
+
+
+def test_transition_table_covers_every_state() -> None:
+    assert set(TRANSITIONS) == set(JobState)
+    for source, targets in TRANSITIONS.items():
+        assert source not in targets, f"{source} lists itself"
+
+
+def test_a_succeeded_job_never_changes() -> None:
+    assert all(not can_transition(JobState.SUCCEEDED, target) for target in JobState)
+
+
+@pytest.mark.parametrize("state", [JobState.FAILED, JobState.CANCELLED])
+def test_r9_failed_and_cancelled_jobs_leave_only_by_manual_retry(state: JobState) -> None:
+    assert [target for target in JobState if can_transition(state, target)] == [JobState.AVAILABLE]
+
+
+@pytest.mark.parametrize("state", [s for s in JobState if not s.terminal])
+def test_r8_every_live_state_can_be_cancelled(state: JobState) -> None:
+    assert can_transition(state, JobState.CANCELLED)
+
+
+def test_r1_only_a_reserved_job_starts_running() -> None:
+    assert [source for source in JobState if can_transition(source, JobState.RUNNING)] == [JobState.RESERVED]
+
+
+@pytest.mark.parametrize("source", [JobState.AVAILABLE, JobState.SCHEDULED])
+def test_claims_reserve_available_or_due_scheduled_jobs(source: JobState) -> None:
+    assert can_transition(source, JobState.RESERVED)
+
+
+def test_r5_retryable_outcomes_match_the_table() -> None:
+    table = {Outcome.RETRYABLE_FAILURE, Outcome.TIMED_OUT, Outcome.INTERRUPTED, Outcome.ABANDONED}
+    assert table == RETRYABLE_OUTCOMES
+
+
+def test_r5_workers_cannot_report_coordinator_outcomes() -> None:
+    """Abandonment and release are the coordinator's to record, never a worker's Result."""
+    coordinator_only = {Outcome.ABANDONED, Outcome.UNSTARTED_ABANDONED, Outcome.RELEASED}
+    assert coordinator_only.isdisjoint(WORKER_OUTCOMES)
+    assert WORKER_OUTCOMES | coordinator_only == set(Outcome)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"),
+    [
+        (Outcome.TIMED_OUT, "timeout"),
+        (Outcome.CANCELLED, "cancelled"),
+        (Outcome.INTERRUPTED, "worker_shutdown"),
+        (Outcome.ABANDONED, "lease_expired"),
+    ],
+)
+def test_r5_default_codes_from_the_table(outcome: Outcome, code: str) -> None:
+    assert DEFAULT_CODES[outcome] == code
+
+
+def test_r5_every_default_code_follows_the_grammar() -> None:
+    assert all(is_valid_code(code) for code in DEFAULT_CODES.values())
