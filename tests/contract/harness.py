@@ -1,0 +1,165 @@
+"""The store contract suite's harness: JobsService and WorkerOps over one Store, driven
+by a FakeClock and a seeded random source, with short names for the worker protocol.
+
+Every helper goes through the public service calls (``JobsService``, ``WorkerOps``) and
+reads effects back from the store, so each test states a contract of the store on both
+engines (STYLE 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.clock import FakeClock
+from coordinator.domain.lifecycle import Report
+from coordinator.domain.states import Outcome
+from coordinator.service import Enqueued, JobsService, NewJobSpec
+from coordinator.store import AttemptRecord, JobRecord, Store
+from coordinator.worker_ops import (
+    BatchAnswers,
+    Claimed,
+    ClaimRequest,
+    ResultAnswer,
+    ResultReport,
+    StartAnswer,
+    WorkBatch,
+    WorkerOps,
+)
+
+WIRE = "payments.capture"
+OTHER_WIRE = "emails.send"
+QUEUE = "default"
+WORKER = "worker-1"
+SECOND = 1_000
+LEASE_MS = 60 * SECOND
+SEED = 20_260_101
+
+
+def r2_range(run_number: int, initial_ms: int, max_ms: int) -> tuple[int, int]:
+    """R-2, written out independently of the domain: equal jitter in [nominal/2, nominal]."""
+    nominal = min(initial_ms * 2 ** (run_number - 1), max_ms)
+    return (nominal + 1) // 2, nominal
+
+
+@dataclass
+class Snapshot:
+    """Everything the store holds about one job, to prove a write changed nothing."""
+
+    job: JobRecord
+    attempts: list[AttemptRecord]
+    transitions: list[dict[str, Any]]
+
+
+@dataclass
+class Harness:
+    store: Store
+    clock: FakeClock
+    config: CoordinatorConfig
+    jobs: JobsService
+    ops: WorkerOps
+
+    @classmethod
+    def build(cls, store: Store, clock: FakeClock, config: CoordinatorConfig) -> Harness:
+        return cls(
+            store=store,
+            clock=clock,
+            config=config,
+            jobs=JobsService(store, clock, config, random.Random(SEED)),
+            ops=WorkerOps(store, clock, config, random.Random(SEED)),
+        )
+
+    def with_config(self, **changes: Any) -> Harness:
+        """Services over the same store and clock with a changed configuration."""
+        return Harness.build(self.store, self.clock, dataclasses.replace(self.config, **changes))
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    def enqueue(self, wire_name: str = WIRE, payload: bytes = b"{}", **fields: Any) -> str:
+        return self.enqueue_specs([NewJobSpec(wire_name, payload, **fields)])[0].job_id
+
+    def enqueue_specs(self, specs: list[NewJobSpec]) -> list[Enqueued]:
+        return self.jobs.enqueue(specs)
+
+    # -- the worker protocol, one message per batch -------------------------------------
+
+    def claim(
+        self,
+        count: int = 1,
+        *,
+        queues: tuple[str, ...] = (QUEUE,),
+        wire_names: tuple[str, ...] = (WIRE, OTHER_WIRE),
+        lease_ms: int = LEASE_MS,
+        worker_id: str = WORKER,
+    ) -> list[Claimed]:
+        request = ClaimRequest(worker_id, queues, wire_names, count, lease_ms)
+        return self.ops.process(WorkBatch(claims=[request])).claims[0]
+
+    def claim_one(self, job_id: str | None = None, **kwargs: Any) -> Claimed:
+        claimed = self.claim(1, **kwargs)
+        assert len(claimed) == 1, f"expected one claim, got {claimed}"
+        if job_id is not None:
+            assert claimed[0].job.id == job_id
+        return claimed[0]
+
+    def start(self, attempt_id: str) -> StartAnswer:
+        return self.ops.process(WorkBatch(starts=[attempt_id])).starts[0]
+
+    def run(self, job_id: str | None = None, **claim_kwargs: Any) -> Claimed:
+        """Claims one job and starts it (the handler is authorized)."""
+        claimed = self.claim_one(job_id, **claim_kwargs)
+        answer = self.start(claimed.attempt_id)
+        assert answer.granted, answer
+        return claimed
+
+    def heartbeat(self, attempt_ids: list[str], lease_ms: int = LEASE_MS) -> tuple[set[str], int]:
+        """Returns the attempts reported lost and the new lease deadline."""
+        answers = self.ops.process(WorkBatch(heartbeats=[(attempt_ids, lease_ms)]))
+        return answers.lost[0], answers.lease_expires_at_ms[0]
+
+    def report(
+        self,
+        attempt_id: str,
+        outcome: Outcome = Outcome.SUCCEEDED,
+        *,
+        output: bytes | None = None,
+        **report_fields: Any,
+    ) -> ResultAnswer:
+        result = ResultReport(attempt_id, Report(outcome, **report_fields), output)
+        return self.ops.process(WorkBatch(results=[result])).results[0]
+
+    def release(self, attempt_id: str) -> BatchAnswers:
+        return self.ops.process(WorkBatch(releases=[attempt_id]))
+
+    def lapse(self, ms: int = LEASE_MS) -> BatchAnswers:
+        """Lets ``ms`` pass and runs lease expiry."""
+        self.clock.advance(ms)
+        return self.ops.expire_leases()
+
+    # -- reads -----------------------------------------------------------------------
+
+    def job(self, job_id: str) -> JobRecord:
+        job = self.store.get_job(job_id)
+        assert job is not None, f"job {job_id} is not in the store"
+        return job
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        return self.store.list_attempts(job_id)
+
+    def transitions(self, job_id: str) -> list[dict[str, Any]]:
+        return self.store.list_transitions(job_id)
+
+    def snapshot(self, job_id: str) -> Snapshot:
+        return Snapshot(self.job(job_id), self.attempts(job_id), self.transitions(job_id))
+
+    def count_jobs(self) -> int:
+        return sum(self.store.count_by_state().values())
+
+    def count_attempts(self) -> int:
+        return sum(len(self.attempts(job.id)) for job in self.all_jobs())
+
+    def all_jobs(self) -> list[JobRecord]:
+        return self.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=10_000)

@@ -1,0 +1,90 @@
+"""A worker that speaks the stream protocol by hand, for tests that need to stop at a
+precise point of it (before start, a late result) where the SDK would carry on.
+
+Run as a process (``python -m tests.integration.rawstream TARGET WIRE_NAME``) it claims
+one job, prints ``claimed <job_id> <attempt_id>`` and then waits, never starting it, so
+a test can ``kill -9`` it between claim and start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from worker_sdk.proto.runwick.v1 import job_pb2, worker_service_pb2_grpc
+from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
+
+
+class RawWorker:
+    """One stream; ``send`` queues messages, ``next(kind)`` awaits the next of a kind."""
+
+    def __init__(
+        self, target: str, worker_id: str, wire_names: list[str], *, capacity: int = 1, lease_ms: int = 60_000
+    ):
+        self.channel = grpc.aio.insecure_channel(target)
+        self.outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        lease = Duration()
+        lease.FromMilliseconds(lease_ms)
+        self.outgoing.put_nowait(
+            pb.WorkerMessage(
+                hello=pb.Hello(worker_id=worker_id, wire_names=wire_names, capacity=capacity, lease=lease)
+            )
+        )
+        stub = worker_service_pb2_grpc.WorkerServiceStub(self.channel)
+        self.call = stub.Connect(self._requests())
+
+    async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
+        while (message := await self.outgoing.get()) is not None:
+            yield message
+
+    def send(self, **kind: object) -> None:
+        self.outgoing.put_nowait(pb.WorkerMessage(**kind))  # type: ignore[arg-type]
+
+    async def next(self, kind: str, timeout: float = 10.0) -> object:
+        async def read() -> object:
+            while True:
+                message = await self.call.read()
+                if message is grpc.aio.EOF:
+                    raise EOFError("stream ended")
+                if message.WhichOneof("kind") == kind:
+                    return getattr(message, kind)
+
+        return await asyncio.wait_for(read(), timeout)
+
+    async def claim(self) -> pb.Assignment:
+        self.send(credit=pb.Credit(count=1))
+        assignment = await self.next("assignment")
+        assert isinstance(assignment, pb.Assignment)
+        return assignment
+
+    async def start(self, attempt_id: str) -> pb.StartAnswer:
+        self.send(start=pb.StartRequest(attempt_id=attempt_id))
+        answer = await self.next("start_answer")
+        assert isinstance(answer, pb.StartAnswer)
+        return answer
+
+    async def succeed(self, attempt_id: str, output: bytes = b"") -> pb.ResultAck:
+        self.send(result=pb.Result(attempt_id=attempt_id, outcome=job_pb2.OUTCOME_SUCCEEDED, output=output))
+        ack = await self.next("result_ack")
+        assert isinstance(ack, pb.ResultAck)
+        return ack
+
+    async def close(self) -> None:
+        self.outgoing.put_nowait(None)
+        self.call.cancel()
+        await self.channel.close()
+
+
+async def _claim_and_hang(target: str, wire_name: str) -> None:
+    worker = RawWorker(target, "raw-hanging-worker", [wire_name])
+    assignment = await worker.claim()
+    print(f"claimed {assignment.job_id} {assignment.attempt_id}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_claim_and_hang(sys.argv[1], sys.argv[2]))

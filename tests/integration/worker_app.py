@@ -1,0 +1,117 @@
+"""The job types and handlers that integration tests run in real worker processes.
+
+Started with ``runwick worker tests.integration.worker_app:worker``; settings come from
+the environment so each test can shorten leases and graces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from worker_sdk import JobContext, PermanentJobFailure, Worker, job
+
+
+def _ms(name: str, default: int) -> timedelta:
+    return timedelta(milliseconds=int(os.environ.get(name, default)))
+
+
+worker = Worker(
+    os.environ.get("RUNWICK_TARGET", "127.0.0.1:7233"),
+    queues=["default"],
+    concurrency=int(os.environ.get("TEST_CONCURRENCY", "4")),
+    lease=_ms("TEST_LEASE_MS", 60_000),
+    heartbeat_interval=_ms("TEST_HEARTBEAT_MS", 200),
+    drain_timeout=_ms("TEST_DRAIN_MS", 5_000),
+    cancellation_grace=_ms("TEST_GRACE_MS", 10_000),
+)
+
+
+@job("tests.echo")
+@dataclass
+class Echo:
+    text: str
+
+
+@job("tests.always_fails")
+@dataclass
+class AlwaysFails:
+    note: str = ""
+
+
+@job("tests.permanent")
+@dataclass
+class Permanent:
+    order_id: str
+
+
+@job("tests.cooperative_sleep")
+@dataclass
+class CooperativeSleep:
+    seconds: float
+
+
+@job("tests.stubborn_sleep")
+@dataclass
+class StubbornSleep:
+    """Ignores cancellation on its first execution; succeeds on later ones."""
+
+    seconds: float
+
+
+@job("tests.block_until")
+@dataclass
+class BlockUntil:
+    """Writes ``started_file`` then waits until ``release_file`` exists (or cancellation)."""
+
+    started_file: str
+    release_file: str
+
+
+class InventoryError(Exception):
+    pass
+
+
+@worker.handler(Echo)
+async def echo(payload: Echo, ctx: JobContext) -> bytes:
+    return f"{payload.text} (execution {ctx.execution_number})".encode()
+
+
+@worker.handler(AlwaysFails)
+def always_fails(payload: AlwaysFails, ctx: JobContext) -> None:
+    raise InventoryError(f"secret-ish detail for execution {ctx.execution_number}")
+
+
+@worker.handler(Permanent)
+async def permanent(payload: Permanent, ctx: JobContext) -> None:
+    raise PermanentJobFailure("order_not_found", f"Order {payload.order_id} does not exist.")
+
+
+@worker.handler(CooperativeSleep)
+async def cooperative_sleep(payload: CooperativeSleep, ctx: JobContext) -> bytes:
+    try:
+        await asyncio.wait_for(ctx.wait_cancelled(), payload.seconds)
+    except TimeoutError:
+        return b"slept"
+    return b"noticed cancellation"
+
+
+@worker.handler(StubbornSleep)
+def stubborn_sleep(payload: StubbornSleep, ctx: JobContext) -> bytes:
+    if ctx.execution_number == 1:
+        time.sleep(payload.seconds)  # deliberately deaf to ctx.cancelled
+    return b"done"
+
+
+@worker.handler(BlockUntil)
+async def block_until(payload: BlockUntil, ctx: JobContext) -> bytes:
+    Path(payload.started_file).write_text(ctx.attempt_id)
+    while not Path(payload.release_file).exists():
+        if ctx.cancelled:
+            return b"stopped early"
+        await asyncio.sleep(0.02)
+    return b"released"
