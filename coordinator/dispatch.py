@@ -165,27 +165,27 @@ class Dispatcher:
     # -- the loop -------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Runs batches until ``stop()``; the batch pending then is still written."""
         loop = asyncio.get_running_loop()
-        while not self._stopping:
+        while True:
             await self._sleep_until_woken()
-            if self._stopping:
-                break
-            if self.config.batch_window_ms > 0:
+            if self.config.batch_window_ms > 0 and not self._stopping:
                 await asyncio.sleep(self.config.batch_window_ms / 1000)
             batch, routes = self._take()
-            if not batch:
-                continue
-            try:
-                answers = await loop.run_in_executor(self.executor, self.ops.process, batch)
-            except Exception:
-                # The store failed: nothing of the batch was written. Closing the streams
-                # makes their workers reconnect and resend what is unacknowledged.
-                log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
-                for session in routes.sessions():
-                    session.close()
-                await asyncio.sleep(0.1)
-                continue
-            self._deliver(answers, routes)
+            if batch:
+                try:
+                    answers = await loop.run_in_executor(self.executor, self.ops.process, batch)
+                except Exception:
+                    # The store failed: nothing of the batch was written. Closing the
+                    # streams makes their workers reconnect and resend what is unacknowledged.
+                    log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
+                    for session in routes.sessions():
+                        session.close()
+                    await asyncio.sleep(0.1)
+                else:
+                    self._deliver(answers, routes)
+            if self._stopping and not self._batch:
+                return
 
     async def _sleep_until_woken(self) -> None:
         timeout = self.config.idle_recheck_interval_s
@@ -203,7 +203,7 @@ class Dispatcher:
     def _take(self) -> tuple[WorkBatch, _Routes]:
         batch, routes = self._batch, self._routes
         self._batch, self._routes = WorkBatch(), _Routes()
-        if self._claim_needed:
+        if self._claim_needed and not self._stopping:
             self._claim_needed = False
             for session in self.sessions:
                 if session.credit > 0 and not session.draining and session.wire_names:
@@ -258,11 +258,13 @@ class Dispatcher:
         await asyncio.sleep(self.config.batch_window_ms / 1000 + 0.05)
 
     def stop(self) -> None:
+        """Ends the loop after the batch in hand; ``run()`` returns then."""
         self._stopping = True
         self._wake.set()
+
+    def close_sessions(self) -> None:
         for session in list(self.sessions):
-            with contextlib.suppress(Exception):
-                session.close()
+            session.close()
 
 
 __all__ = ["Claimed", "Dispatcher", "HeartbeatAnswer", "ResultAnswer", "StartAnswer", "WorkerSession"]

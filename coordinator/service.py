@@ -27,6 +27,8 @@ from coordinator.validation import check_name
 log = logging.getLogger(__name__)
 
 DEFAULT_QUEUE = "default"
+MAX_IDEMPOTENCY_KEY_LENGTH = 256
+"""The ``jobs.idempotency_key`` column's size, in characters."""
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -87,6 +89,7 @@ class JobsService:
     def _row(self, index: int, spec: NewJobSpec, now: int) -> dict[str, Any]:
         check_name("wire_name", spec.wire_name, index=index)
         check_name("queue", spec.queue, index=index)
+        _check_idempotency_key(spec.idempotency_key, index)
         try:
             settings = resolve_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
@@ -183,6 +186,19 @@ class JobsService:
             return function(*args, **kwargs)
         except StoreError as exc:
             raise Unavailable(str(exc)) from exc
+
+
+def _check_idempotency_key(key: str | None, index: int) -> None:
+    # Checked here so both engines refuse alike: SQLite would store an over-long key or a
+    # NUL, PostgreSQL would fail the whole batch with a database error.
+    if key and len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidArgument(
+            "idempotency_key",
+            f"is {len(key)} characters, the limit is {MAX_IDEMPOTENCY_KEY_LENGTH}",
+            index=index,
+        )
+    if key and "\x00" in key:
+        raise InvalidArgument("idempotency_key", "must not contain NUL characters", index=index)
 
 
 def _require_id(field_name: str, text: str) -> str:

@@ -95,13 +95,14 @@ class RunningCoordinator:
         await self.health.enter_graceful_shutdown()
         drain_s = self.config.drain_timeout_s if grace_s is None else grace_s
         await self.dispatcher.drain(drain_s)
-        await self.server.stop(grace=min(drain_s, 5.0))
         self.dispatcher.stop()
-        for task in self.tasks:
+        for task in self.tasks[1:]:  # the dispatcher (first) ends by itself after stop()
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.dispatcher.close_sessions()
+        await self.server.stop(grace=min(drain_s, 5.0))
         self.write_executor.shutdown(wait=True)
         self.store.close()
         log.info("coordinator stopped")
