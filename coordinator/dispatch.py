@@ -99,6 +99,7 @@ class Dispatcher:
         self._claim_needed = True
         self._next_due_ms: int | None = None
         self._stopping = False
+        self.draining = False
         self._idle = asyncio.Event()
 
     # -- called by stream handlers -------------------------------------------------
@@ -248,6 +249,7 @@ class Dispatcher:
         """Asks every worker to finish and go, and waits until they have (or time is up)."""
         from coordinator.api import protocol
 
+        self.draining = True
         for session in self.sessions:
             session.draining = True
             session.send(protocol.drain(timeout_s))

@@ -14,7 +14,7 @@ from typing import Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
-from coordinator.domain.ids import uuid7
+from coordinator.domain.ids import parse_id, uuid7
 from coordinator.domain.lifecycle import (
     Decision,
     Report,
@@ -157,7 +157,7 @@ class _BatchRun:
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = batch.releases + batch.starts + [r.attempt_id for r in batch.results]
-        attempts = self.tx.attempts_by_ids(ids)
+        attempts = self.tx.attempts_by_ids(filter(_well_formed, ids))
         jobs = self.tx.jobs_by_ids(a.job_id for a in attempts.values())
         for attempt in attempts.values():
             if attempt.job_id in jobs:
@@ -167,7 +167,7 @@ class _BatchRun:
             self._release(attempt_id)
         self.answers.starts = [self._start(attempt_id) for attempt_id in batch.starts]
         for attempt_ids, lease_ms in batch.heartbeats:
-            renewed = self.tx.renew_leases(attempt_ids, self.now + lease_ms)
+            renewed = self.tx.renew_leases(list(filter(_well_formed, attempt_ids)), self.now + lease_ms)
             self.answers.lost.append(set(attempt_ids) - renewed)
             self.answers.lease_expires_at_ms.append(self.now + lease_ms)
         self.answers.results = [self._result(r) for r in batch.results]
@@ -226,17 +226,28 @@ class _BatchRun:
         if attempt is None:
             return ResultAnswer(attempt_id, False, reason="unknown attempt")
         if attempt.outcome is not None:
-            if attempt.reported:  # R-14: a repeat gets the first answer and changes nothing
+            # R-14: a repeat gets the first answer and changes nothing. A release is
+            # reported too, but it was no result: a result after it is stale (R-11).
+            if attempt.reported and attempt.outcome is not Outcome.RELEASED:
                 return ResultAnswer(attempt_id, True, attempt.job_state_after, attempt.retry_delay_ms)
             return ResultAnswer(attempt_id, False, reason=f"attempt already ended {attempt.outcome.value}")
         job = self._current(attempt_id)
         if job is None or job.state is not JobState.RUNNING:
             return ResultAnswer(attempt_id, False, reason="superseded attempt")  # R-11
+        report = _without_nul(result.report)
         decision = decide_result(
-            job.view(), result.report, self.now, self.ops.config.max_failure_detail_bytes, self.ops.rng
+            job.view(), report, self.now, self.ops.config.max_failure_detail_bytes, self.ops.rng
         )
         output = result.output if decision.job_state is JobState.SUCCEEDED else None
-        self.end_attempt(job, decision, reported=True, output=output, report=result.report)
+        self.end_attempt(job, decision, reported=True, output=output, report=report)
+        # A repeat of this result later in the same batch must see it (R-14).
+        self._attempts[attempt_id] = replace(
+            attempt,
+            outcome=decision.attempt_outcome,
+            retry_delay_ms=decision.retry_delay_ms,
+            job_state_after=decision.job_state,
+            reported=True,
+        )
         return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
 
     def end_attempt(
@@ -322,6 +333,24 @@ class _BatchRun:
             claimed.append(Claimed(updated, attempt_id, lease_until))
         self.tx.insert_attempts(rows)
         return claimed
+
+
+def _well_formed(attempt_id: str) -> bool:
+    """Only IDs in the stored form can name an attempt; anything else (a NUL, which
+    PostgreSQL refuses outright and would fail the whole batch) is unknown."""
+    return parse_id(attempt_id) == attempt_id
+
+
+def _without_nul(report: Report) -> Report:
+    """PostgreSQL text cannot hold NUL; replace it on both engines so they store alike."""
+    if "\x00" not in report.exception_type + report.message + report.detail:
+        return report
+    return replace(
+        report,
+        exception_type=report.exception_type.replace("\x00", "\ufffd"),
+        message=report.message.replace("\x00", "\ufffd"),
+        detail=report.detail.replace("\x00", "\ufffd"),
+    )
 
 
 __all__ = [

@@ -39,6 +39,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     async def Connect(
         self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.CoordinatorMessage]:
+        if self.dispatcher.draining:
+            # Shutting down: send the worker to another replica (or to our successor).
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "coordinator is shutting down")
         first = await anext(request_iterator, None)
         if first is None or first.WhichOneof("kind") != "hello":
             await context.abort(

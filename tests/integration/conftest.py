@@ -80,13 +80,14 @@ class WorkerProcess:
     process: subprocess.Popen[str]
     log_path: Path
 
-    def kill9(self) -> None:
+    async def kill9(self) -> None:
         self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
+        await asyncio.to_thread(self.process.wait, 10)
 
-    def terminate(self) -> int:
+    async def terminate(self) -> int:
+        """SIGTERM, then waits for the exit without blocking the coordinator's loop."""
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(30)
+        return await asyncio.to_thread(self.process.wait, 30)
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
@@ -101,14 +102,15 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         env = {**os.environ, "RUNWICK_TARGET": target, "PYTHONPATH": str(ROOT)}
         env.update({key.upper(): str(value) for key, value in settings.items()})
         log_path = tmp_path / f"worker-{len(started)}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "worker", app, "--log-level", "DEBUG"],
-            cwd=ROOT,
-            env=env,
-            stdout=log_path.open("w"),
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        with log_path.open("w") as log_file:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [sys.executable, "-m", "coordinator.cli", "worker", app, "--log-level", "DEBUG"],
+                cwd=ROOT,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         worker = WorkerProcess(process, log_path)
         started.append(worker)
         return worker

@@ -134,7 +134,7 @@ async def test_r5_kill_9_during_a_run_reruns_after_the_lease_charging_one_execut
     job_id = await client.enqueue(BlockUntil(str(started), str(release)))
     await eventually(started.exists)
 
-    victim.kill9()
+    await victim.kill9()
     started.unlink()
     release.write_text("go")
     assert (await client.get(job_id)).state is JobState.RUNNING
@@ -162,7 +162,7 @@ async def test_r12_sigterm_drain_ends_unfinished_runs_interrupted(
     job_id = await client.enqueue(BlockUntil(str(started), str(tmp_path / "never")))
     await eventually(started.exists)
 
-    exit_code = worker.terminate()
+    exit_code = await worker.terminate()
 
     assert exit_code == 0, worker.log()
     info = await client.get(job_id)
@@ -179,7 +179,7 @@ async def test_drain_lets_a_short_run_finish(coordinator: Coordinator, client: A
     await eventually(coordinator.connected_workers)
     await eventually(lambda: _state_is(coordinator, job_id, "running"))
 
-    assert worker.terminate() == 0, worker.log()
+    assert await worker.terminate() == 0, worker.log()
 
     info = await client.get(job_id)
     assert info.state is JobState.SUCCEEDED
