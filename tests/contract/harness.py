@@ -99,6 +99,10 @@ class Harness:
         return self.ops.process(WorkBatch(claims=[request])).claims[0]
 
     def claim_one(self, job_id: str | None = None, **kwargs: Any) -> Claimed:
+        """Claims one job; with ``job_id``, from that job's queue, and checks it got that
+        job (tests holding several claimable jobs give each its own queue)."""
+        if job_id is not None:
+            kwargs.setdefault("queues", (self.job(job_id).queue,))
         claimed = self.claim(1, **kwargs)
         assert len(claimed) == 1, f"expected one claim, got {claimed}"
         if job_id is not None:
