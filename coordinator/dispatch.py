@@ -100,6 +100,8 @@ class Dispatcher:
         self._next_due_ms: int | None = None
         self._stopping = False
         self.draining = False
+        self.claim_rounds = 0
+        """Batches written that carried claims (tests wait on it; metrics can export it)."""
         self._idle = asyncio.Event()
 
     # -- called by stream handlers -------------------------------------------------
@@ -232,6 +234,8 @@ class Dispatcher:
         for session, result in zip(routes.results, answers.results, strict=True):
             session.send(protocol.result_ack(result))
         refill = False
+        if routes.claims:
+            self.claim_rounds += 1
         for session, claimed in zip(routes.claims, answers.claims, strict=True):
             session.credit -= len(claimed)
             for item in claimed:

@@ -140,6 +140,8 @@ class JobsService:
                     fresh.append(row)
                     results.append(Enqueued(row["id"], JobState(row["state"]), existing=False))
             tx.insert_jobs(fresh, now)
+            if any(row["state"] == JobState.AVAILABLE.value for row in fresh):
+                tx.notify_jobs_available()
         return results
 
     # -- reads -----------------------------------------------------------------------

@@ -99,6 +99,12 @@ class BatchAnswers:
     next_run_at_ms: int | None = None
     """The earliest run-at this batch scheduled (a retry), so the dispatcher can wake."""
 
+    def notified(self, tx: WriteTx) -> BatchAnswers:
+        """Tells other replicas, at commit, when this batch made jobs claimable."""
+        if self.available_changed:
+            tx.notify_jobs_available()
+        return self
+
 
 class WorkerOps:
     def __init__(
@@ -114,7 +120,7 @@ class WorkerOps:
         for attempt in range(_WRITE_RETRIES):
             try:
                 with self.store.write() as tx:
-                    return _BatchRun(tx, self, self.clock.now_ms()).run(batch)
+                    return _BatchRun(tx, self, self.clock.now_ms()).run(batch).notified(tx)
             except WriteConflict:
                 log.warning("write conflict in a worker batch (try %d); retrying", attempt + 1)
         raise WriteConflict("worker batch kept conflicting")
@@ -126,7 +132,7 @@ class WorkerOps:
             run = _BatchRun(tx, self, self.clock.now_ms())
             for job in tx.expired_leases(run.now, self.config.maintenance_batch):
                 run.end_attempt(job, decide_lease_expiry(job.view(), run.now, self.rng), reported=False)
-            return run.answers
+            return run.answers.notified(tx)
 
     def promote_due(self) -> BatchAnswers:
         """Moves scheduled jobs whose run-at has come to ``available``.
@@ -141,7 +147,7 @@ class WorkerOps:
                 [JobChange(job, {"state": JobState.AVAILABLE.value}, reason="due") for job in due], run.now
             )
             run.answers.available_changed = bool(due)
-            return run.answers
+            return run.answers.notified(tx)
 
 
 class _BatchRun:

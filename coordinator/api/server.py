@@ -27,6 +27,7 @@ from coordinator.api.worker_servicer import WorkerServicer
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
+from coordinator.listen import listen_for_jobs
 from coordinator.service import JobsService
 from coordinator.store import Store
 from coordinator.watch import TerminalWatch
@@ -177,6 +178,10 @@ async def start_coordinator(
         asyncio.create_task(dispatcher.run(), name="runwick-dispatch"),
         asyncio.create_task(running._maintenance_loop(), name="runwick-maintenance"),
     ]
+    if store.postgres:
+        running.tasks.append(
+            asyncio.create_task(listen_for_jobs(store.url, dispatcher), name="runwick-listen")
+        )
     log.info(
         "coordinator listening on %s:%d (%s)", config.host, port, "postgresql" if store.postgres else "sqlite"
     )

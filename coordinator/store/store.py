@@ -25,6 +25,9 @@ from coordinator.store.schema import attempts, jobs, transitions
 
 log = logging.getLogger(__name__)
 
+NOTIFY_CHANNEL = "runwick_jobs_available"
+"""The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
+
 HISTORY_LIMIT = 100
 """Transitions kept per job; older ones are dropped (SPEC §5)."""
 
@@ -126,6 +129,16 @@ class WriteTx:
         return [JobRecord.from_row(r) for r in self.conn.execute(self._locked(query, skip_locked=True))]
 
     # -- writes ----------------------------------------------------------------------
+
+    def notify_jobs_available(self) -> None:
+        """Wakes idle dispatchers on every replica when this transaction commits.
+
+        One NOTIFY per transaction (PostgreSQL folds repeats of the same payload): NOTIFY
+        takes a global lock at commit, so it must never be one per row. No-op on SQLite,
+        which has one coordinator process.
+        """
+        if self._postgres:
+            self.conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
 
     def insert_jobs(self, rows: Sequence[dict[str, Any]], now_ms: int) -> None:
         """Inserts new jobs (``history_seq`` 1) and their first transitions."""
