@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--log-level", default=_env("RUNWICK_LOG_LEVEL", "INFO"))
 
+    from coordinator.bench import add_bench_command
     from coordinator.cli_jobs import add_jobs_commands
+
+    add_bench_command(commands)
 
     add_jobs_commands(commands, default_target=_env("RUNWICK_TARGET", DEFAULT_TARGET))
     return parser
@@ -86,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(options)
     if options.command == "worker":
         return _worker(options)
+    if options.command == "bench":
+        from coordinator.bench import run_bench
+
+        return run_bench(options)
     from coordinator.cli_jobs import run_jobs_command
 
     return run_jobs_command(options)
