@@ -132,6 +132,7 @@ class WorkerOps:
             run = _BatchRun(tx, self, self.clock.now_ms())
             for job in tx.expired_leases(run.now, self.config.maintenance_batch):
                 run.end_attempt(job, decide_lease_expiry(job.view(), run.now, self.rng), reported=False)
+            run.flush()
             return run.answers.notified(tx)
 
     def promote_due(self) -> BatchAnswers:
@@ -160,6 +161,20 @@ class _BatchRun:
         self.now = now
         self.answers = BatchAnswers()
         self._jobs_by_attempt: dict[str, JobRecord] = {}
+        self._attempts: dict[str, AttemptRecord] = {}
+        # Writes are gathered and sent as few statements as possible at flush().
+        self._changes: list[JobChange] = []
+        self._started: list[tuple[str, int]] = []
+        self._finished: list[dict[str, Any]] = []
+        self._new_attempts: list[dict[str, Any]] = []
+
+    def flush(self) -> None:
+        """Sends the gathered writes: job updates first (attempt rows refer to them)."""
+        self.tx.apply(self._changes, self.now)
+        self.tx.insert_attempts(self._new_attempts)
+        self.tx.mark_started_many(self._started, self.now)
+        self.tx.finish_attempts(self._finished)
+        self._changes, self._started, self._finished, self._new_attempts = [], [], [], []
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = batch.releases + batch.starts + [r.attempt_id for r in batch.results]
@@ -177,7 +192,10 @@ class _BatchRun:
             self.answers.lost.append(set(attempt_ids) - renewed)
             self.answers.lease_expires_at_ms.append(self.now + lease_ms)
         self.answers.results = [self._result(r) for r in batch.results]
+        if batch.claims:
+            self.flush()  # claims read the database: it must see this batch's releases
         self.answers.claims = [self._claim(request) for request in batch.claims]
+        self.flush()
         return self.answers
 
     def _current(self, attempt_id: str) -> JobRecord | None:
@@ -187,7 +205,7 @@ class _BatchRun:
     def _change(
         self, job: JobRecord, values: dict[str, Any], reason: str | None, attempt_id: str | None
     ) -> JobRecord:
-        self.tx.apply([JobChange(job, values, reason=reason, attempt_id=attempt_id)], self.now)
+        self._changes.append(JobChange(job, values, reason=reason, attempt_id=attempt_id))
         typed: dict[str, Any] = {k: (JobState(v) if k == "state" else v) for k, v in values.items()}
         updated = replace(job, **typed, history_seq=job.history_seq + 1, updated_at_ms=self.now)
         for attempt_id_key, known in list(self._jobs_by_attempt.items()):
@@ -220,7 +238,7 @@ class _BatchRun:
             "started",
             attempt_id,
         )
-        self.tx.mark_started(attempt_id, decision.execution_number, self.now)
+        self._started.append((attempt_id, decision.execution_number))
         self._attempts[attempt_id] = replace(
             attempt, started_at_ms=self.now, execution_number=decision.execution_number
         )
@@ -285,9 +303,9 @@ class _BatchRun:
         if output is not None:
             values["output"] = output
         self._change(job, values, decision.error_code or decision.attempt_outcome.value, attempt_id)
-        self.tx.finish_attempt(
-            attempt_id,
+        self._finished.append(
             {
+                "id": attempt_id,
                 "finished_at_ms": self.now,
                 "outcome": decision.attempt_outcome.value,
                 "error_code": decision.error_code,
@@ -297,7 +315,7 @@ class _BatchRun:
                 "retry_delay_ms": decision.retry_delay_ms,
                 "job_state_after": decision.job_state.value,
                 "reported": reported,
-            },
+            }
         )
         if decision.attempt_outcome is Outcome.RELEASED or decision.job_state is JobState.AVAILABLE:
             self.answers.available_changed = True
@@ -311,7 +329,6 @@ class _BatchRun:
             return []
         claimed = []
         lease_until = self.now + request.lease_ms
-        rows: list[dict[str, Any]] = []
         for job in self.tx.claimable(request.queues, request.wire_names, self.now, limit):
             attempt_id = uuid7(self.now)
             updated = self._change(
@@ -325,7 +342,7 @@ class _BatchRun:
                 "claimed",
                 attempt_id,
             )
-            rows.append(
+            self._new_attempts.append(
                 {
                     "id": attempt_id,
                     "job_id": job.id,
@@ -337,7 +354,8 @@ class _BatchRun:
                 }
             )
             claimed.append(Claimed(updated, attempt_id, lease_until))
-        self.tx.insert_attempts(rows)
+        # The next request's query must not see these jobs as claimable.
+        self.flush()
         return claimed
 
 

@@ -9,12 +9,13 @@ LOCKED`` on PostgreSQL; SQLite has a single writer) and the database clock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, bindparam, func, insert, select, text, update
+from sqlalchemy import Connection, Select, bindparam, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
@@ -54,7 +55,44 @@ class JobChange:
     values: dict[str, Any]
     reason: str | None = None
     attempt_id: str | None = None
-    extra_guard: dict[str, Any] = field(default_factory=dict)
+
+
+_FINISH_COLUMNS = (
+    "finished_at_ms",
+    "outcome",
+    "error_code",
+    "exception_type",
+    "message",
+    "detail",
+    "retry_delay_ms",
+    "job_state_after",
+    "reported",
+)
+_FINISH_ATTEMPT = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("g_id"), attempts.c.outcome.is_(None))
+    .values({c: bindparam(f"v_{c}") for c in _FINISH_COLUMNS})
+)
+_MARK_STARTED = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("g_id"))
+    .values(execution_number=bindparam("v_execution_number"), started_at_ms=bindparam("v_started_at_ms"))
+)
+
+
+@functools.cache
+def _job_update(columns: tuple[str, ...]) -> Any:
+    """One prepared guarded UPDATE per set of columns, built once (statement building
+    costs more than SQLite's execution of it)."""
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id == bindparam("g_id"),
+            jobs.c.state == bindparam("g_state"),
+            jobs.c.history_seq == bindparam("g_seq"),
+        )
+        .values({c: bindparam(f"v_{c}") for c in (*columns, "history_seq", "updated_at_ms")})
+    )
 
 
 class WriteTx:
@@ -165,54 +203,64 @@ class WriteTx:
         )
 
     def apply(self, changes: Sequence[JobChange], now_ms: int) -> None:
-        """Writes each change guarded by the state and attempt its caller read.
+        """Writes the changes, each job guarded by the state and history sequence its
+        first change was read with (R-11), and records one transition per change.
 
-        Raises WriteConflict when any guard fails; the caller's transaction then rolls
-        back whole, so nothing is half-written.
+        Several changes to one job are folded into one UPDATE; updates that set the
+        same columns go out as one executemany. Raises WriteConflict when any guard
+        fails; the caller's transaction then rolls back whole.
         """
         if not changes:
             return
-        history: list[dict[str, Any]] = []
-        seqs: dict[str, int] = {}
+        folded: dict[str, tuple[JobRecord, dict[str, Any], list[JobChange]]] = {}
         for change in changes:
-            seq = change.job.history_seq + 1
-            values = {**change.values, "history_seq": seq, "updated_at_ms": now_ms}
-            guard = [
-                jobs.c.id == change.job.id,
-                jobs.c.state == change.job.state.value,
-                jobs.c.history_seq == change.job.history_seq,
-            ]
-            result = self.conn.execute(update(jobs).where(and_(*guard)).values(**values))
-            if result.rowcount != 1:
-                raise WriteConflict(
-                    f"job {change.job.id} changed under a write (expected {change.job.state})"
+            entry = folded.setdefault(change.job.id, (change.job, {}, []))
+            entry[1].update(change.values)
+            entry[2].append(change)
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        history: list[dict[str, Any]] = []
+        for first, values, job_changes in folded.values():
+            seq, state = first.history_seq, first.state.value
+            for change in job_changes:
+                seq += 1
+                to_state = str(change.values.get("state", state))
+                history.append(
+                    {
+                        "job_id": first.id,
+                        "seq": seq,
+                        "at_ms": now_ms,
+                        "from_state": state,
+                        "to_state": to_state,
+                        "attempt_id": change.attempt_id,
+                        "reason": change.reason,
+                    }
                 )
-            seqs[change.job.id] = seq
-            new_state = values.get("state", change.job.state)
-            history.append(
-                {
-                    "job_id": change.job.id,
-                    "seq": seq,
-                    "at_ms": now_ms,
-                    "from_state": change.job.state.value,
-                    "to_state": str(new_state),
-                    "attempt_id": change.attempt_id,
-                    "reason": change.reason,
-                }
-            )
+                state = to_state
+            row = {f"v_{key}": value for key, value in values.items()}
+            row.update(v_history_seq=seq, v_updated_at_ms=now_ms, g_id=first.id)
+            row.update(g_state=first.state.value, g_seq=first.history_seq)
+            groups.setdefault(tuple(sorted(values)), []).append(row)
+        for columns, rows in groups.items():
+            self._execute_guarded(_job_update(columns), rows, "job changed under a write")
         self.conn.execute(insert(transitions), history)
-        stale = [
-            {"job_id": h["job_id"], "cut": h["seq"] - HISTORY_LIMIT}
-            for h in history
-            if h["seq"] > HISTORY_LIMIT
-        ]
-        if stale:
+        cuts = {h["job_id"]: h["seq"] - HISTORY_LIMIT for h in history if h["seq"] > HISTORY_LIMIT}
+        if cuts:
             self.conn.execute(
                 transitions.delete().where(
                     transitions.c.job_id == bindparam("job_id"), transitions.c.seq <= bindparam("cut")
                 ),
-                stale,
+                [{"job_id": job_id, "cut": cut} for job_id, cut in cuts.items()],
             )
+
+    def _execute_guarded(self, statement: Any, rows: list[dict[str, Any]], what: str) -> None:
+        """Runs a guarded UPDATE for many rows; every row must match exactly once."""
+        if self.conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
+            if self.conn.execute(statement, rows).rowcount != len(rows):
+                raise WriteConflict(what)
+            return
+        for row in rows:
+            if self.conn.execute(statement, row).rowcount != 1:
+                raise WriteConflict(what)
 
     def insert_attempts(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
@@ -220,18 +268,24 @@ class WriteTx:
 
     def finish_attempt(self, attempt_id: str, values: dict[str, Any]) -> None:
         """Records an attempt's end once: an attempt that already has an outcome is kept."""
-        result = self.conn.execute(
-            update(attempts).where(attempts.c.id == attempt_id, attempts.c.outcome.is_(None)).values(**values)
-        )
-        if result.rowcount != 1:
-            raise WriteConflict(f"attempt {attempt_id} already has an outcome")
+        self.finish_attempts([{"id": attempt_id, **values}])
+
+    def finish_attempts(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Records many attempts' ends (each row: ``id`` and the columns of _FINISH_COLUMNS);
+        raises WriteConflict if any already has an outcome."""
+        if rows:
+            params = [{"g_id": row["id"], **{f"v_{c}": row.get(c) for c in _FINISH_COLUMNS}} for row in rows]
+            self._execute_guarded(_FINISH_ATTEMPT, params, "attempt already has an outcome")
 
     def mark_started(self, attempt_id: str, execution_number: int, now_ms: int) -> None:
-        self.conn.execute(
-            update(attempts)
-            .where(attempts.c.id == attempt_id)
-            .values(execution_number=execution_number, started_at_ms=now_ms)
-        )
+        self.mark_started_many([(attempt_id, execution_number)], now_ms)
+
+    def mark_started_many(self, started: Sequence[tuple[str, int]], now_ms: int) -> None:
+        if started:
+            self.conn.execute(
+                _MARK_STARTED,
+                [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started],
+            )
 
     def renew_leases(self, attempt_ids: Sequence[str], lease_until_ms: int) -> set[str]:
         """R-10: extends the leases of the current attempts among ``attempt_ids``.

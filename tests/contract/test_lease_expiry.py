@@ -3,11 +3,21 @@ left alone (R-10), and releases (R-12)."""
 
 from __future__ import annotations
 
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.clock import FakeClock
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
-from coordinator.worker_ops import WorkBatch
+from coordinator.service import NewJobSpec
+from coordinator.store import Store
+from coordinator.worker_ops import BatchAnswers, WorkBatch
 
-from .harness import LEASE_MS, SECOND, Harness, r2_range
+from .harness import LEASE_MS, SECOND, WIRE, Harness, r2_range
 
 
 def _until_due(harness: Harness, job_id: str) -> None:
@@ -228,3 +238,44 @@ def test_r12_releasing_a_started_superseded_or_unknown_attempt_changes_nothing(h
     released = harness.snapshot(reserved.job.id)
     harness.release(reserved.attempt_id)  # a repeat
     assert harness.snapshot(reserved.job.id) == released
+
+
+@pytest.mark.postgres
+def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) -> None:
+    """SPEC §8: lease expiry is safe with any number of replicas."""
+    queue = f"q-{uuid.uuid4().hex[:12]}"
+    clock = FakeClock()
+    stores = [Store.open(postgres_url) for _ in range(3)]
+    try:
+        harnesses = [Harness.build(s, clock, CoordinatorConfig(maintenance_batch=7)) for s in stores]
+        first = harnesses[0]
+        ids = {e.job_id for e in first.enqueue_specs([NewJobSpec(WIRE, b"", queue=queue) for _ in range(30)])}
+        claimed = first.claim(30, queues=(queue,))
+        assert len(claimed) == 30
+        for c in claimed[::2]:
+            first.start(c.attempt_id)
+        clock.advance(LEASE_MS)
+        barrier = threading.Barrier(len(harnesses))
+
+        def expire(h: Harness) -> list[BatchAnswers]:
+            barrier.wait()
+            rounds = []
+            while (answers := h.ops.expire_leases()).available_changed or answers.next_run_at_ms:
+                rounds.append(answers)
+            return rounds
+
+        with ThreadPoolExecutor(len(harnesses)) as pool:
+            for future in [pool.submit(expire, h) for h in harnesses]:
+                future.result(timeout=60)
+
+        for job_id in ids:
+            job = first.job(job_id)
+            [attempt] = first.attempts(job_id)
+            assert job.state is JobState.SCHEDULED
+            assert (job.unstarted_streak, job.executions) in {(1, 0), (0, 1)}
+            assert attempt.outcome in {Outcome.UNSTARTED_ABANDONED, Outcome.ABANDONED}
+            # enqueued, claimed, [started,] recovered: recovered exactly once
+            assert len(first.transitions(job_id)) == 3 + job.executions
+    finally:
+        for s in stores:
+            s.close()

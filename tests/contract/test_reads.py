@@ -125,7 +125,9 @@ def test_s5_page_size_is_clamped_to_max_page_size(harness: Harness) -> None:
     small = harness.with_config(max_page_size=4, default_page_size=3)
     ids = _enqueue_spread(small, [NewJobSpec(WIRE, b"") for _ in range(10)])
 
-    clamped, token = small.jobs.list_jobs(queue=None, state=None, wire_name=None, page_size=500, page_token="")
+    clamped, token = small.jobs.list_jobs(
+        queue=None, state=None, wire_name=None, page_size=500, page_token=""
+    )
     default, _ = small.jobs.list_jobs(queue=None, state=None, wire_name=None, page_size=0, page_token="")
 
     assert [job.id for job in clamped] == ids[::-1][:4]

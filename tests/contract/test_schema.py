@@ -109,12 +109,16 @@ def test_migrating_an_empty_database_makes_it_current(unmigrated_url: str) -> No
         plain.dispose()
 
 
-@pytest.mark.postgres
-def test_postgres_is_not_created_on_open_by_default(unmigrated_url: str) -> None:
-    """PostgreSQL must be migrated explicitly (``runwick migrate``); SQLite is created on
-    first open."""
+def test_only_sqlite_is_created_on_open_by_default(unmigrated_url: str) -> None:
+    """SQLite is created on first open; PostgreSQL must be migrated explicitly
+    (``runwick migrate``)."""
     if make_url(unmigrated_url).get_backend_name() == "sqlite":
-        Store.open(unmigrated_url).close()  # created and migrated
+        Store.open(unmigrated_url).close()
+        plain = create_engine(normalize_url(unmigrated_url))
+        try:
+            assert {"jobs", "attempts", "transitions"} <= set(inspect(plain).get_table_names())
+        finally:
+            plain.dispose()
         return
-    with pytest.raises(SchemaNotCurrent):
+    with pytest.raises(SchemaNotCurrent, match="runwick migrate"):
         Store.open(unmigrated_url)

@@ -98,22 +98,28 @@ class FakeStream:
         self.send(start_answer=worker_service_pb2.StartAnswer(attempt_id=attempt_id, reason=reason))
 
     def ack(self, attempt_id: str, stale: bool = False) -> None:
-        status = worker_service_pb2.ResultAck.STATUS_STALE if stale else worker_service_pb2.ResultAck.STATUS_ACCEPTED
+        status = (
+            worker_service_pb2.ResultAck.STATUS_STALE
+            if stale
+            else worker_service_pb2.ResultAck.STATUS_ACCEPTED
+        )
         self.send(result_ack=worker_service_pb2.ResultAck(attempt_id=attempt_id, status=status))
 
 
 class FakeCoordinator(worker_service_pb2_grpc.WorkerServiceServicer):
     """A WorkerService whose streams the test drives; answers heartbeats by itself.
 
-    ``lost`` holds attempt IDs the heartbeat answers report as lost.
+    ``lost`` holds attempt IDs the heartbeat answers report as lost; with
+    ``answer_heartbeats`` False the fake plays a coordinator that stopped answering.
     """
 
     def __init__(self) -> None:
         self.target = ""
         self.streams: asyncio.Queue[FakeStream] = asyncio.Queue()
         self.lost: set[str] = set()
+        self.answer_heartbeats = True
 
-    async def Connect(  # noqa: N802 - the generated servicer's method name
+    async def Connect(
         self,
         request_iterator: AsyncIterator[worker_service_pb2.WorkerMessage],
         context: grpc.aio.ServicerContext[Any, Any],
@@ -133,11 +139,13 @@ class FakeCoordinator(worker_service_pb2_grpc.WorkerServiceServicer):
             pump.cancel()
             stream.closed.set()
 
-    async def _pump(self, requests: AsyncIterator[worker_service_pb2.WorkerMessage], stream: FakeStream) -> None:
+    async def _pump(
+        self, requests: AsyncIterator[worker_service_pb2.WorkerMessage], stream: FakeStream
+    ) -> None:
         async for message in requests:
             stream.received.append(message)
             stream.inbox.put_nowait(message)
-            if message.WhichOneof("kind") == "heartbeat":
+            if message.WhichOneof("kind") == "heartbeat" and self.answer_heartbeats:
                 lost = [a for a in message.heartbeat.attempt_ids if a in self.lost]
                 stream.send(heartbeat_answer=worker_service_pb2.HeartbeatAnswer(lost_attempt_ids=lost))
         # The worker half-closed: end the stream as a coordinator does.
@@ -211,19 +219,19 @@ class FakeJobService(job_service_pb2_grpc.JobServiceServicer):
         if self.fail_with is not None:
             context.abort(*self.fail_with)
 
-    def Enqueue(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def Enqueue(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record(request, context)
         return job_service_pb2.EnqueueResponse(
             jobs=[job_service_pb2.EnqueuedJob(id=f"job-{i}") for i in range(len(request.jobs))]
         )
 
-    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record(request, context)
         if request.id not in self.jobs:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job {request.id} not found")
         return job_service_pb2.GetJobResponse(job=self.jobs[request.id])
 
-    def WaitJob(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def WaitJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record(request, context)
         job = self.jobs[request.id]
         if self.waits_before_terminal > 0:
@@ -234,7 +242,7 @@ class FakeJobService(job_service_pb2_grpc.JobServiceServicer):
             return job_service_pb2.WaitJobResponse(job=running, terminal=False)
         return job_service_pb2.WaitJobResponse(job=job, terminal=True)
 
-    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record(request, context)
         ordered = sorted(self.jobs.values(), key=lambda j: j.id)
         start = int(request.page_token or 0)
@@ -243,7 +251,7 @@ class FakeJobService(job_service_pb2_grpc.JobServiceServicer):
         token = str(following) if following < len(ordered) else ""
         return job_service_pb2.ListJobsResponse(jobs=page, next_page_token=token)
 
-    def ListAttempts(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def ListAttempts(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._record(request, context)
         return job_service_pb2.ListAttemptsResponse(attempts=self.attempts)
 

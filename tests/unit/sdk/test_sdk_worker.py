@@ -4,16 +4,20 @@ R-8, R-10, R-12, R-14 and the protocol in worker_service.proto)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
 from google.protobuf.duration_pb2 import Duration
 
-from worker_sdk import JobContext, Worker, job
+import worker_sdk
+from worker_sdk import CallNext, JobContext, JobResult, Retry, Worker, job
 from worker_sdk.proto.runwick.v1 import job_pb2, worker_service_pb2
 
 if TYPE_CHECKING:
@@ -47,6 +51,8 @@ async def test_hello_credit_assignment_start_result_ack(
     await worker.start()
     stream, hello = await coordinator.accept()
     assert stream.metadata["authorization"] == "Bearer s3cret"
+    assert (await stream.next("credit")).count == 2
+    assert worker.connected
     assert (hello.worker_id, list(hello.queues), list(hello.wire_names), hello.capacity) == (
         "w-test",
         ["images"],
@@ -54,13 +60,16 @@ async def test_hello_credit_assignment_start_result_ack(
         2,
     )
     assert hello.lease.ToTimedelta() == timedelta(seconds=30)
-    assert (await stream.next("credit")).count == 2
 
     stream.assign(Resize("a.png"), "att-1")
     assert (await stream.next("start")).attempt_id == "att-1"
     stream.grant("att-1", execution_number=2)
     result = await stream.next("result")
-    assert (result.attempt_id, result.outcome, result.output) == ("att-1", job_pb2.OUTCOME_SUCCEEDED, b"resized a.png")
+    assert (result.attempt_id, result.outcome, result.output) == (
+        "att-1",
+        job_pb2.OUTCOME_SUCCEEDED,
+        b"resized a.png",
+    )
     assert seen == [("att-1", 2, "job-att-1")]
 
     await asyncio.sleep(0.05)
@@ -121,7 +130,9 @@ async def test_heartbeats_name_runs_and_a_lost_attempt_is_cancelled_without_resu
         return b"should not be sent"
 
     lease = timedelta(seconds=9)
-    await worker_with(make_worker, resize, concurrency=1, lease=lease, heartbeat_interval=timedelta(milliseconds=30)).start()
+    await worker_with(
+        make_worker, resize, concurrency=1, lease=lease, heartbeat_interval=timedelta(milliseconds=30)
+    ).start()
     stream, _ = await coordinator.accept()
     await stream.next("credit")
     stream.assign(Resize("a.png"), "att-1")
@@ -139,7 +150,9 @@ async def test_heartbeats_name_runs_and_a_lost_attempt_is_cancelled_without_resu
     assert all("att-1" not in hb.attempt_ids for hb in stream.kinds("heartbeat")[beats_before:])
 
 
-async def test_coordinator_cancel_ends_the_run_cancelled(coordinator: FakeCoordinator, make_worker: MakeWorker) -> None:
+async def test_coordinator_cancel_ends_the_run_cancelled(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
     async def resize(job: Resize, ctx: JobContext) -> None:
         await ctx.wait_cancelled()
         ctx.raise_if_cancelled()
@@ -164,7 +177,9 @@ async def test_timeout_ignored_past_grace_sends_no_result_and_frees_the_slot(
     async def resize(job: Resize, ctx: JobContext) -> None:
         await release.wait()
 
-    await worker_with(make_worker, resize, concurrency=1, heartbeat_interval=timedelta(milliseconds=30)).start()
+    await worker_with(
+        make_worker, resize, concurrency=1, heartbeat_interval=timedelta(milliseconds=30)
+    ).start()
     stream, _ = await coordinator.accept()
     await stream.next("credit")
     stream.assign(Resize("a.png"), "att-1", execution_timeout=timedelta(milliseconds=50))
@@ -202,7 +217,9 @@ async def test_unacknowledged_result_is_resent_after_the_stream_drops(
     assert (await second.next("credit")).count == 1
 
 
-async def test_runs_keep_going_across_a_reconnect(coordinator: FakeCoordinator, make_worker: MakeWorker) -> None:
+async def test_runs_keep_going_across_a_reconnect(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
     release = asyncio.Event()
 
     async def resize(job: Resize, ctx: JobContext) -> bytes:
@@ -306,7 +323,9 @@ async def test_drain_lets_short_runs_finish(coordinator: FakeCoordinator, make_w
     await asyncio.wait_for(stopping, 2)
 
 
-async def test_granted_after_release_reports_interrupted(coordinator: FakeCoordinator, make_worker: MakeWorker) -> None:
+async def test_granted_after_release_reports_interrupted(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
     called: list[str] = []
 
     async def resize(job: Resize, ctx: JobContext) -> None:
@@ -390,7 +409,10 @@ async def test_start_needs_a_handler(make_worker: MakeWorker) -> None:
         ({"concurrency": 0}, "concurrency"),
         ({"queues": []}, "queues"),
         ({"queues": "default"}, "not one str"),
-        ({"lease": timedelta(seconds=1), "heartbeat_interval": timedelta(seconds=1)}, "shorter than the lease"),
+        (
+            {"lease": timedelta(seconds=1), "heartbeat_interval": timedelta(seconds=1)},
+            "shorter than the lease",
+        ),
         ({"lease": timedelta(microseconds=1500)}, "whole number of milliseconds"),
         ({"cancellation_grace": timedelta(seconds=-1)}, "cancellation_grace"),
     ],
@@ -398,3 +420,104 @@ async def test_start_needs_a_handler(make_worker: MakeWorker) -> None:
 def test_bad_worker_options(options: dict[str, object], reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         Worker("127.0.0.1:1", **options)  # type: ignore[arg-type]
+
+
+async def test_unanswered_heartbeat_restarts_the_stream(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
+    release = asyncio.Event()
+
+    async def resize(job: Resize, ctx: JobContext) -> bytes:
+        await release.wait()
+        return b"ok"
+
+    await worker_with(make_worker, resize, heartbeat_interval=timedelta(milliseconds=30)).start()
+    first, _ = await coordinator.accept()
+    first.assign(Resize("a.png"), "att-1")
+    await first.next("start")
+    first.grant("att-1")
+    coordinator.answer_heartbeats = False
+    await first.next("heartbeat")
+
+    second, _ = await coordinator.accept()
+    coordinator.answer_heartbeats = True
+    assert list((await second.next("heartbeat")).attempt_ids) == ["att-1"]
+    release.set()
+    assert (await second.next("result")).output == b"ok"
+    second.ack("att-1")
+
+
+async def test_middleware_retry_travels_as_retry_delay(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
+    class Backoff:
+        async def __call__(self, ctx: JobContext, call_next: CallNext) -> JobResult:
+            return Retry("rate_limited", timedelta(milliseconds=-1500))
+
+    async def resize(job: Resize, ctx: JobContext) -> None:
+        return None
+
+    await worker_with(make_worker, resize, middleware=[Backoff()]).start()
+    stream, _ = await coordinator.accept()
+    stream.assign(Resize("a.png"), "att-1")
+    await stream.next("start")
+    stream.grant("att-1")
+    result = await stream.next("result")
+    assert (result.outcome, result.error_code) == (job_pb2.OUTCOME_RETRYABLE_FAILURE, "rate_limited")
+    assert (result.retry_delay.seconds, result.retry_delay.nanos) == (-1, -500_000_000)
+    stream.ack("att-1", stale=True)
+    assert (await stream.next("credit")).count == 1, "a stale ack settles the result too"
+
+
+WORKER_SCRIPT = """
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+import worker_sdk
+from worker_sdk import CallNext, JobContext, JobResult, Retry, Worker, job
+
+@job("images.resize")
+@dataclass
+class Resize:
+    path: str
+
+worker = Worker(
+    sys.argv[1],
+    worker_id="w-process",
+    heartbeat_interval=timedelta(milliseconds=50),
+    drain_timeout=timedelta(milliseconds=100),
+    cancellation_grace=timedelta(milliseconds=100),
+    ack_timeout=timedelta(seconds=2),
+)
+
+@worker.handler(Resize)
+async def resize(job: Resize, ctx: JobContext) -> None:
+    await ctx.wait_cancelled()
+
+worker.run()
+"""
+
+
+async def test_run_drains_on_sigterm(coordinator: FakeCoordinator, tmp_path: Path) -> None:
+    script = tmp_path / "worker_main.py"
+    script.write_text(WORKER_SCRIPT)
+    root = Path(worker_sdk.__file__).resolve().parent.parent
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), coordinator.target, env={**os.environ, "PYTHONPATH": str(root)}
+    )
+    try:
+        stream, hello = await coordinator.accept()
+        assert hello.worker_id == "w-process"
+        stream.assign(Resize("a.png"), "att-1")
+        await stream.next("start")
+        stream.grant("att-1")
+        await stream.next("heartbeat")
+        process.send_signal(signal.SIGTERM)
+        result = await stream.next("result")
+        assert (result.outcome, result.error_code) == (job_pb2.OUTCOME_INTERRUPTED, "worker_shutdown")
+        stream.ack("att-1")
+        assert await asyncio.wait_for(process.wait(), 5) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -1,0 +1,83 @@
+"""Pins the SDK's public names: adding or removing one is an API decision, made here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import worker_sdk
+import worker_sdk.testing
+
+EXPECTED = [
+    "AlreadyExists",
+    "ArgumentError",
+    "AsyncClient",
+    "AttemptInfo",
+    "CallNext",
+    "CancelCause",
+    "Client",
+    "CoordinatorError",
+    "CoordinatorUnavailable",
+    "EnqueueItem",
+    "Failed",
+    "FailedPrecondition",
+    "JobCancelled",
+    "JobConfig",
+    "JobContext",
+    "JobInfo",
+    "JobNotFound",
+    "JobResult",
+    "JobSettings",
+    "JobState",
+    "Middleware",
+    "Outcome",
+    "PermanentJobFailure",
+    "PermissionDenied",
+    "Retry",
+    "RunwickError",
+    "Success",
+    "Unauthenticated",
+    "Upgrader",
+    "Worker",
+    "job",
+]
+
+
+def test_package_exports() -> None:
+    assert sorted(worker_sdk.__all__) == EXPECTED
+    for name in worker_sdk.__all__:
+        assert getattr(worker_sdk, name) is not None, name
+
+
+def test_public_names_have_no_private_siblings() -> None:
+    public = {name for name in dir(worker_sdk) if not name.startswith("_")}
+    assert public - set(worker_sdk.__all__) <= {"proto", "testing", "annotations"}
+
+
+def test_testing_exports() -> None:
+    assert sorted(worker_sdk.testing.__all__) == [
+        "HandlerRun",
+        "RawPayload",
+        "run_handler",
+        "run_handler_sync",
+    ]
+
+
+def test_exceptions_share_one_root() -> None:
+    errors = [getattr(worker_sdk, name) for name in worker_sdk.__all__]
+    exceptions = [e for e in errors if isinstance(e, type) and issubclass(e, BaseException)]
+    assert len(exceptions) == 11
+    assert all(issubclass(e, worker_sdk.RunwickError) for e in exceptions)
+
+
+def test_sdk_does_not_import_the_coordinator_or_sqlalchemy() -> None:
+    root = Path(worker_sdk.__file__).resolve().parent.parent
+    code = (
+        "import sys, worker_sdk, worker_sdk.testing; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'coordinator', 'sqlalchemy'}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,244 @@
+"""What ``Client`` and ``AsyncClient`` share: settings levels, request building and
+response decoding. The two clients only add the transport (sync or asyncio gRPC)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from worker_sdk._convert import duration, state_to_proto
+from worker_sdk._errors import ArgumentError, CoordinatorError
+from worker_sdk._info import JobState
+from worker_sdk._jobs import encode_payload, spec_of
+from worker_sdk._settings import JobConfig, SettingsLayer, pair
+from worker_sdk.proto.runwick.v1 import job_service_pb2
+
+MAX_WAIT_CHUNK = timedelta(seconds=30)
+"""Longest single WaitJob call; longer waits loop (proxies dislike very long calls)."""
+WAIT_CALL_MARGIN_S = 10.0
+"""Extra gRPC deadline over a WaitJob call's own timeout."""
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    ("grpc.max_send_message_length", 16 * 1024 * 1024),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueItem:
+    """One job of an ``enqueue_many`` batch; the fields mirror ``enqueue``'s arguments."""
+
+    payload: object
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+    parents: Sequence[str] = ()
+    idempotency_key: str | None = None
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata carrying ``token`` as a bearer token (R-20)."""
+    if token is None:
+        return ()
+    if not isinstance(token, str) or not token or any(ch in token for ch in "\r\n"):
+        raise ArgumentError("token must be a non-empty str on one line")
+    return (("authorization", f"Bearer {token}"),)
+
+
+def channel_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The default channel options, overridden by ``extra``."""
+    merged = dict(DEFAULT_CHANNEL_OPTIONS)
+    merged.update(dict(extra))
+    return list(merged.items())
+
+
+def check_job_id(job_id: object) -> str:
+    """Returns ``job_id`` if it is a non-empty str, else raises ArgumentError."""
+    if not isinstance(job_id, str) or not job_id:
+        raise ArgumentError(f"job_id must be a non-empty str, got {job_id!r}")
+    return job_id
+
+
+class ClientBase:
+    """Settings levels and request building shared by both clients."""
+
+    def __init__(self, *, token: str | None, rpc_timeout: timedelta | None) -> None:
+        self._metadata = auth_metadata(token)
+        self._rpc_timeout_s = None if rpc_timeout is None else rpc_timeout.total_seconds()
+        self._defaults = SettingsLayer()
+        self._configs: dict[type[Any], JobConfig] = {}
+
+    def job_defaults(
+        self,
+        *,
+        max_executions: int | None = None,
+        retry_delay: tuple[timedelta, timedelta] | None = None,
+        retry_initial_delay: timedelta | None = None,
+        retry_max_delay: timedelta | None = None,
+        execution_timeout: timedelta | None = None,
+        max_unstarted_abandonments: int | None = None,
+        unstarted_recovery_delay: tuple[timedelta, timedelta] | None = None,
+    ) -> None:
+        """Sets this client's job defaults, the lowest client-side level (R-3).
+
+        Every job this client enqueues uses these values unless its ``@job`` declaration
+        or ``configure_job`` says otherwise; the coordinator's own defaults fill what no
+        level sets. Later calls override only the fields they pass.
+
+        Args:
+            max_executions: Started runs allowed, 1-100 (R-1).
+            retry_delay: ``(initial, max)`` retry delay pair (R-2); or pass
+                ``retry_initial_delay`` / ``retry_max_delay`` on their own.
+            retry_initial_delay: Nominal delay before the first retry.
+            retry_max_delay: Cap of the nominal retry delay.
+            execution_timeout: Run timeout, whole ms up to 30 days (R-7).
+            max_unstarted_abandonments: Consecutive unstarted claims allowed, 1-100 (R-4).
+            unstarted_recovery_delay: ``(initial, max)`` re-queue delay pair (R-4).
+
+        Raises:
+            ArgumentError: A value is out of range or the pair is inconsistent.
+        """
+        if retry_delay is not None:
+            if retry_initial_delay is not None or retry_max_delay is not None:
+                raise ArgumentError("pass retry_delay or retry_initial_delay/retry_max_delay, not both")
+            retry_initial_delay, retry_max_delay = pair("retry_delay", retry_delay)
+        unstarted_initial = unstarted_max = None
+        if unstarted_recovery_delay is not None:
+            unstarted_initial, unstarted_max = pair("unstarted_recovery_delay", unstarted_recovery_delay)
+        layer = SettingsLayer(
+            max_executions=max_executions,
+            retry_initial_delay=retry_initial_delay,
+            retry_max_delay=retry_max_delay,
+            execution_timeout=execution_timeout,
+            max_unstarted_abandonments=max_unstarted_abandonments,
+            unstarted_initial_delay=unstarted_initial,
+            unstarted_max_delay=unstarted_max,
+        ).checked()
+        self._defaults = layer.over(self._defaults).checked()
+
+    def configure_job(self, payload_type: type[Any]) -> JobConfig:
+        """The fluent configuration of one job type, the highest level (R-3).
+
+        Repeated calls for the same type return the same builder.
+
+        Raises:
+            ArgumentError: ``payload_type`` is not declared with ``@job``.
+        """
+        spec_of(payload_type)
+        return self._configs.setdefault(payload_type, JobConfig())
+
+    def _new_job(self, item: EnqueueItem) -> job_service_pb2.NewJob:
+        spec, data = encode_payload(item.payload)
+        config = self._configs.get(spec.payload_type)
+        layer = spec.settings.over(self._defaults)
+        if config is not None:
+            layer = config.layer.over(layer)
+        try:
+            layer.checked()
+        except ArgumentError as error:
+            raise ArgumentError(f"{spec.wire_name}: {error}") from None
+        if item.queue is not None and not isinstance(item.queue, str):
+            raise ArgumentError(f"queue must be a str, got {type(item.queue).__name__}")
+        queue = item.queue or (config.queue if config else None) or spec.queue
+        priority = item.priority
+        if priority is None:
+            priority = config.priority if config and config.priority is not None else spec.priority
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ArgumentError(f"priority must be an int, got {type(priority).__name__}")
+        message = job_service_pb2.NewJob(
+            wire_name=spec.wire_name,
+            queue=queue,
+            payload=data,
+            payload_version=spec.version,
+            priority=priority,
+            idempotency_key=_idempotency_key(item.idempotency_key),
+            settings=layer.to_proto(),
+            parent_ids=_parents(item.parents),
+        )
+        if item.run_at is not None:
+            if not isinstance(item.run_at, datetime) or item.run_at.utcoffset() is None:
+                raise ArgumentError("run_at must be a timezone-aware datetime")
+            message.run_at.FromDatetime(item.run_at)
+        return message
+
+    def _enqueue_request(self, items: Iterable[EnqueueItem | object]) -> job_service_pb2.EnqueueRequest:
+        entries = [item if isinstance(item, EnqueueItem) else EnqueueItem(item) for item in items]
+        if not entries:
+            raise ArgumentError("enqueue_many needs at least one job")
+        jobs = []
+        for index, entry in enumerate(entries):
+            try:
+                jobs.append(self._new_job(entry))
+            except ArgumentError as error:
+                if len(entries) == 1:
+                    raise
+                raise ArgumentError(f"job {index}: {error}") from error.__cause__
+        return job_service_pb2.EnqueueRequest(jobs=jobs)
+
+    @staticmethod
+    def _enqueued_ids(response: job_service_pb2.EnqueueResponse, expected: int) -> list[str]:
+        if len(response.jobs) != expected:
+            raise CoordinatorError(f"coordinator answered {len(response.jobs)} jobs for {expected} enqueued")
+        return [job.id for job in response.jobs]
+
+    @staticmethod
+    def _wait_deadline(timeout: timedelta) -> float:
+        if not isinstance(timeout, timedelta) or timeout < timedelta(0):
+            raise ArgumentError("timeout must be a non-negative timedelta")
+        return time.monotonic() + timeout.total_seconds()
+
+    @staticmethod
+    def _wait_over(deadline: float) -> bool:
+        return time.monotonic() >= deadline
+
+    @staticmethod
+    def _wait_request(job_id: str, deadline: float) -> tuple[job_service_pb2.WaitJobRequest, float]:
+        """The next WaitJob request and its gRPC deadline in seconds."""
+        remaining = timedelta(seconds=max(deadline - time.monotonic(), 0.0))
+        chunk = max(min(remaining, MAX_WAIT_CHUNK), timedelta(milliseconds=1))
+        chunk = chunk // timedelta(milliseconds=1) * timedelta(milliseconds=1)
+        request = job_service_pb2.WaitJobRequest(id=job_id, timeout=duration(chunk))
+        return request, chunk.total_seconds() + WAIT_CALL_MARGIN_S
+
+    @staticmethod
+    def _list_request(
+        queue: str | None,
+        state: JobState | str | None,
+        wire_name: str | None,
+        page_size: int | None,
+        page_token: str,
+    ) -> job_service_pb2.ListJobsRequest:
+        request = job_service_pb2.ListJobsRequest(
+            queue=queue or "", wire_name=wire_name or "", page_size=page_size or 0, page_token=page_token
+        )
+        if state is not None:
+            try:
+                request.state = state_to_proto(JobState(state))
+            except ValueError:
+                raise ArgumentError(f"unknown job state {state!r}") from None
+        return request
+
+    def _call_kwargs(self, timeout_s: float | None = None) -> dict[str, Any]:
+        return {"metadata": self._metadata, "timeout": timeout_s or self._rpc_timeout_s}
+
+
+def _idempotency_key(key: str | None) -> str:
+    if key is None:
+        return ""
+    if not isinstance(key, str) or not key:
+        raise ArgumentError("idempotency_key must be a non-empty str or None")
+    return key
+
+
+def _parents(parents: Sequence[str]) -> list[str]:
+    if isinstance(parents, str):
+        raise ArgumentError("parents must be a sequence of job IDs, not one str")
+    ids = list(parents)
+    for parent in ids:
+        if not isinstance(parent, str) or not parent:
+            raise ArgumentError(f"parent job IDs must be non-empty str, got {parent!r}")
+    return ids

@@ -1,0 +1,75 @@
+"""Heartbeats: one message naming every attempt in flight, every interval (R-10).
+
+Liveness comes from the stream that carries the work: when a heartbeat is still
+unanswered a whole interval after it was sent, the stream is treated as dead and
+restarted (its unacknowledged results are re-sent on the next one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from worker_sdk._convert import duration
+from worker_sdk._runs import RunTable
+from worker_sdk.proto.runwick.v1 import worker_service_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class Heartbeater:
+    """Sends heartbeats for a RunTable and watches that they are answered."""
+
+    def __init__(
+        self,
+        table: RunTable,
+        *,
+        interval: timedelta,
+        lease: timedelta,
+        send: Callable[[worker_service_pb2.WorkerMessage], bool],
+        on_silence: Callable[[], None],
+    ) -> None:
+        self._table = table
+        self._interval_s = interval.total_seconds()
+        self._lease = lease
+        self._send = send
+        self._on_silence = on_silence
+        self._sent_at: float | None = None
+        """Loop time of the heartbeat awaiting its answer, if any."""
+
+    async def run(self) -> None:
+        """Beats every interval until cancelled."""
+        while True:
+            await asyncio.sleep(self._interval_s)
+            self.beat()
+
+    def beat(self) -> None:
+        """Sends one heartbeat now if anything is in flight and none awaits its answer."""
+        now = asyncio.get_running_loop().time()
+        if self._sent_at is not None:
+            if now - self._sent_at >= self._interval_s:
+                logger.warning(
+                    "no heartbeat answer within %.3f s; restarting the stream to the coordinator",
+                    self._interval_s,
+                )
+                self._sent_at = None
+                self._on_silence()
+            return
+        attempt_ids = self._table.heartbeat_ids()
+        if not attempt_ids:
+            return
+        message = worker_service_pb2.WorkerMessage(
+            heartbeat=worker_service_pb2.Heartbeat(attempt_ids=attempt_ids, lease=duration(self._lease))
+        )
+        if self._send(message):
+            self._sent_at = now
+
+    def answered(self) -> None:
+        """Records a HeartbeatAnswer."""
+        self._sent_at = None
+
+    def reset(self) -> None:
+        """Forgets the unanswered heartbeat of a stream that is gone."""
+        self._sent_at = None

@@ -1,0 +1,103 @@
+"""Run tracking: the worker's claims in flight, results awaiting their ack, and credit.
+
+Slot accounting is one invariant instead of scattered counters: a slot is used by every
+claim in flight and every result not yet acknowledged; credit the coordinator holds
+counts as promised. Whatever is left is sent as Credit (R-10, worker protocol).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from worker_sdk._context import JobContext
+from worker_sdk.proto.runwick.v1 import worker_service_pb2
+
+
+class Phase(enum.Enum):
+    """Where a claim is between Assignment and Result."""
+
+    STARTING = "starting"
+    """StartRequest sent; no answer yet (the job is ``reserved``)."""
+    RUNNING = "running"
+    """Start granted; the pipeline runs."""
+    RELEASING = "releasing"
+    """Given back with Release while draining; waiting for the start answer, if any."""
+
+
+@dataclass(eq=False)
+class Run:
+    """One claim in flight."""
+
+    assignment: worker_service_pb2.Assignment
+    phase: Phase = Phase.STARTING
+    ctx: JobContext | None = None
+    task: asyncio.Task[None] | None = None
+    cancel_requested: bool = False
+    """A user cancel arrived before the start answer."""
+    lost: bool = False
+    """The coordinator no longer recognises the attempt: no heartbeat, no result."""
+
+    @property
+    def attempt_id(self) -> str:
+        """The claim's attempt ID."""
+        return self.assignment.attempt_id
+
+
+class RunTable:
+    """Claims in flight, unacknowledged results and credit of one worker."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.runs: dict[str, Run] = {}
+        self.unacked: dict[str, worker_service_pb2.WorkerMessage] = {}
+        """Result messages sent but not yet acknowledged, by attempt ID, in send order."""
+        self.credit_outstanding = 0
+        """Credit the coordinator holds on the current stream (not yet used by assignments)."""
+        self._changed = asyncio.Event()
+
+    def known(self, attempt_id: str) -> bool:
+        """True when the attempt is in flight or has a result awaiting its ack."""
+        return attempt_id in self.runs or attempt_id in self.unacked
+
+    def credit_to_send(self) -> int:
+        """How much more credit the free slots allow."""
+        used = len(self.runs) + len(self.unacked) + self.credit_outstanding
+        return max(0, self.capacity - used)
+
+    def heartbeat_ids(self) -> list[str]:
+        """Attempts to renew: reserved and running, except lost ones (R-10)."""
+        return [
+            attempt_id
+            for attempt_id, run in self.runs.items()
+            if not run.lost and run.phase is not Phase.RELEASING
+        ]
+
+    def in_phase(self, phase: Phase) -> list[Run]:
+        """The runs in ``phase``, oldest first."""
+        return [run for run in self.runs.values() if run.phase is phase]
+
+    def notify(self) -> None:
+        """Wakes every ``wait_until`` so it re-checks its condition."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Waits until ``condition()`` holds (re-checked on every change) or the timeout.
+
+        Returns:
+            Whether the condition holds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not condition():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return condition()
+        return True
