@@ -17,11 +17,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
-from coordinator.store import Store
-from coordinator.store.schema import attempts, jobs
+if TYPE_CHECKING:  # the server's dependencies load only when a bench runs
+    from coordinator.store import Store
 
 _READY_LINE = "runwick coordinator listening on "
 
@@ -64,6 +63,7 @@ def run_bench(options: argparse.Namespace) -> int:
 
 def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
     from coordinator.bench_worker import Noop
+    from coordinator.store import Store
     from worker_sdk import Client, EnqueueItem
 
     store = Store.open(url, create=True)  # migrates PostgreSQL too: bench databases are scratch
@@ -119,6 +119,10 @@ def _await_address(server: subprocess.Popen[str]) -> str:
 
 
 def _measure(store: Store, options: argparse.Namespace, enqueue_seconds: float, url: str) -> BenchResult:
+    from sqlalchemy import select
+
+    from coordinator.store.schema import attempts, jobs
+
     with store._read_engine.connect() as conn:
         created = dict(conn.execute(select(jobs.c.id, jobs.c.created_at_ms)).all())
         finished_ms = max(conn.execute(select(jobs.c.finished_at_ms)).scalars())

@@ -1,8 +1,10 @@
 """Heartbeats: one message naming every attempt in flight, every interval (R-10).
 
 Liveness comes from the stream that carries the work: when a heartbeat is still
-unanswered a whole interval after it was sent, the stream is treated as dead and
-restarted (its unacknowledged results are re-sent on the next one).
+unanswered half a lease after it was sent (at least one interval), the stream is
+treated as dead and restarted (its unacknowledged results are re-sent on the next one).
+Half a lease leaves time to reconnect and renew before the lease lapses, without
+restarting a healthy stream whose coordinator is briefly busy.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Heartbeater:
     ) -> None:
         self._table = table
         self._interval_s = interval.total_seconds()
+        self._silence_limit_s = max(self._interval_s, lease.total_seconds() / 2)
         self._lease = lease
         self._send = send
         self._on_silence = on_silence
@@ -49,10 +52,10 @@ class Heartbeater:
         """Sends one heartbeat now if anything is in flight and none awaits its answer."""
         now = asyncio.get_running_loop().time()
         if self._sent_at is not None:
-            if now - self._sent_at >= self._interval_s:
+            if now - self._sent_at >= self._silence_limit_s:
                 logger.warning(
                     "no heartbeat answer within %.3f s; restarting the stream to the coordinator",
-                    self._interval_s,
+                    self._silence_limit_s,
                 )
                 self._sent_at = None
                 self._on_silence()

@@ -431,7 +431,10 @@ async def test_unanswered_heartbeat_restarts_the_stream(
         await release.wait()
         return b"ok"
 
-    await worker_with(make_worker, resize, heartbeat_interval=timedelta(milliseconds=30)).start()
+    # Silence is judged after half a lease (at least one interval): 60 ms here.
+    await worker_with(
+        make_worker, resize, heartbeat_interval=timedelta(milliseconds=30), lease=timedelta(milliseconds=120)
+    ).start()
     first, _ = await coordinator.accept()
     first.assign(Resize("a.png"), "att-1")
     await first.next("start")

@@ -1,4 +1,4 @@
-"""The committed protobuf code must be what protos/generate.py makes from protos/."""
+"""Packaging: generated code is current, and the SDK and client commands need none of the server's dependencies."""
 
 from __future__ import annotations
 
@@ -45,3 +45,26 @@ def test_sdk_does_not_import_the_coordinator_or_sqlalchemy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cli_client_commands_work_without_the_server_dependencies() -> None:
+    """``pip install runwick`` (no extra) gives ``runwick jobs`` and ``runwick worker``."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('sqlalchemy', 'alembic', 'psycopg'):
+            raise ImportError('not installed: ' + name)
+sys.meta_path.insert(0, Block())
+from coordinator.cli import main
+sys.exit(main(['jobs', 'get', 'not-a-uuid', '--target', '127.0.0.1:1']))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert "ImportError" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "runwick: UNAVAILABLE" in result.stderr
