@@ -1,4 +1,4 @@
-"""Packaging: generated code is current, and the SDK and client commands need none of the server's dependencies."""
+"""Packaging: generated code is current; the SDK and client commands need no server dependencies."""
 
 from __future__ import annotations
 
