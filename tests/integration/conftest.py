@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,15 @@ async def eventually(predicate: Callable[[], object], timeout: float = 20.0, int
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(interval)
+
+
+async def eventually_async(predicate: Callable[[], Awaitable[object]], timeout: float = 20.0) -> None:
+    """Like ``eventually`` for a coroutine predicate (for example a read over gRPC)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(0.05)
 
 
 @dataclass

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, Coordinator, eventually
+from coordinator.store import Store
+from tests.integration.conftest import ROOT, Coordinator, eventually, eventually_async
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import CooperativeSleep, Echo
 from worker_sdk import AsyncClient, JobState, Outcome
@@ -99,7 +100,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(database_url: str, port: int, log: Path) -> subprocess.Popen[str]:
+def _serve(database_url: str, port: int, log: Path, *extra: str) -> subprocess.Popen[str]:
     with log.open("a") as log_file:  # the child keeps its own descriptor
         return subprocess.Popen(
             [
@@ -147,3 +148,36 @@ async def test_coordinator_kill_9_with_jobs_in_flight_loses_nothing(
 
     assert [r.state for r in results] == [JobState.SUCCEEDED] * len(job_ids), log.read_text()[-3000:]
     assert {r.output for r in results} == {b"slept"}
+
+
+async def test_coordinator_sigterm_drains_workers_and_lets_running_jobs_finish(
+    database_url: str, spawn_worker, tmp_path: Path
+):
+    port = _free_port()
+    target = f"127.0.0.1:{port}"
+    log = tmp_path / "coordinator.log"
+    server = _serve(database_url, port, log, "--drain-timeout", "20")
+    try:
+        await eventually(lambda: "runwick coordinator listening" in log.read_text(), timeout=30)
+        spawn_worker(target, test_drain_ms=20_000)
+        async with AsyncClient(target) as client:
+            job_id = await client.enqueue(CooperativeSleep(1.0))
+
+            async def running() -> bool:
+                return (await client.get(job_id)).state is JobState.RUNNING
+
+            await eventually_async(running)
+        server.send_signal(signal.SIGTERM)
+        exit_code = await asyncio.to_thread(server.wait, 60)
+    finally:
+        server.kill()
+    assert exit_code == 0, log.read_text()[-3000:]
+    assert "shutting down: draining workers" in log.read_text()
+
+    store = Store.open(database_url)
+    try:
+        job = store.get_job(job_id)
+    finally:
+        store.close()
+    assert job is not None
+    assert (job.state.value, job.output) == ("succeeded", b"slept")  # finished, not interrupted
