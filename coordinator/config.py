@@ -39,5 +39,7 @@ class CoordinatorConfig:
     """Most expired leases or due jobs handled per transaction."""
     drain_timeout_s: float = 30.0
     """On shutdown, how long connected workers get to finish before the server stops."""
+    hello_timeout_s: float = 10.0
+    """A worker stream that sends no Hello within this time is ended."""
     max_message_bytes: int = 8 * 1024 * 1024
     """gRPC message size limit, both directions."""

@@ -157,7 +157,8 @@ async def start_coordinator(
         JobServicer(service, dispatcher, watch, write_executor, config.idle_recheck_interval_s), server
     )
     worker_service_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerServicer(dispatcher, f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"), server
+        WorkerServicer(dispatcher, f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}", config.hello_timeout_s),
+        server,
     )
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -32,9 +32,10 @@ MAX_CAPACITY = 10_000
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, dispatcher: Dispatcher, coordinator_id: str) -> None:
+    def __init__(self, dispatcher: Dispatcher, coordinator_id: str, hello_timeout_s: float) -> None:
         self.dispatcher = dispatcher
         self.coordinator_id = coordinator_id
+        self.hello_timeout_s = hello_timeout_s
 
     async def Connect(
         self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
@@ -42,7 +43,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         if self.dispatcher.draining:
             # Shutting down: send the worker to another replica (or to our successor).
             await context.abort(grpc.StatusCode.UNAVAILABLE, "coordinator is shutting down")
-        first = await anext(request_iterator, None)
+        try:
+            first = await asyncio.wait_for(anext(request_iterator, None), self.hello_timeout_s)
+        except TimeoutError:
+            first = None  # a stream that never says hello must not hold a slot forever
         if first is None or first.WhichOneof("kind") != "hello":
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, "the first message on the stream must be hello"

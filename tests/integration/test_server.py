@@ -114,3 +114,28 @@ async def test_first_stream_message_must_be_hello(coordinator: Coordinator) -> N
             async for _ in call:
                 pass
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_stream_that_never_says_hello_is_ended(database_url: str) -> None:
+    running = await start_coordinator(
+        CoordinatorConfig(database_url=database_url, port=0, hello_timeout_s=0.2)
+    )
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
+
+            silent = asyncio.Event()
+
+            async def nothing():  # type: ignore[no-untyped-def]
+                await silent.wait()
+                yield pb.WorkerMessage()
+
+            call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(nothing())
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async for _ in call:
+                    pass
+            silent.set()
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert running.dispatcher.sessions == set()
+    finally:
+        await running.stop(grace_s=1)
