@@ -71,7 +71,11 @@ def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
     log = (tmp / "coordinator.log").open("w")
     try:
         server = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "serve", "--database-url", url, "--port", "0"],
+            [
+                *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", url, "--port", "0"),
+                *("--health-port", "-1", "--metrics-port", "-1"),  # no fixed ports for a bench
+                "--insecure",  # loopback only: the bench's clients and workers send no token
+            ],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,

@@ -15,6 +15,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from worker_sdk._logging import configure_logging
+
 DEFAULT_TARGET = "127.0.0.1:7233"
 
 
@@ -49,7 +51,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(_env("RUNWICK_DRAIN_TIMEOUT_S", "30")),
         help="seconds workers get to finish on shutdown [RUNWICK_DRAIN_TIMEOUT_S]",
     )
-    serve.add_argument("--log-level", default=_env("RUNWICK_LOG_LEVEL", "INFO"))
+    serve.add_argument(
+        "--health-port",
+        type=int,
+        default=int(_env("RUNWICK_HEALTH_PORT", "7234")),
+        help="plaintext gRPC health port for probes, 0 = any, -1 = none [RUNWICK_HEALTH_PORT]",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env("RUNWICK_METRICS_PORT", "9233")),
+        help="Prometheus /metrics HTTP port, 0 = any, -1 = none [RUNWICK_METRICS_PORT]",
+    )
+    serve.add_argument(
+        "--max-connection-age",
+        type=float,
+        default=float(_env("RUNWICK_MAX_CONNECTION_AGE_S", "1800")),
+        help="seconds before a connection is asked to go, so workers spread over replicas "
+        "[RUNWICK_MAX_CONNECTION_AGE_S]",
+    )
+    serve.add_argument(
+        "--max-connection-age-grace",
+        type=float,
+        default=float(_env("RUNWICK_MAX_CONNECTION_AGE_GRACE_S", "60")),
+        help="seconds open streams get after that [RUNWICK_MAX_CONNECTION_AGE_GRACE_S]",
+    )
+    _logging_flags(serve)
+    from coordinator.cli_admin import add_admin_commands, add_serve_security_flags
+
+    add_serve_security_flags(serve)
+    from coordinator.cli_bounds import add_bounds_flags
+
+    add_bounds_flags(serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _database_flag(migrate)
@@ -60,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "spec", help="module path and attribute of a worker_sdk.Worker, e.g. myapp.jobs:worker"
     )
-    worker.add_argument("--log-level", default=_env("RUNWICK_LOG_LEVEL", "INFO"))
+    _logging_flags(worker)
 
     from coordinator.bench import add_bench_command
     from coordinator.cli_jobs import add_jobs_commands
@@ -68,7 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_command(commands)
 
     add_jobs_commands(commands, default_target=_env("RUNWICK_TARGET", DEFAULT_TARGET))
+    add_admin_commands(commands, default_target=_env("RUNWICK_TARGET", DEFAULT_TARGET))
     return parser
+
+
+def _logging_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default=_env("RUNWICK_LOG_LEVEL", "INFO"), help="[RUNWICK_LOG_LEVEL]")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=_env("RUNWICK_LOG_FORMAT", "text"),
+        help="json: one object per line with job and attempt IDs [RUNWICK_LOG_FORMAT]",
+    )
+
+
+def _port_or_none(port: int) -> int | None:
+    return None if port < 0 else port
 
 
 def _database_flag(parser: argparse.ArgumentParser) -> None:
@@ -93,28 +141,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.bench import run_bench
 
         return run_bench(options)
+    if options.command in ("tokens", "audit"):
+        from coordinator.cli_admin import run_admin_command
+
+        return run_admin_command(options)
     from coordinator.cli_jobs import run_jobs_command
 
     return run_jobs_command(options)
 
 
 def _serve(options: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    from coordinator.config import CoordinatorConfig
+    configure_logging(options.log_level, options.log_format)
+    from coordinator.cli_admin import serve_security_config
+    from coordinator.cli_bounds import bounds_from_options
+    from coordinator.config import ConfigError, CoordinatorConfig
     from coordinator.store.migrate import SchemaNotCurrent
 
+    try:
+        bounds = bounds_from_options(options)
+    except ConfigError as exc:
+        print(f"runwick: {exc}", file=sys.stderr)
+        return 2
     config = CoordinatorConfig(
+        bounds=bounds,
+        **serve_security_config(options),
         database_url=options.database_url,
         host=options.host,
         port=options.port,
         maintenance_interval_s=options.maintenance_interval,
         drain_timeout_s=options.drain_timeout,
+        health_port=_port_or_none(options.health_port),
+        metrics_port=_port_or_none(options.metrics_port),
+        max_connection_age_ms=int(options.max_connection_age * 1000),
+        max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),
     )
     try:
         asyncio.run(_serve_until_signalled(config))
-    except SchemaNotCurrent as exc:
+    except (SchemaNotCurrent, ConfigError) as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -129,6 +192,10 @@ async def _serve_until_signalled(config: object) -> None:
 
     assert isinstance(config, CoordinatorConfig)
     running = await start_coordinator(config)
+    from coordinator.cli_admin import announce_bootstrap_token
+
+    announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
+    print(f"runwick health port {running.health_port}, metrics port {running.metrics_port}", flush=True)
     # Tests and scripts read this line to learn the port (with --port 0).
     print(f"runwick coordinator listening on {running.target}", flush=True)
     stop = asyncio.Event()
@@ -153,9 +220,7 @@ def _migrate(options: argparse.Namespace) -> int:
 
 
 def _worker(options: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=options.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(options.log_level, options.log_format)
     module_name, _, attribute = options.spec.partition(":")
     if not module_name or not attribute:
         print("runwick: worker spec must look like package.module:attribute", file=sys.stderr)

@@ -1,10 +1,10 @@
-"""``runwick jobs enqueue|get|list``: tables for people, ``--json`` for scripts."""
+"""``runwick jobs enqueue|get|list|cancel|retry|reveal-error``: tables for people,
+``--json`` for scripts."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from coordinator.cli_connect import add_connection_flags, run_client_command
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 
 _STATES = [v.name.removeprefix("JOB_STATE_").lower() for v in job_pb2.JobState.DESCRIPTOR.values][1:]
@@ -22,8 +23,7 @@ def add_jobs_commands(commands: Any, *, default_target: str) -> None:
     actions = jobs.add_subparsers(dest="jobs_command", required=True)
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--target", default=default_target, help="coordinator host:port [RUNWICK_TARGET]")
-        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+        add_connection_flags(parser, default_target)
 
     enqueue = actions.add_parser("enqueue", help="enqueue one job")
     enqueue.add_argument("wire_name")
@@ -47,22 +47,25 @@ def add_jobs_commands(commands: Any, *, default_target: str) -> None:
     listing.add_argument("--limit", type=int, default=50)
     common(listing)
 
+    from coordinator.cli_manage import add_manage_commands
+
+    add_manage_commands(actions, common, _STATES)
+
 
 def run_jobs_command(options: argparse.Namespace) -> int:
-    with grpc.insecure_channel(options.target) as channel:
+    from coordinator.cli_manage import MANAGE_COMMANDS
+
+    def command(channel: grpc.Channel) -> int:
         stub = job_service_pb2_grpc.JobServiceStub(channel)
-        try:
-            if options.jobs_command == "enqueue":
-                return _enqueue(stub, options)
-            if options.jobs_command == "get":
-                return _get(stub, options)
-            return _list(stub, options)
-        except grpc.RpcError as exc:
-            print(f"runwick: {exc.code().name}: {exc.details()}", file=sys.stderr)
-            return 1
-        except ValueError as exc:
-            print(f"runwick: {exc}", file=sys.stderr)
-            return 2
+        if options.jobs_command == "enqueue":
+            return _enqueue(stub, options)
+        if options.jobs_command == "get":
+            return _get(stub, options)
+        if options.jobs_command in MANAGE_COMMANDS:
+            return MANAGE_COMMANDS[options.jobs_command](stub, options)
+        return _list(stub, options)
+
+    return run_client_command(options, command)
 
 
 def _enqueue(stub: job_service_pb2_grpc.JobServiceStub, options: argparse.Namespace) -> int:
@@ -113,7 +116,7 @@ def _get(stub: job_service_pb2_grpc.JobServiceStub, options: argparse.Namespace)
         ("id", job.id),
         ("wire name", job.wire_name),
         ("queue", job.queue),
-        ("state", _state(job.state)),
+        ("state", _state(job.state) + ("  (cancel requested)" if job.cancel_requested else "")),
         ("executions", f"{job.executions} of {job.settings.max_executions}"),
         ("generation", str(job.generation)),
         ("last error code", job.last_error_code or "-"),
@@ -127,10 +130,11 @@ def _get(stub: job_service_pb2_grpc.JobServiceStub, options: argparse.Namespace)
     if attempts:
         print()
         _table(
-            ["attempt", "exec", "outcome", "code", "exception type", "claimed"],
+            ["attempt", "gen", "exec", "outcome", "code", "exception type", "claimed"],
             [
                 [
                     a.id,
+                    str(a.generation),
                     str(a.execution_number or "-"),
                     job_pb2.Outcome.Name(a.outcome).removeprefix("OUTCOME_").lower(),
                     a.error_code or "-",

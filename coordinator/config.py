@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
+from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.settings import SettingsLayer
 
 DEFAULT_DATABASE_URL = "sqlite:///runwick.db"
@@ -20,14 +22,11 @@ class CoordinatorConfig:
     """gRPC port; 0 picks a free one."""
     job_defaults: SettingsLayer = field(default_factory=SettingsLayer)
     """The ``JobDefaults`` precedence level (R-3): over library defaults, under the SDK's."""
-    max_claim_batch: int = 32
-    """Most jobs one claim takes for one worker (clamped silently, SPEC §5)."""
-    max_page_size: int = 500
-    """Most jobs one ListJobs page returns (clamped silently)."""
+    bounds: StoreBounds = field(default_factory=StoreBounds)
+    """The limits of SPEC §5 (payload, names, parents, output, failure text, batch and
+    page sizes, history); the store applies them (``Store.open(..., bounds=...)``)."""
     default_page_size: int = 100
-    """Page size when the request leaves it unset."""
-    max_failure_detail_bytes: int = 16_384
-    """Full exception text is cut to this many bytes with a marker (SPEC §5)."""
+    """Page size when the request leaves it unset (clamped to ``bounds.max_page_size``)."""
     batch_window_ms: int = 2
     """How long the dispatcher gathers stream messages before one write transaction."""
     maintenance_interval_s: float = 1.0
@@ -41,5 +40,102 @@ class CoordinatorConfig:
     """On shutdown, how long connected workers get to finish before the server stops."""
     hello_timeout_s: float = 10.0
     """A worker stream that sends no Hello within this time is ended."""
-    max_message_bytes: int = 8 * 1024 * 1024
-    """gRPC message size limit, both directions."""
+    max_message_bytes: int | None = None
+    """gRPC message size limit, both directions; None derives it from ``bounds``
+    (``StoreBounds.max_message_bytes()``). A value below that is refused: a valid
+    request must never hit the transport limit before the bound's clear error."""
+    auth_enabled: bool = False
+    """Require a bearer token with the right scope on every RPC (R-20, R-21). ``runwick
+    serve`` turns it on unless ``--insecure``; off is refused unless ``host`` is a
+    loopback address (``check_security``)."""
+    admin_token_file: str | None = None
+    """Where to write the bootstrap admin token (mode 0600) when the coordinator creates
+    it on first start, e.g. a volume a Kubernetes job turns into a Secret."""
+    auth_cache_ttl_s: float = 5.0
+    """How long a token check is reused: bounds how late another replica notices a
+    revocation (this replica notices at once)."""
+    tls_cert_file: str | None = None
+    """PEM server certificate (chain); with ``tls_key_file`` the port speaks TLS only."""
+    tls_key_file: str | None = None
+    """PEM private key of ``tls_cert_file``."""
+    tls_client_ca_file: str | None = None
+    """PEM CA bundle: when set, clients must present a certificate it signed (mutual TLS)."""
+    health_port: int | None = None
+    """Plaintext port serving only gRPC health (``liveness``, ``readiness``), for
+    Kubernetes' native gRPC probes even when the API port uses TLS; 0 picks a free one,
+    None serves none (``runwick serve`` defaults to 7234)."""
+    metrics_port: int | None = None
+    """HTTP port of the Prometheus ``/metrics`` endpoint; 0 picks a free one, None serves
+    none (``runwick serve`` defaults to 9233)."""
+    health_check_interval_s: float = 5.0
+    """How often a background task reads the database: readiness and the queue gauges."""
+    health_check_timeout_s: float = 5.0
+    """A database check slower than this makes the coordinator not ready."""
+    drain_reserve_s: float = 2.0
+    """Workers are told to drain this much sooner than ``drain_timeout_s`` (at most half
+    of it), so results of runs they interrupt are still written before the server stops."""
+    keepalive_time_ms: int = 30_000
+    """HTTP/2 keepalive ping interval on idle connections."""
+    keepalive_timeout_ms: int = 10_000
+    """A keepalive ping unanswered this long closes the connection."""
+    max_connection_age_ms: int = 30 * 60_000
+    """Connections are closed (GOAWAY) after this age, so long-lived worker streams
+    reconnect and spread over replicas (SPEC §8); workers reconnect with backoff."""
+    max_connection_age_grace_ms: int = 60_000
+    """After ``max_connection_age_ms``, how long open streams may go on before they end."""
+
+    # Read-only views of bounds that used to be fields here.
+    @property
+    def max_claim_batch(self) -> int:
+        return self.bounds.max_claim_batch
+
+    @property
+    def max_page_size(self) -> int:
+        return self.bounds.max_page_size
+
+    @property
+    def max_failure_detail_bytes(self) -> int:
+        return self.bounds.max_failure_detail_bytes
+
+    def message_limit_bytes(self) -> int:
+        """The gRPC message size limit to serve with; raises ConfigError when an explicit
+        ``max_message_bytes`` is smaller than the bounds need."""
+        needed = self.bounds.max_message_bytes()
+        if self.max_message_bytes is None:
+            return needed
+        if self.max_message_bytes < needed:
+            raise ConfigError(
+                f"max_message_bytes {self.max_message_bytes} is below the {needed} bytes the bounds "
+                "need (max_enqueue_batch jobs of max_payload_bytes); raise it or leave it unset"
+            )
+        return self.max_message_bytes
+
+
+class ConfigError(ValueError):
+    """The configuration is inconsistent or unsafe; the message says what to change."""
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_security(config: CoordinatorConfig) -> None:
+    """Refuses auth off on a non-loopback address (R-20) and half-configured TLS."""
+    if not config.auth_enabled and not is_loopback(config.host):
+        raise ConfigError(
+            f"--insecure (authentication off) is refused on {config.host}: it is allowed only "
+            "on a loopback address such as 127.0.0.1"
+        )
+    if bool(config.tls_cert_file) != bool(config.tls_key_file):
+        raise ConfigError("TLS needs both --tls-cert and --tls-key")
+    if config.tls_client_ca_file and not config.tls_cert_file:
+        raise ConfigError("--tls-client-ca (client certificates) needs TLS: give --tls-cert and --tls-key")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.watch import TerminalWatch
 from coordinator.worker_ops import (
     BatchAnswers,
@@ -34,6 +35,7 @@ from coordinator.worker_ops import (
 log = logging.getLogger(__name__)
 
 _session_numbers = itertools.count(1)
+CANCEL_REASON = "cancelled by request"
 
 
 @dataclass(eq=False)
@@ -47,6 +49,8 @@ class WorkerSession:
     lease_ms: int
     credit: int = 0
     draining: bool = False
+    token_id: str | None = None
+    """The token the stream was opened with (None with auth off)."""
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
 
@@ -73,6 +77,8 @@ class _Routes:
     results: list[WorkerSession] = field(default_factory=list)
     claims: list[WorkerSession] = field(default_factory=list)
     releases: list[WorkerSession] = field(default_factory=list)
+    retiring: list[WorkerSession] = field(default_factory=list)
+    """Sessions to close once this batch is delivered (it has no claims for them)."""
 
     def sessions(self) -> set[WorkerSession]:
         return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}
@@ -86,12 +92,14 @@ class Dispatcher:
         clock: Clock,
         executor: Executor,
         watch: TerminalWatch,
+        metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self.ops = ops
         self.config = config
         self.clock = clock
         self.executor = executor
         self.watch = watch
+        self.metrics = metrics
         self.sessions: set[WorkerSession] = set()
         self._batch = WorkBatch()
         self._routes = _Routes()
@@ -103,12 +111,14 @@ class Dispatcher:
         self.claim_rounds = 0
         """Batches written that carried claims (tests wait on it; metrics can export it)."""
         self._idle = asyncio.Event()
+        self._retiring: list[WorkerSession] = []
 
     # -- called by stream handlers -------------------------------------------------
 
     def open(self, session: WorkerSession) -> None:
         self.sessions.add(session)
         self._idle.clear()
+        self._count_workers()
 
     def close(self, session: WorkerSession) -> None:
         """The stream ended. Its leases stay: they lapse unless the worker reconnects
@@ -116,6 +126,11 @@ class Dispatcher:
         self.sessions.discard(session)
         if not self.sessions:
             self._idle.set()
+        self._count_workers()
+
+    def _count_workers(self) -> None:
+        if self.metrics is not None:
+            self.metrics.workers(session.queues for session in self.sessions)
 
     def add_credit(self, session: WorkerSession, count: int) -> None:
         session.credit = min(session.credit + max(count, 0), session.capacity)
@@ -137,6 +152,17 @@ class Dispatcher:
         self._routes.results.append(session)
         self._wake.set()
 
+    def retire(self, session: WorkerSession) -> None:
+        """Ends a session cleanly (its stream reached its maximum age): no more claims
+        for it, and its stream closes once the batch in hand is delivered, so no
+        assignment is lost on the way. The worker reconnects and re-sends what is
+        unanswered (starts, results, releases)."""
+        if session.draining or session not in self.sessions:
+            return
+        session.draining = True
+        self._retiring.append(session)
+        self._wake.set()
+
     def release(self, session: WorkerSession, attempt_id: str) -> None:
         self._batch.releases.append(attempt_id)
         self._routes.releases.append(session)
@@ -153,7 +179,9 @@ class Dispatcher:
         self._wake.set()
 
     def absorb(self, answers: BatchAnswers) -> None:
-        """Takes in what a maintenance pass changed."""
+        """Takes in what a batch or a maintenance pass changed."""
+        if self.metrics is not None:
+            self.metrics.observe(answers)
         self.watch.finished(answers.terminal_job_ids)
         if answers.available_changed:
             self.jobs_available()
@@ -187,6 +215,9 @@ class Dispatcher:
                     await asyncio.sleep(0.1)
                 else:
                     self._deliver(answers, routes)
+            for session in routes.retiring:
+                log.info("worker %s: stream reached its maximum age; ending it", session.worker_id)
+                session.close()
             if self._stopping and not self._batch:
                 return
 
@@ -206,6 +237,8 @@ class Dispatcher:
     def _take(self) -> tuple[WorkBatch, _Routes]:
         batch, routes = self._batch, self._routes
         self._batch, self._routes = WorkBatch(), _Routes()
+        # Claims for these were taken, if at all, by the batch before: none is in this one.
+        routes.retiring, self._retiring = self._retiring, []
         if self._claim_needed and not self._stopping:
             self._claim_needed = False
             for session in self.sessions:
@@ -227,10 +260,12 @@ class Dispatcher:
 
         for session, start in zip(routes.starts, answers.starts, strict=True):
             session.send(protocol.start_answer(start))
-        for session, lost, lease_ms in zip(
-            routes.heartbeats, answers.lost, answers.lease_expires_at_ms, strict=True
+        for session, lost, lease_ms, cancels in zip(
+            routes.heartbeats, answers.lost, answers.lease_expires_at_ms, answers.cancels, strict=True
         ):
             session.send(protocol.heartbeat_answer(HeartbeatAnswer(lost, lease_ms)))
+            for attempt_id in sorted(cancels):  # R-8: repeated until the run ends
+                session.send(protocol.cancel(attempt_id, CANCEL_REASON))
         for session, result in zip(routes.results, answers.results, strict=True):
             session.send(protocol.result_ack(result))
         refill = False
@@ -247,16 +282,40 @@ class Dispatcher:
             self._claim_needed = True
             self._wake.set()
 
+    # -- management -----------------------------------------------------------------
+
+    def cancel_attempt(self, worker_id: str, attempt_id: str) -> int:
+        """R-8: pushes a cancel to the streams of ``worker_id`` on this replica; returns
+        how many. A worker on another replica hears it in its next heartbeat answer."""
+        from coordinator.api import protocol
+
+        sessions = [s for s in self.sessions if s.worker_id == worker_id]
+        for session in sessions:
+            session.send(protocol.cancel(attempt_id, CANCEL_REASON))
+        return len(sessions)
+
+    def close_token_sessions(self, token_id: str) -> int:
+        """Ends the streams opened with a token that was just revoked."""
+        sessions = [s for s in self.sessions if s.token_id == token_id]
+        for session in sessions:
+            session.close()
+        return len(sessions)
+
     # -- shutdown -------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> None:
-        """Asks every worker to finish and go, and waits until they have (or time is up)."""
+        """Asks every worker to finish and go, and waits until they have (or time is up).
+
+        Workers are told a deadline ``drain_reserve_s`` (at most half the timeout) shorter,
+        so what they interrupt then is still reported and written (R-12).
+        """
         from coordinator.api import protocol
 
         self.draining = True
+        notice_s = timeout_s - min(self.config.drain_reserve_s, timeout_s / 2)
         for session in self.sessions:
             session.draining = True
-            session.send(protocol.drain(timeout_s))
+            session.send(protocol.drain(notice_s))
         if self.sessions:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout_s)

@@ -14,15 +14,16 @@ from typing import Any, ParamSpec, TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
-from coordinator.domain.ids import parse_id, uuid7
+from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
 from coordinator.domain.settings import SettingsError, SettingsLayer, resolve_settings
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, NotFound, Unavailable
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.store import AttemptRecord, JobRecord, Store, StoreError
 from coordinator.store.records import settings_columns
 from coordinator.store.store import DuplicateKey
-from coordinator.validation import check_name
+from coordinator.validation import check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class NewJobSpec:
     run_at_ms: int | None = None
     idempotency_key: str | None = None
     settings: SettingsLayer = field(default_factory=SettingsLayer)
+    parent_ids: tuple[str, ...] = ()
+    """Jobs that must succeed first (R-15), as the client sent them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,25 +61,41 @@ class JobsService:
     """Enqueue and read jobs."""
 
     def __init__(
-        self, store: Store, clock: Clock, config: CoordinatorConfig, rng: random.Random | None = None
+        self,
+        store: Store,
+        clock: Clock,
+        config: CoordinatorConfig,
+        rng: random.Random | None = None,
+        metrics: CoordinatorMetrics | None = None,
     ):
         self.store = store
         self.clock = clock
         self.config = config
         self.rng = rng or random.Random()
+        self.metrics = metrics
 
     def enqueue(self, specs: list[NewJobSpec]) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
 
-        Raises InvalidArgument naming the index of the first bad job.
+        Raises InvalidArgument naming the index of the first bad job; every bound of
+        SPEC §5 (``store.bounds``) is checked before anything is written.
         """
         if not specs:
-            raise InvalidArgument("jobs", "at least one job is required")
+            raise InvalidArgument("jobs", "at least one job is required", reason="FIELD_REQUIRED")
+        limit = self.store.bounds.max_enqueue_batch
+        if len(specs) > limit:
+            raise InvalidArgument(
+                "jobs",
+                f"{len(specs)} jobs in one call, over the limit of {limit} (max_enqueue_batch); "
+                "split the batch",
+                reason="BATCH_TOO_LARGE",
+                metadata={"count": len(specs), "limit": limit},
+            )
         now = self.clock.now_ms()
         rows = [self._row(index, spec, now) for index, spec in enumerate(specs)]
         for attempt in range(2):
             try:
-                return self._insert(rows, now)
+                enqueued = self._insert(rows, now)
             except DuplicateKey:
                 # Another enqueue with the same idempotency key committed first: the next
                 # pass finds it and returns it instead.
@@ -84,16 +103,51 @@ class JobsService:
                     raise
             except StoreError as exc:
                 raise Unavailable(str(exc)) from exc
+            else:
+                if self.metrics is not None:
+                    for row, item in zip(rows, enqueued, strict=True):
+                        if not item.existing:
+                            self.metrics.enqueued(row["queue"], row["wire_name"])
+                return enqueued
         raise AssertionError("unreachable")
 
     def _row(self, index: int, spec: NewJobSpec, now: int) -> dict[str, Any]:
-        check_name("wire_name", spec.wire_name, index=index)
+        bounds = self.store.bounds
+        check_name("wire_name", spec.wire_name, index=index, max_length=bounds.max_wire_name_length)
         check_name("queue", spec.queue, index=index)
+        if len(spec.payload) > bounds.max_payload_bytes:
+            raise InvalidArgument(
+                "payload",
+                f"the {spec.wire_name} payload is {len(spec.payload)} bytes, over the limit of "
+                f"{bounds.max_payload_bytes} bytes (max_payload_bytes); store the data elsewhere "
+                "(a blob store, a table) and enqueue a reference to it, such as its key or ID",
+                index=index,
+                reason="PAYLOAD_TOO_LARGE",
+                metadata={
+                    "wire_name": spec.wire_name,
+                    "size_bytes": len(spec.payload),
+                    "limit_bytes": bounds.max_payload_bytes,
+                },
+            )
+        parents = check_parents(spec.parent_ids, bounds.max_parents_per_job, index=index)
+        if parents:
+            # R-15 parents are a later issue: checked for form and bound above, refused here.
+            raise InvalidArgument(
+                "parent_ids",
+                "job dependencies are not supported yet; enqueue without parents",
+                index=index,
+                reason="PARENTS_UNSUPPORTED",
+            )
         _check_idempotency_key(spec.idempotency_key, index)
         try:
             settings = resolve_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
-            raise InvalidArgument(f"settings.{exc.field}", str(exc).split(": ", 1)[-1], index=index) from exc
+            raise InvalidArgument(
+                f"settings.{exc.field}",
+                str(exc).split(": ", 1)[-1],
+                index=index,
+                reason="SETTING_OUT_OF_RANGE",
+            ) from exc
         run_at = now if spec.run_at_ms is None else max(spec.run_at_ms, 0)
         return {
             "id": uuid7(now),
@@ -146,11 +200,15 @@ class JobsService:
 
     # -- reads -----------------------------------------------------------------------
 
-    def get_job(self, job_id: str) -> JobRecord:
-        canonical = _require_id("id", job_id)
+    def get_job(self, job_id: str, field_name: str = "id") -> JobRecord:
+        canonical = require_id(field_name, job_id)
         job = self._read(self.store.get_job, canonical)
         if job is None:
-            raise NotFound(f"job {canonical} does not exist")
+            raise NotFound(
+                f"job {canonical} does not exist (never enqueued, or removed by retention)",
+                reason="JOB_NOT_FOUND",
+                metadata={"job_id": canonical},
+            )
         return job
 
     def list_jobs(
@@ -162,10 +220,21 @@ class JobsService:
         page_size: int,
         page_token: str,
     ) -> tuple[list[JobRecord], str]:
-        """A page of jobs, newest first, and the token of the next page ('' at the end)."""
-        size = page_size if page_size > 0 else self.config.default_page_size
-        size = min(size, self.config.max_page_size)
-        after = _require_id("page_token", page_token) if page_token else None
+        """A page of jobs, newest first, and the token of the next page ('' at the end).
+
+        The page size is clamped to ``max_page_size`` silently (SPEC §5).
+        """
+        bounds = self.store.bounds
+        if page_size < 0:
+            raise InvalidArgument(
+                "page_size", f"must not be negative, got {page_size}", reason="OUT_OF_RANGE"
+            )
+        if queue is not None:
+            check_name("queue", queue)
+        if wire_name is not None:
+            check_name("wire_name", wire_name, max_length=bounds.max_wire_name_length)
+        size = bounds.clamp_page_size(page_size if page_size > 0 else self.config.default_page_size)
+        after = require_id("page_token", page_token) if page_token else None
         page = self._read(
             self.store.list_jobs,
             queue=queue,
@@ -179,7 +248,7 @@ class JobsService:
         return page, ""
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
-        job = self.get_job(job_id)
+        job = self.get_job(job_id, "job_id")
         return self._read(self.store.list_attempts, job.id)
 
     @staticmethod
@@ -196,15 +265,14 @@ def _check_idempotency_key(key: str | None, index: int) -> None:
     if key and len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
         raise InvalidArgument(
             "idempotency_key",
-            f"is {len(key)} characters, the limit is {MAX_IDEMPOTENCY_KEY_LENGTH}",
+            f"{quote(key)} is {len(key)} characters, the limit is {MAX_IDEMPOTENCY_KEY_LENGTH}",
             index=index,
+            reason="IDEMPOTENCY_KEY_INVALID",
         )
     if key and "\x00" in key:
-        raise InvalidArgument("idempotency_key", "must not contain NUL characters", index=index)
-
-
-def _require_id(field_name: str, text: str) -> str:
-    canonical = parse_id(text)
-    if canonical is None:
-        raise InvalidArgument(field_name, f"{text[:64]!r} is not a UUID")
-    return canonical
+        raise InvalidArgument(
+            "idempotency_key",
+            "must not contain NUL characters",
+            index=index,
+            reason="IDEMPOTENCY_KEY_INVALID",
+        )

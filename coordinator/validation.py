@@ -1,29 +1,106 @@
-"""Checks of client input that are not lifecycle rules (names for now; SPEC §5)."""
+"""Checks of client input that are not lifecycle rules: names, IDs, times (SPEC §5).
+
+Each check raises ``InvalidArgument`` naming the field, with a machine-readable reason,
+and quotes at most a short prefix of what the client sent.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from coordinator.domain.bounds import DEFAULT_BOUNDS
+from coordinator.domain.ids import parse_id
 from coordinator.errors import InvalidArgument
 
-MAX_NAME_UTF16_UNITS = 128
+MAX_NAME_UTF16_UNITS = DEFAULT_BOUNDS.max_wire_name_length
+MAX_WORKER_ID_LENGTH = 256
+"""The ``worker_id`` columns' size, in characters."""
+_QUOTE_CHARS = 64
 
 
 def utf16_length(text: str) -> int:
     """Length in UTF-16 code units: a character outside the BMP counts 2 (SPEC §5)."""
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
 
 
-def check_name(field: str, name: str, *, index: int | None = None) -> None:
-    """Wire names and queues: letters and digits of any script, ``.``, ``_``, ``-``."""
+def quote(text: str) -> str:
+    """``text`` for an error message: repr, cut to a short prefix."""
+    if len(text) <= _QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:_QUOTE_CHARS]!r}… ({len(text)} characters)"
+
+
+def check_name(
+    field: str, name: str, *, index: int | None = None, max_length: int = MAX_NAME_UTF16_UNITS
+) -> None:
+    """Wire names and queues: letters and digits of any script, ``.``, ``_``, ``-``, at
+    most ``max_length`` UTF-16 code units (wire names: ``StoreBounds.max_wire_name_length``;
+    queues: 128)."""
     if not name:
-        raise InvalidArgument(field, "must not be empty", index=index)
-    if utf16_length(name) > MAX_NAME_UTF16_UNITS:
+        raise InvalidArgument(field, "must not be empty", index=index, reason="NAME_EMPTY")
+    units = utf16_length(name)
+    if units > max_length:
         raise InvalidArgument(
             field,
-            f"is {utf16_length(name)} UTF-16 code units, the limit is {MAX_NAME_UTF16_UNITS}",
+            f"{quote(name)} is {units} UTF-16 code units, over the limit of {max_length} "
+            "(max_wire_name_length; a character outside the BMP counts 2)",
             index=index,
+            reason="NAME_TOO_LONG",
+            metadata={"length_utf16": units, "limit": max_length},
         )
     bad = [ch for ch in name if not (ch.isalnum() or ch in "._-")]
     if bad:
         raise InvalidArgument(
-            field, f"{name!r} holds {bad[0]!r}; allowed are letters, digits, '.', '_', '-'", index=index
+            field,
+            f"{quote(name)} holds {bad[0]!r}; allowed are letters and digits of any script, '.', '_', '-'",
+            index=index,
+            reason="NAME_INVALID",
+        )
+
+
+def require_id(field: str, text: str, *, index: int | None = None) -> str:
+    """The canonical form of a UUID (job or attempt ID), or InvalidArgument."""
+    canonical = parse_id(text)
+    if canonical is None:
+        raise InvalidArgument(
+            field,
+            f"{quote(text)} is not a UUID (expected the 8-4-4-4-12 hex form, e.g. "
+            "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f)",
+            index=index,
+            reason="INVALID_ID",
+        )
+    return canonical
+
+
+def check_parents(
+    parent_ids: Sequence[str], max_parents: int, *, index: int | None = None
+) -> tuple[str, ...]:
+    """SPEC §5/R-15: well-formed IDs, at most ``max_parents`` after de-duplication.
+
+    Returns the de-duplicated parent IDs in their first order.
+    """
+    canonical = [require_id(f"parent_ids[{i}]", text, index=index) for i, text in enumerate(parent_ids)]
+    unique = tuple(dict.fromkeys(canonical))
+    if len(unique) > max_parents:
+        raise InvalidArgument(
+            "parent_ids",
+            f"{len(unique)} distinct parents, over the limit of {max_parents} (max_parents_per_job)",
+            index=index,
+            reason="TOO_MANY_PARENTS",
+            metadata={"count": len(unique), "limit": max_parents},
+        )
+    return unique
+
+
+def check_worker_id(field: str, worker_id: str) -> None:
+    """1-256 printable characters (no NUL or control characters: they would not store)."""
+    if not worker_id or len(worker_id) > MAX_WORKER_ID_LENGTH:
+        raise InvalidArgument(
+            field,
+            f"must be 1 to {MAX_WORKER_ID_LENGTH} characters, got {len(worker_id)}",
+            reason="INVALID_ID",
+        )
+    if not worker_id.isprintable():
+        raise InvalidArgument(
+            field, f"{quote(worker_id)} holds control characters; use printable text", reason="INVALID_ID"
         )

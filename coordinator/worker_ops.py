@@ -24,8 +24,10 @@ from coordinator.domain.lifecycle import (
     decide_start,
 )
 from coordinator.domain.states import JobState, Outcome
+from coordinator.errors import CoordinatorError, InvalidArgument, JobOutputTooLarge, NotFound
 from coordinator.store import AttemptRecord, JobRecord, Store, WriteConflict
 from coordinator.store.store import JobChange, WriteTx
+from coordinator.validation import quote
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,33 @@ class ResultAnswer:
     job_state: JobState | None = None
     retry_delay_ms: int | None = None
     reason: str = ""
+    error: CoordinatorError | None = None
+    """Set when the result itself was refused (unknown attempt, output over
+    ``max_output_bytes``, invalid field): nothing was written, and resending the same
+    result cannot succeed. Without it, a refused result is stale (R-11)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """A start granted in a batch: how long the job had been due when it started."""
+
+    queue: str
+    wire_name: str
+    waited_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """An attempt that ended in a batch or a maintenance pass, and what became of its job."""
+
+    queue: str
+    wire_name: str
+    outcome: Outcome
+    job_state: JobState
+    ran_ms: int | None
+    """From start to the reported result; None when no run ended here (release, lapse)."""
+    lease_lapsed: bool = False
+    """The coordinator ended it because its lease lapsed (R-4, R-5 abandoned)."""
 
 
 @dataclass(slots=True)
@@ -91,6 +120,8 @@ class BatchAnswers:
     starts: list[StartAnswer] = field(default_factory=list)
     lost: list[set[str]] = field(default_factory=list)
     """For each heartbeat, in order: the attempts no longer recognised (R-10)."""
+    cancels: list[set[str]] = field(default_factory=list)
+    """For each heartbeat, in order: the attempts whose job a user cancelled (R-8)."""
     lease_expires_at_ms: list[int] = field(default_factory=list)
     results: list[ResultAnswer] = field(default_factory=list)
     claims: list[list[Claimed]] = field(default_factory=list)
@@ -98,6 +129,9 @@ class BatchAnswers:
     available_changed: bool = False
     next_run_at_ms: int | None = None
     """The earliest run-at this batch scheduled (a retry), so the dispatcher can wake."""
+    started: list[RunStarted] = field(default_factory=list)
+    """Starts granted (facts for metrics, as are ``ended``)."""
+    ended: list[AttemptEnded] = field(default_factory=list)
 
     def notified(self, tx: WriteTx) -> BatchAnswers:
         """Tells other replicas, at commit, when this batch made jobs claimable."""
@@ -131,7 +165,8 @@ class WorkerOps:
         with self.store.write() as tx:
             run = _BatchRun(tx, self, self.clock.now_ms())
             for job in tx.expired_leases(run.now, self.config.maintenance_batch):
-                run.end_attempt(job, decide_lease_expiry(job.view(), run.now, self.rng), reported=False)
+                decision = decide_lease_expiry(job.view(), run.now, self.rng)
+                run.end_attempt(job, decision, reported=False, lease_lapsed=True)
             run.flush()
             return run.answers.notified(tx)
 
@@ -189,7 +224,8 @@ class _BatchRun:
         self.answers.starts = [self._start(attempt_id) for attempt_id in batch.starts]
         for attempt_ids, lease_ms in batch.heartbeats:
             renewed = self.tx.renew_leases(list(filter(_well_formed, attempt_ids)), self.now + lease_ms)
-            self.answers.lost.append(set(attempt_ids) - renewed)
+            self.answers.lost.append(set(attempt_ids) - set(renewed))
+            self.answers.cancels.append({a for a, cancel_requested in renewed.items() if cancel_requested})
             self.answers.lease_expires_at_ms.append(self.now + lease_ms)
         self.answers.results = [self._result(r) for r in batch.results]
         if batch.claims:
@@ -239,6 +275,7 @@ class _BatchRun:
             attempt_id,
         )
         self._started.append((attempt_id, decision.execution_number))
+        self.answers.started.append(RunStarted(job.queue, job.wire_name, max(self.now - job.run_at_ms, 0)))
         self._attempts[attempt_id] = replace(
             attempt, started_at_ms=self.now, execution_number=decision.execution_number
         )
@@ -248,7 +285,7 @@ class _BatchRun:
         attempt_id = result.attempt_id
         attempt = self._attempts.get(attempt_id)
         if attempt is None:
-            return ResultAnswer(attempt_id, False, reason="unknown attempt")
+            return _refused(attempt_id, _unknown_attempt("result.attempt_id", attempt_id))
         if attempt.outcome is not None:
             # R-14: a repeat gets the first answer and changes nothing. A release is
             # reported too, but it was no result: a result after it is stale (R-11).
@@ -258,12 +295,29 @@ class _BatchRun:
         job = self._current(attempt_id)
         if job is None or job.state is not JobState.RUNNING:
             return ResultAnswer(attempt_id, False, reason="superseded attempt")  # R-11
+        bounds = self.tx.bounds
+        if (
+            result.report.outcome is Outcome.SUCCEEDED
+            and result.output is not None
+            and len(result.output) > bounds.max_output_bytes
+        ):
+            # SPEC §5: rejected before anything is written; the worker then reports
+            # output_too_large as a permanent failure.
+            return _refused(
+                attempt_id, JobOutputTooLarge(job.id, len(result.output), bounds.max_output_bytes)
+            )
         report = _without_nul(result.report)
         decision = decide_result(
-            job.view(), report, self.now, self.ops.config.max_failure_detail_bytes, self.ops.rng
+            job.view(),
+            report,
+            self.now,
+            bounds.max_failure_detail_bytes,
+            self.ops.rng,
+            max_message_bytes=bounds.max_failure_message_bytes,
         )
         output = result.output if decision.job_state is JobState.SUCCEEDED else None
-        self.end_attempt(job, decision, reported=True, output=output, report=report)
+        ran_ms = None if attempt.started_at_ms is None else max(self.now - attempt.started_at_ms, 0)
+        self.end_attempt(job, decision, reported=True, output=output, report=report, ran_ms=ran_ms)
         # A repeat of this result later in the same batch must see it (R-14).
         self._attempts[attempt_id] = replace(
             attempt,
@@ -282,6 +336,8 @@ class _BatchRun:
         reported: bool,
         output: bytes | None = None,
         report: Report | None = None,
+        ran_ms: int | None = None,
+        lease_lapsed: bool = False,
     ) -> None:
         """Writes an attempt's end and the job's next state from one decision."""
         attempt_id = job.current_attempt_id
@@ -293,8 +349,9 @@ class _BatchRun:
             "lease_expires_at_ms": None,
             "unstarted_streak": decision.unstarted_streak,
         }
-        if decision.error_code is not None:
-            values["last_error_code"] = decision.error_code
+        job_code = decision.job_error_code or decision.error_code
+        if job_code is not None:
+            values["last_error_code"] = job_code
         if decision.run_at_ms is not None:
             values["run_at_ms"] = decision.run_at_ms
         if decision.job_state.terminal:
@@ -302,7 +359,7 @@ class _BatchRun:
             self.answers.terminal_job_ids.add(job.id)
         if output is not None:
             values["output"] = output
-        self._change(job, values, decision.error_code or decision.attempt_outcome.value, attempt_id)
+        self._change(job, values, job_code or decision.attempt_outcome.value, attempt_id)
         self._finished.append(
             {
                 "id": attempt_id,
@@ -319,12 +376,17 @@ class _BatchRun:
         )
         if decision.attempt_outcome is Outcome.RELEASED or decision.job_state is JobState.AVAILABLE:
             self.answers.available_changed = True
+        self.answers.ended.append(
+            AttemptEnded(
+                job.queue, job.wire_name, decision.attempt_outcome, decision.job_state, ran_ms, lease_lapsed
+            )
+        )
         if decision.job_state is JobState.SCHEDULED and decision.run_at_ms is not None:
             current = self.answers.next_run_at_ms
             self.answers.next_run_at_ms = min(current, decision.run_at_ms) if current else decision.run_at_ms
 
     def _claim(self, request: ClaimRequest) -> list[Claimed]:
-        limit = min(request.count, self.ops.config.max_claim_batch)
+        limit = self.tx.bounds.clamp_claim_batch(request.count)  # SPEC §5: clamp silently
         if limit <= 0 or not request.wire_names:
             return []
         claimed = []
@@ -359,6 +421,22 @@ class _BatchRun:
         return claimed
 
 
+def _refused(attempt_id: str, error: CoordinatorError) -> ResultAnswer:
+    return ResultAnswer(attempt_id, False, reason=str(error), error=error)
+
+
+def _unknown_attempt(field: str, attempt_id: str) -> CoordinatorError:
+    if not _well_formed(attempt_id):
+        return InvalidArgument(
+            field, f"{quote(attempt_id)} is not an attempt ID (a lowercase UUID)", reason="INVALID_ID"
+        )
+    return NotFound(
+        f"attempt {attempt_id} does not exist (never assigned, or removed by retention)",
+        reason="ATTEMPT_NOT_FOUND",
+        metadata={"attempt_id": attempt_id},
+    )
+
+
 def _well_formed(attempt_id: str) -> bool:
     """Only IDs in the stored form can name an attempt; anything else (a NUL, which
     PostgreSQL refuses outright and would fail the whole batch) is unknown."""
@@ -378,12 +456,14 @@ def _without_nul(report: Report) -> Report:
 
 
 __all__ = [
+    "AttemptEnded",
     "AttemptRecord",
     "BatchAnswers",
     "ClaimRequest",
     "Claimed",
     "ResultAnswer",
     "ResultReport",
+    "RunStarted",
     "StartAnswer",
     "WorkBatch",
     "WorkerOps",

@@ -48,7 +48,7 @@ def postgres_url() -> Iterator[str]:
 def _truncate(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE transitions, attempts, jobs"))
+        conn.execute(text("TRUNCATE transitions, attempts, jobs, tokens, audit_events"))
     engine.dispose()
 
 

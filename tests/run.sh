@@ -40,4 +40,16 @@ if [ -z "${RUNWICK_TEST_PG_ADMIN_URL:-}" ] && ! pg_up; then
   for _ in $(seq 1 30); do pg_up && break; sleep 1; done
 fi
 
+# Observability and deploy tests run a real Prometheus and promtool (Debian's prometheus
+# package) and render manifests with kubectl (Debian's kubernetes-client where missing).
+# They fail, never skip, without them. Our Prometheus runs on its own port; a system
+# service the package may start is never used.
+missing=()
+{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
 exec .venv/bin/python -m pytest "$@"

@@ -15,14 +15,17 @@ from worker_sdk._errors import (
     CoordinatorError,
     CoordinatorUnavailable,
     FailedPrecondition,
+    FieldViolation,
     JobCancelled,
     JobNotFound,
+    MessageTooLarge,
+    PayloadTooLarge,
     PermanentJobFailure,
     PermissionDenied,
     RunwickError,
     Unauthenticated,
 )
-from worker_sdk._info import AttemptInfo, JobInfo, JobState
+from worker_sdk._info import AttemptInfo, JobInfo, JobState, RevealedError
 from worker_sdk._jobs import Upgrader, job
 from worker_sdk._middleware import CallNext, Middleware
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
@@ -42,6 +45,7 @@ __all__ = [
     "EnqueueItem",
     "Failed",
     "FailedPrecondition",
+    "FieldViolation",
     "JobCancelled",
     "JobConfig",
     "JobContext",
@@ -50,11 +54,14 @@ __all__ = [
     "JobResult",
     "JobSettings",
     "JobState",
+    "MessageTooLarge",
     "Middleware",
     "Outcome",
+    "PayloadTooLarge",
     "PermanentJobFailure",
     "PermissionDenied",
     "Retry",
+    "RevealedError",
     "RunwickError",
     "Success",
     "Unauthenticated",

@@ -14,10 +14,11 @@ from typing import Any, Self
 import grpc
 import grpc.aio
 
-from worker_sdk._client_base import ClientBase, EnqueueItem, channel_options, check_job_id
-from worker_sdk._convert import attempt_from_proto, job_from_proto
+from worker_sdk._client_base import ClientBase, EnqueueItem, channel_options, check_id, check_job_id
+from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_from_proto
 from worker_sdk._errors import translated_rpc_errors
-from worker_sdk._info import AttemptInfo, JobInfo, JobState
+from worker_sdk._info import AttemptInfo, JobInfo, JobState, RevealedError
+from worker_sdk._tls import PemSource, channel_credentials
 from worker_sdk.proto.runwick.v1 import job_service_pb2, job_service_pb2_grpc
 
 _DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
@@ -29,7 +30,13 @@ class AsyncClient(ClientBase):
     Args:
         target: The coordinator address, e.g. ``"runwick:7233"``.
         token: Bearer token sent with every call (R-20); None for an insecure coordinator.
-        credentials: TLS channel credentials; None for a plaintext channel.
+            Each call needs its scope (R-21): ``enqueue``, ``read`` (get, wait, lists),
+            ``manage`` (cancel, retry), ``reveal`` (reveal_error).
+        credentials: TLS channel credentials; None for a plaintext channel unless
+            ``ca``/``cert``/``key`` are given.
+        ca: TLS: the CA that signed the coordinator's certificate (path or PEM).
+        cert: Mutual TLS: this client's certificate (path or PEM); needs ``key``.
+        key: Mutual TLS: the private key of ``cert``.
         options: Extra gRPC channel options (they override the defaults).
         rpc_timeout: Deadline of each call except ``wait``; None for none.
 
@@ -44,8 +51,12 @@ class AsyncClient(ClientBase):
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
         rpc_timeout: timedelta | None = _DEFAULT_RPC_TIMEOUT,
+        ca: PemSource | None = None,
+        cert: PemSource | None = None,
+        key: PemSource | None = None,
     ) -> None:
         super().__init__(token=token, rpc_timeout=rpc_timeout)
+        credentials = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
         opts = channel_options(options)
         if credentials is None:
             self._channel = grpc.aio.insecure_channel(target, options=opts)
@@ -137,11 +148,56 @@ class AsyncClient(ClientBase):
                 return
 
     async def attempts(self, job_id: str) -> list[AttemptInfo]:
-        """Returns the job's attempts, oldest first."""
+        """Returns the job's attempts, oldest first, earlier generations included (each
+        carries its ``generation``). Error code and exception type only: see
+        ``reveal_error`` for the text."""
         request = job_service_pb2.ListAttemptsRequest(job_id=check_job_id(job_id))
         with translated_rpc_errors():
             response = await self._stub.ListAttempts(request, **self._call_kwargs())
         return [attempt_from_proto(attempt) for attempt in response.attempts]
+
+    async def cancel(self, job_id: str) -> JobInfo:
+        """Cancels the job (R-8) and returns it as it is after the cancel.
+
+        A job that is not running ends ``cancelled`` at once. A running job comes back
+        still ``running`` with ``cancel_requested`` set: its handler's cancellation fires
+        on the worker and the job ends ``cancelled`` (``wait`` for it), or ``succeeded``
+        if the handler finished first. Needs the ``manage`` scope.
+
+        Raises:
+            FailedPrecondition: The job already ended.
+            JobNotFound: There is no such job.
+        """
+        request = job_service_pb2.CancelJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = await self._stub.CancelJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    async def retry(self, job_id: str) -> JobInfo:
+        """Retries a ``failed`` or ``cancelled`` job by hand (R-9): a new generation with
+        fresh budgets, available at once; earlier attempts stay. Needs ``manage``.
+
+        Raises:
+            FailedPrecondition: The job is in another state.
+            JobNotFound: There is no such job.
+        """
+        request = job_service_pb2.RetryJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = await self._stub.RetryJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    async def reveal_error(self, attempt_id: str) -> RevealedError:
+        """Returns an attempt's exception message and full text (R-22). Needs the
+        ``reveal`` scope; the coordinator audits every reveal.
+
+        Raises:
+            JobNotFound: There is no such attempt.
+            PermissionDenied: The token lacks ``reveal``.
+        """
+        request = job_service_pb2.RevealErrorRequest(attempt_id=check_id("attempt_id", attempt_id))
+        with translated_rpc_errors():
+            response = await self._stub.RevealError(request, **self._call_kwargs())
+        return revealed_from_proto(response)
 
     async def close(self) -> None:
         """Closes the channel; calls in progress are cancelled."""
@@ -170,8 +226,12 @@ class Client(ClientBase):
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
         rpc_timeout: timedelta | None = _DEFAULT_RPC_TIMEOUT,
+        ca: PemSource | None = None,
+        cert: PemSource | None = None,
+        key: PemSource | None = None,
     ) -> None:
         super().__init__(token=token, rpc_timeout=rpc_timeout)
+        credentials = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
         opts = channel_options(options)
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=opts)
@@ -240,11 +300,32 @@ class Client(ClientBase):
                 return
 
     def attempts(self, job_id: str) -> list[AttemptInfo]:
-        """Returns the job's attempts, oldest first."""
+        """Returns the job's attempts, oldest first; see ``AsyncClient.attempts``."""
         request = job_service_pb2.ListAttemptsRequest(job_id=check_job_id(job_id))
         with translated_rpc_errors():
             response = self._stub.ListAttempts(request, **self._call_kwargs())
         return [attempt_from_proto(attempt) for attempt in response.attempts]
+
+    def cancel(self, job_id: str) -> JobInfo:
+        """Cancels the job (R-8); see ``AsyncClient.cancel``."""
+        request = job_service_pb2.CancelJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = self._stub.CancelJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    def retry(self, job_id: str) -> JobInfo:
+        """Retries a failed or cancelled job by hand (R-9); see ``AsyncClient.retry``."""
+        request = job_service_pb2.RetryJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = self._stub.RetryJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    def reveal_error(self, attempt_id: str) -> RevealedError:
+        """Returns an attempt's error text, audited (R-22); see ``AsyncClient.reveal_error``."""
+        request = job_service_pb2.RevealErrorRequest(attempt_id=check_id("attempt_id", attempt_id))
+        with translated_rpc_errors():
+            response = self._stub.RevealError(request, **self._call_kwargs())
+        return revealed_from_proto(response)
 
     def close(self) -> None:
         """Closes the channel."""

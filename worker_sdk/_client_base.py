@@ -23,8 +23,10 @@ WAIT_CALL_MARGIN_S = 10.0
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-    ("grpc.max_send_message_length", 16 * 1024 * 1024),
+    # No client-side size limits (-1): the coordinator sizes its own from its bounds
+    # (SPEC §5), so a request is judged there, with the bound's clear error.
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
 )
 
 
@@ -58,9 +60,14 @@ def channel_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 def check_job_id(job_id: object) -> str:
     """Returns ``job_id`` if it is a non-empty str, else raises ArgumentError."""
-    if not isinstance(job_id, str) or not job_id:
-        raise ArgumentError(f"job_id must be a non-empty str, got {job_id!r}")
-    return job_id
+    return check_id("job_id", job_id)
+
+
+def check_id(name: str, value: object) -> str:
+    """Returns ``value`` if it is a non-empty str, else raises ArgumentError."""
+    if not isinstance(value, str) or not value:
+        raise ArgumentError(f"{name} must be a non-empty str, got {value!r}")
+    return value
 
 
 class ClientBase:

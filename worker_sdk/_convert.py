@@ -8,11 +8,11 @@ from typing import Any, cast
 from google.protobuf import duration_pb2
 
 from worker_sdk._errors import CoordinatorError
-from worker_sdk._info import AttemptInfo, JobInfo, JobState
+from worker_sdk._info import AttemptInfo, JobInfo, JobState, RevealedError
 from worker_sdk._pipeline import RunReport
 from worker_sdk._results import Outcome
 from worker_sdk._settings import JobSettings
-from worker_sdk.proto.runwick.v1 import job_pb2, worker_service_pb2
+from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2, worker_service_pb2
 
 _STATE_PREFIX = "JOB_STATE_"
 _OUTCOME_PREFIX = "OUTCOME_"
@@ -119,6 +119,7 @@ def job_from_proto(message: job_pb2.Job) -> JobInfo:
         last_error_code=message.last_error_code or None,
         output=bytes(message.output) or None,
         parent_ids=tuple(message.parent_ids),
+        cancel_requested=message.cancel_requested,
     )
 
 
@@ -137,6 +138,19 @@ def attempt_from_proto(message: job_pb2.Attempt) -> AttemptInfo:
         error_code=message.error_code or None,
         exception_type=message.exception_type or None,
         retry_delay=optional_timedelta(message, "retry_delay"),
+    )
+
+
+def revealed_from_proto(message: job_service_pb2.RevealErrorResponse) -> RevealedError:
+    """A RevealedError from a RevealError answer."""
+    return RevealedError(
+        attempt_id=message.attempt_id,
+        job_id=message.job_id,
+        generation=message.generation,
+        error_code=message.error_code or None,
+        exception_type=message.exception_type or None,
+        message=message.message,
+        detail=message.detail,
     )
 
 

@@ -18,16 +18,28 @@ from worker_sdk._config import WorkerConfig
 from worker_sdk._context import CAUSE_CANCELLED, CAUSE_LOST, CAUSE_SHUTDOWN, JobContext
 from worker_sdk._convert import duration, optional_timedelta, result_message
 from worker_sdk._heartbeat import Heartbeater
+from worker_sdk._logging import job_log_context
+from worker_sdk._metrics import NO_RESULT, WorkerMetrics
 from worker_sdk._middleware import Middleware
-from worker_sdk._pipeline import CODE_WORKER_SHUTDOWN, HandlerDef, PipelineRun, RunReport, execute
+from worker_sdk._pipeline import (
+    CODE_OUTPUT_TOO_LARGE,
+    CODE_WORKER_SHUTDOWN,
+    HandlerDef,
+    PipelineRun,
+    RunReport,
+    execute,
+)
 from worker_sdk._pipeline import report_exception as _report_exception
 from worker_sdk._results import Outcome
 from worker_sdk._runs import Phase, Run, RunTable
 from worker_sdk._session import Session
+from worker_sdk.proto.runwick.v1 import job_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
+REJECTED_OUTPUT_TOO_LARGE = "OUTPUT_TOO_LARGE"
+"""The ResultAck reason of a success whose output is over the coordinator's limit."""
 _PIPELINE_SLACK_S = 1.0
 """Extra wait for interrupted pipelines beyond the grace (they return within it)."""
 
@@ -41,8 +53,10 @@ class Engine:
         handlers: Mapping[str, HandlerDef],
         middleware: Sequence[Middleware],
         executor: Executor,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._metrics = metrics
         self._handlers = dict(handlers)
         self._middleware = tuple(middleware)
         self._executor = executor
@@ -54,6 +68,7 @@ class Engine:
             lease=config.lease,
             send=self._send,
             on_silence=self._restart_stream,
+            metrics=metrics,
         )
         self._draining = False
         self._stopping = False
@@ -143,7 +158,12 @@ class Engine:
         if run is None or run.phase is Phase.RUNNING:
             return
         if not answer.granted:
-            logger.info("start of attempt %s refused (%s)", answer.attempt_id, answer.reason or "no reason")
+            logger.info(
+                "start of attempt %s refused (%s)",
+                answer.attempt_id,
+                answer.reason or "no reason",
+                extra=_ids(run),
+            )
             del self.table.runs[run.attempt_id]
             self._replenish()
             return
@@ -163,7 +183,9 @@ class Engine:
             run = self.table.runs.get(attempt_id)
             if run is None or run.lost:
                 continue
-            logger.warning("coordinator no longer recognises attempt %s; cancelling it", attempt_id)
+            logger.warning(
+                "coordinator no longer recognises attempt %s; cancelling it", attempt_id, extra=_ids(run)
+            )
             if run.phase is Phase.RUNNING and run.ctx is not None:
                 run.lost = True
                 run.ctx._cancel(CAUSE_LOST)
@@ -172,17 +194,37 @@ class Engine:
         self._replenish()
 
     def _on_result_ack(self, ack: pb.ResultAck) -> None:
-        if self.table.unacked.pop(ack.attempt_id, None) is None:
+        sent = self.table.unacked.pop(ack.attempt_id, None)
+        if sent is None:
             return
         if ack.status == pb.ResultAck.STATUS_STALE:
             logger.info("result of attempt %s was stale (superseded attempt)", ack.attempt_id)
+        elif ack.status == pb.ResultAck.STATUS_REJECTED:
+            if ack.reason == REJECTED_OUTPUT_TOO_LARGE and sent.result.outcome == job_pb2.OUTCOME_SUCCEEDED:
+                # SPEC §5: the coordinator's max_output_bytes is below this worker's; the
+                # job fails permanently with output_too_large, as if the SDK had caught it.
+                logger.warning(
+                    "attempt %s: output over the coordinator's limit; reporting %s",
+                    ack.attempt_id,
+                    CODE_OUTPUT_TOO_LARGE,
+                )
+                report = RunReport(
+                    Outcome.PERMANENT_FAILURE, error_code=CODE_OUTPUT_TOO_LARGE, message=ack.message
+                )
+                replacement = result_message(ack.attempt_id, report)
+                self.table.unacked[ack.attempt_id] = replacement
+                self._send(replacement)
+                return
+            # Resending the same result cannot succeed: drop it; the lease lapses (R-5).
+            logger.error("result of attempt %s rejected (%s): %s", ack.attempt_id, ack.reason, ack.message)
         self._replenish()
 
     def _on_cancel(self, cancel: pb.Cancel) -> None:
         run = self.table.runs.get(cancel.attempt_id)
-        if run is None:
+        # The coordinator repeats a cancel with each heartbeat answer until the run ends.
+        if run is None or run.cancel_requested or (run.ctx is not None and run.ctx.cancelled):
             return
-        logger.info("attempt %s cancelled by the coordinator", cancel.attempt_id)
+        logger.info("attempt %s cancelled by the coordinator", cancel.attempt_id, extra=_ids(run))
         if run.ctx is not None:
             run.ctx._cancel(CAUSE_CANCELLED)
         else:
@@ -226,12 +268,34 @@ class Engine:
             max_output_bytes=self._config.max_output_bytes,
             executor=self._executor,
         )
-        try:
-            report = await execute(pipeline_run)
-        except Exception as error:  # a bug in the pipeline must not kill the worker
-            logger.error("pipeline failed for attempt %s (%s)", run.attempt_id, type(error).__name__)
-            report = _report_exception(error)
-        self._finish(run, None if run.lost else report)
+        metrics = self._metrics
+        labels = (assignment.queue, assignment.wire_name)
+        if metrics is not None:
+            metrics.in_flight.labels(*labels).inc()
+        started = asyncio.get_running_loop().time()
+        # Every log line of the run (middleware, handler threads too) names its job.
+        with job_log_context(
+            job_id=assignment.job_id,
+            attempt_id=assignment.attempt_id,
+            wire_name=assignment.wire_name,
+            queue=assignment.queue,
+        ):
+            try:
+                report = await execute(pipeline_run)
+            except Exception as error:  # a bug in the pipeline must not kill the worker
+                logger.error("pipeline failed for attempt %s (%s)", run.attempt_id, type(error).__name__)
+                report = _report_exception(error)
+            finally:
+                if metrics is not None:
+                    metrics.in_flight.labels(*labels).dec()
+        if run.lost:
+            report = None
+        if metrics is not None:
+            outcome = NO_RESULT if report is None else report.outcome.value
+            metrics.jobs.labels(*labels, outcome).inc()
+            elapsed = asyncio.get_running_loop().time() - started
+            metrics.handler_duration.labels(*labels, outcome).observe(elapsed)
+        self._finish(run, report)
 
     def _finish(self, run: Run, report: RunReport | None) -> None:
         table = self.table
@@ -240,7 +304,13 @@ class Engine:
             message = result_message(run.attempt_id, report)
             table.unacked[run.attempt_id] = message
             self._send(message)
-            logger.debug("attempt %s finished: %s %s", run.attempt_id, report.outcome, report.error_code)
+            logger.debug(
+                "attempt %s finished: %s %s",
+                run.attempt_id,
+                report.outcome,
+                report.error_code,
+                extra=_ids(run),
+            )
         self._replenish()
         table.notify()
 
@@ -315,3 +385,8 @@ class Engine:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task})
+
+
+def _ids(run: Run) -> dict[str, str]:
+    """Log ``extra`` naming a run's job and attempt (structured logs carry them as fields)."""
+    return {"job_id": run.assignment.job_id, "attempt_id": run.attempt_id}

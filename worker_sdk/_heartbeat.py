@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from worker_sdk._convert import duration
+from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._runs import RunTable
 from worker_sdk.proto.runwick.v1 import worker_service_pb2
 
@@ -32,8 +33,10 @@ class Heartbeater:
         lease: timedelta,
         send: Callable[[worker_service_pb2.WorkerMessage], bool],
         on_silence: Callable[[], None],
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._table = table
+        self._metrics = metrics
         self._interval_s = interval.total_seconds()
         self._silence_limit_s = max(self._interval_s, lease.total_seconds() / 2)
         self._lease = lease
@@ -58,6 +61,7 @@ class Heartbeater:
                     self._silence_limit_s,
                 )
                 self._sent_at = None
+                self._failed("unanswered")
                 self._on_silence()
             return
         attempt_ids = self._table.heartbeat_ids()
@@ -68,6 +72,12 @@ class Heartbeater:
         )
         if self._send(message):
             self._sent_at = now
+        else:
+            self._failed("not_sent")
+
+    def _failed(self, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.heartbeat_failures.labels(reason).inc()
 
     def answered(self) -> None:
         """Records a HeartbeatAnswer."""

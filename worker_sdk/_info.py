@@ -62,6 +62,8 @@ class JobInfo:
     last_error_code: str | None = None
     output: bytes | None = None
     parent_ids: tuple[str, ...] = ()
+    cancel_requested: bool = False
+    """A cancel reached the job while it ran; it ends cancelled unless the run succeeds."""
 
     @property
     def terminal(self) -> bool:
@@ -88,3 +90,18 @@ class AttemptInfo:
     exception_type: str | None = None
     retry_delay: timedelta | None = None
     """The delay chosen before the next try, if the job was retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class RevealedError:
+    """An attempt's error text, from ``reveal_error``: every reveal is audited (R-22)."""
+
+    attempt_id: str
+    job_id: str
+    generation: int
+    error_code: str | None
+    exception_type: str | None
+    message: str
+    """The exception message; empty when the attempt recorded none."""
+    detail: str
+    """The full exception text (traceback), capped with a truncation marker."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import grpc
 
 from worker_sdk._errors import rpc_status
+from worker_sdk._metrics import WorkerMetrics
 from worker_sdk.proto.runwick.v1 import worker_service_pb2, worker_service_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ class Session:
         hello_timeout: timedelta,
         reconnect_initial_delay: timedelta,
         reconnect_max_delay: timedelta,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._stub: Any = worker_service_pb2_grpc.WorkerServiceStub(channel)
         self._handler = handler
         self._metadata = metadata
@@ -127,6 +130,8 @@ class Session:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), pause_s)
+            if self._metrics is not None and not self._closing:
+                self._metrics.reconnects.inc()
 
     async def _serve_once(self) -> None:
         outbox: asyncio.Queue[worker_service_pb2.WorkerMessage | None] = asyncio.Queue()
@@ -142,6 +147,8 @@ class Session:
                 raise ProtocolViolation(f"first message was {first.WhichOneof('kind')}, not welcome")
             self.generation += 1
             self._outbox = outbox
+            if self._metrics is not None:
+                self._metrics.connected.inc()
             logger.info("connected to coordinator %s", first.welcome.coordinator_id)
             self._handler.on_ready(first.welcome)
             async for message in responses:
@@ -151,6 +158,8 @@ class Session:
             self._outbox = None
             call.cancel()
             if was_ready:
+                if self._metrics is not None:
+                    self._metrics.connected.dec()
                 self._handler.on_closed()
 
     def _log_end(self, attempt: asyncio.Task[None]) -> None:

@@ -11,17 +11,21 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 import grpc.aio
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
 from worker_sdk._client_base import auth_metadata, channel_options
 from worker_sdk._config import WorkerConfig, build_config
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
+from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._middleware import Middleware
 from worker_sdk._pipeline import HandlerDef
 from worker_sdk._session import Session
+from worker_sdk._tls import PemSource, channel_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +64,17 @@ class Worker:
         hello_timeout: How long to wait for the coordinator's Welcome.
         ack_timeout: How long shutdown waits for the last results to be acknowledged.
         middleware: Middleware around every handler call, first outermost (R-6).
-        credentials: TLS channel credentials; None for a plaintext channel.
+        credentials: TLS channel credentials; None for a plaintext channel unless
+            ``ca``/``cert``/``key`` are given.
+        ca: TLS: the CA that signed the coordinator's certificate (path or PEM).
+        cert: Mutual TLS: this worker's certificate (path or PEM); needs ``key``.
+        key: Mutual TLS: the private key of ``cert``.
         options: Extra gRPC channel options.
+        metrics_registry: The Prometheus registry the worker's metrics go on; default
+            prometheus_client's default registry (what the host service exposes).
+        metrics_port: Also serve that registry's ``/metrics`` on this HTTP port from
+            ``start`` to ``stop`` (0 picks a free one); None serves nothing.
+        metrics_host: The address ``metrics_port`` listens on.
 
     Raises:
         ValueError: An argument is out of range.
@@ -86,7 +99,13 @@ class Worker:
         ack_timeout: timedelta = timedelta(seconds=5),
         middleware: Sequence[Middleware] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        ca: PemSource | None = None,
+        cert: PemSource | None = None,
+        key: PemSource | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        metrics_registry: CollectorRegistry | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
     ) -> None:
         self._target = target
         self._metadata = auth_metadata(token)
@@ -104,8 +123,14 @@ class Worker:
             hello_timeout=hello_timeout,
             ack_timeout=ack_timeout,
         )
-        self._credentials = credentials
+        self._credentials = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
         self._options = channel_options(options)
+        if metrics_port is not None and not 0 <= metrics_port <= 65_535:
+            raise ValueError(f"metrics_port must be 0 to 65535 or None, got {metrics_port!r}")
+        self._metrics_registry = metrics_registry
+        self._metrics = WorkerMetrics.for_registry(metrics_registry)
+        self._metrics_address = (metrics_host, metrics_port)
+        self._metrics_server: WSGIServer | None = None
         self._handlers: dict[str, HandlerDef] = {}
         self._middleware: list[Middleware] = list(middleware)
         self._engine: Engine | None = None
@@ -119,6 +144,11 @@ class Worker:
     def worker_id(self) -> str:
         """This worker's ID, sent in every Hello."""
         return self._config.worker_id
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port ``/metrics`` is served on while running, if ``metrics_port`` was given."""
+        return None if self._metrics_server is None else int(self._metrics_server.server_port)
 
     @property
     def connected(self) -> bool:
@@ -162,17 +192,23 @@ class Worker:
 
         Raises:
             RuntimeError: No handler is registered, or the worker was already started.
+            OSError: ``metrics_port`` cannot be bound.
         """
         self._check_not_started("start again")
         if not self._handlers:
             raise RuntimeError("register at least one handler before starting the worker")
         config = self._config
+        host, port = self._metrics_address
+        if port is not None and self._metrics_server is None:
+            registry = self._metrics_registry if self._metrics_registry is not None else REGISTRY
+            self._metrics_server, _ = start_http_server(port, host, registry=registry)
+            logger.info("worker metrics on http://%s:%d/metrics", host, self.metrics_port)
         self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="runwick-handler")
         if self._credentials is None:
             self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
         else:
             self._channel = grpc.aio.secure_channel(self._target, self._credentials, options=self._options)
-        engine = Engine(config, self._handlers, self._middleware, self._executor)
+        engine = Engine(config, self._handlers, self._middleware, self._executor, self._metrics)
         session = Session(
             self._channel,
             engine,
@@ -180,6 +216,7 @@ class Worker:
             hello_timeout=config.hello_timeout,
             reconnect_initial_delay=config.reconnect_initial_delay,
             reconnect_max_delay=config.reconnect_max_delay,
+            metrics=self._metrics,
         )
         engine.attach(session)
         self._engine, self._session = engine, session
@@ -221,6 +258,11 @@ class Worker:
                 await self._channel.close(None)
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
+            if self._metrics_server is not None:
+                # shutdown() waits for the serving thread's poll: not on the event loop.
+                await asyncio.to_thread(self._metrics_server.shutdown)
+                self._metrics_server.server_close()
+                self._metrics_server = None
             logger.info("worker %s stopped", self._config.worker_id)
 
     def run(self) -> None:

@@ -12,6 +12,13 @@ from coordinator.service import DEFAULT_QUEUE, NewJobSpec
 from coordinator.store import AttemptRecord, JobRecord
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
 
+NANOS_PER_MS = 1_000_000
+NANOS_PER_SECOND = 1_000_000_000
+MAX_DURATION_SECONDS = 315_576_000_000
+"""google.protobuf.Duration's documented range: about 10,000 years."""
+MIN_TIMESTAMP_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
+MAX_TIMESTAMP_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
+
 _STATE_TO_PB = {state: job_pb2.JobState.Value(f"JOB_STATE_{state.name}") for state in JobState}
 _PB_TO_STATE = {value: state for state, value in _STATE_TO_PB.items()}
 _OUTCOME_TO_PB = {outcome: job_pb2.Outcome.Value(f"OUTCOME_{outcome.name}") for outcome in Outcome}
@@ -29,14 +36,45 @@ def duration(ms: int) -> Duration:
 
 
 def duration_ms(value: Duration, field: str, *, index: int | None = None) -> int:
-    """Whole milliseconds of a Duration; rejects sub-millisecond precision."""
-    if value.nanos % 1_000_000:
-        raise InvalidArgument(field, "must be a whole number of milliseconds", index=index)
-    return value.seconds * 1000 + value.nanos // 1_000_000
+    """Whole milliseconds of a Duration; rejects invalid Durations and sub-millisecond
+    precision (settings, leases and timeouts are whole milliseconds)."""
+    seconds, nanos = value.seconds, value.nanos
+    if (
+        abs(seconds) > MAX_DURATION_SECONDS
+        or abs(nanos) >= NANOS_PER_SECOND
+        or (seconds > 0 > nanos)
+        or (seconds < 0 < nanos)
+    ):
+        raise InvalidArgument(
+            field,
+            f"is not a valid Duration (seconds={seconds}, nanos={nanos}): seconds within "
+            "±315,576,000,000, nanos within ±999,999,999 and of the same sign",
+            index=index,
+            reason="INVALID_DURATION",
+        )
+    if nanos % NANOS_PER_MS:
+        raise InvalidArgument(
+            field,
+            f"must be a whole number of milliseconds, got {seconds} s {nanos} ns",
+            index=index,
+            reason="INVALID_DURATION",
+        )
+    return seconds * 1000 + nanos // NANOS_PER_MS
 
 
-def timestamp_ms(value: Timestamp) -> int:
-    return value.seconds * 1000 + value.nanos // 1_000_000
+def timestamp_ms(value: Timestamp, field: str = "timestamp", *, index: int | None = None) -> int:
+    """Milliseconds since the epoch; rejects Timestamps outside years 1-9999."""
+    if not MIN_TIMESTAMP_SECONDS <= value.seconds <= MAX_TIMESTAMP_SECONDS or not (
+        0 <= value.nanos < NANOS_PER_SECOND
+    ):
+        raise InvalidArgument(
+            field,
+            f"is not a valid Timestamp (seconds={value.seconds}, nanos={value.nanos}): it must lie "
+            "in 0001-01-01..9999-12-31 with nanos 0..999,999,999",
+            index=index,
+            reason="INVALID_TIMESTAMP",
+        )
+    return value.seconds * 1000 + value.nanos // NANOS_PER_MS
 
 
 def state_to_pb(state: JobState) -> int:
@@ -48,7 +86,9 @@ def state_from_pb(value: int, field: str) -> JobState | None:
     if value == job_pb2.JOB_STATE_UNSPECIFIED:
         return None
     if value not in _PB_TO_STATE:
-        raise InvalidArgument(field, f"unknown job state {value}")
+        raise InvalidArgument(
+            field, f"unknown job state {value}; leave it unset or use a JobState value", reason="UNKNOWN_ENUM"
+        )
     return _PB_TO_STATE[value]
 
 
@@ -75,17 +115,16 @@ def settings_layer(settings: job_pb2.JobSettings, index: int) -> SettingsLayer:
 
 
 def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
-    if job.parent_ids:
-        raise InvalidArgument("parent_ids", "job dependencies are not supported yet", index=index)
     return NewJobSpec(
         wire_name=job.wire_name,
         payload=job.payload,
         queue=job.queue or DEFAULT_QUEUE,
         payload_version=job.payload_version,
         priority=job.priority,
-        run_at_ms=timestamp_ms(job.run_at) if job.HasField("run_at") else None,
+        run_at_ms=timestamp_ms(job.run_at, "run_at", index=index) if job.HasField("run_at") else None,
         idempotency_key=job.idempotency_key or None,
         settings=settings_layer(job.settings, index),
+        parent_ids=tuple(job.parent_ids),
     )
 
 
@@ -119,6 +158,7 @@ def job_to_pb(job: JobRecord, *, include_blobs: bool = True) -> job_pb2.Job:
         created_at=timestamp(job.created_at_ms),
         updated_at=timestamp(job.updated_at_ms),
         last_error_code=job.last_error_code or "",
+        cancel_requested=job.cancel_requested,
     )
     if include_blobs:
         message.payload = job.payload

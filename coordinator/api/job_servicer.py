@@ -11,8 +11,10 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 
 from coordinator.api import convert
+from coordinator.api.auth import current_actor
 from coordinator.dispatch import Dispatcher
 from coordinator.errors import InvalidArgument
+from coordinator.manage import ManagementService
 from coordinator.service import JobsService
 from coordinator.watch import TerminalWatch
 from worker_sdk.proto.runwick.v1 import job_service_pb2 as pb
@@ -34,7 +36,9 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         watch: TerminalWatch,
         executor: Executor,
         recheck_s: float,
+        manage: ManagementService,
     ) -> None:
+        self.manage = manage
         self.service = service
         self.dispatcher = dispatcher
         self.watch = watch
@@ -63,8 +67,6 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         return pb.GetJobResponse(job=convert.job_to_pb(job))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
-        if request.page_size < 0:
-            raise InvalidArgument("page_size", "must not be negative")
         jobs, token = await self._call(
             self.service.list_jobs,
             queue=request.queue or None,
@@ -88,7 +90,9 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         if request.HasField("timeout"):
             timeout_ms = convert.duration_ms(request.timeout, "timeout")
             if not 0 <= timeout_ms <= MAX_WAIT_MS:
-                raise InvalidArgument("timeout", f"must be 0 to 1 h, got {timeout_ms} ms")
+                raise InvalidArgument(
+                    "timeout", f"must be 0 to 1 h, got {timeout_ms} ms", reason="INVALID_DURATION"
+                )
         job = await self._call(self.service.get_job, request.id)
         event = self.watch.register(job.id)
         loop = asyncio.get_running_loop()
@@ -106,3 +110,28 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         finally:
             self.watch.unregister(job.id, event)
         return pb.WaitJobResponse(job=convert.job_to_pb(job), terminal=job.state.terminal)
+
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
+        cancelled = await self._call(self.manage.cancel, request.id, current_actor(context))
+        if cancelled.push is not None:
+            self.dispatcher.cancel_attempt(cancelled.push.worker_id, cancelled.push.attempt_id)
+        if cancelled.job.state.terminal:
+            self.watch.finished([cancelled.job.id])
+        return pb.CancelJobResponse(job=convert.job_to_pb(cancelled.job))
+
+    async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:
+        job = await self._call(self.manage.retry, request.id, current_actor(context))
+        self.dispatcher.jobs_available()
+        return pb.RetryJobResponse(job=convert.job_to_pb(job))
+
+    async def RevealError(self, request: pb.RevealErrorRequest, context: Context) -> pb.RevealErrorResponse:
+        attempt = await self._call(self.manage.reveal_error, request.attempt_id, current_actor(context))
+        return pb.RevealErrorResponse(
+            attempt_id=attempt.id,
+            job_id=attempt.job_id,
+            generation=attempt.generation,
+            error_code=attempt.error_code or "",
+            exception_type=attempt.exception_type or "",
+            message=attempt.message or "",
+            detail=attempt.detail or "",
+        )

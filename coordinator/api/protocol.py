@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator.api.convert import PB_TO_OUTCOME, duration, duration_ms, state_to_pb, timestamp
+from coordinator.api.errors import MAX_STATUS_MESSAGE_BYTES
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.states import WORKER_OUTCOMES
+from coordinator.domain.text import TRUNCATION_MARKER, truncate_utf8
 from coordinator.errors import InvalidArgument
 from coordinator.worker_ops import Claimed, ResultAnswer, ResultReport, StartAnswer
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
@@ -18,10 +20,15 @@ Message = pb.CoordinatorMessage
 
 
 def result_report(result: pb.Result) -> ResultReport:
-    """Raises InvalidArgument for an outcome a worker may not report."""
+    """Raises InvalidArgument for an outcome a worker may not report or a bad delay."""
     outcome = PB_TO_OUTCOME.get(result.outcome)
     if outcome not in WORKER_OUTCOMES or outcome is None:
-        raise InvalidArgument("result.outcome", f"a worker cannot report outcome {result.outcome}")
+        raise InvalidArgument(
+            "result.outcome",
+            f"a worker cannot report outcome {result.outcome}; report one of "
+            + ", ".join(sorted(f"OUTCOME_{o.name}" for o in WORKER_OUTCOMES)),
+            reason="UNKNOWN_ENUM",
+        )
     retry_delay = None
     if result.HasField("retry_delay"):
         retry_delay = duration_ms(result.retry_delay, "result.retry_delay")
@@ -60,10 +67,18 @@ def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
 
 
 def result_ack(answer: ResultAnswer) -> Message:
+    """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (SPEC §5)."""
     ack = pb.ResultAck(
         attempt_id=answer.attempt_id,
         status=pb.ResultAck.STATUS_ACCEPTED if answer.accepted else pb.ResultAck.STATUS_STALE,
     )
+    if not answer.accepted:
+        ack.message = truncate_utf8(answer.reason, MAX_STATUS_MESSAGE_BYTES, TRUNCATION_MARKER)
+        ack.reason = "STALE"
+    if answer.error is not None:
+        ack.status = pb.ResultAck.STATUS_REJECTED
+        ack.reason = answer.error.reason
+        ack.metadata.update(answer.error.metadata)
     if answer.job_state is not None:
         ack.job_state = state_to_pb(answer.job_state)  # type: ignore[assignment]
     if answer.retry_delay_ms is not None:
@@ -88,6 +103,11 @@ def assignment(claimed: Claimed) -> Message:
     if job.execution_timeout_ms is not None:
         message.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
     return Message(assignment=message)
+
+
+def cancel(attempt_id: str, reason: str) -> Message:
+    """R-8: asks the worker to cancel the handler's run of ``attempt_id``."""
+    return Message(cancel=pb.Cancel(attempt_id=attempt_id, reason=reason))
 
 
 def drain(timeout_s: float) -> Message:

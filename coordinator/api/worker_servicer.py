@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from coordinator.api import protocol
+from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
 from coordinator.dispatch import Dispatcher, WorkerSession
-from coordinator.errors import InvalidArgument
+from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument, Unavailable
 from coordinator.service import DEFAULT_QUEUE
-from coordinator.validation import check_name
+from coordinator.validation import MAX_NAME_UTF16_UNITS, check_name, check_worker_id
 from coordinator.worker_ops import ResultAnswer
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
@@ -29,32 +31,51 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE_MS = 60_000
 LEASE_RANGE_MS = (100, 24 * 3_600_000)
 MAX_CAPACITY = 10_000
+MAX_HELLO_NAMES = 1_000
+"""Most queues, and most wire names, one Hello may list (each claim binds them all)."""
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, dispatcher: Dispatcher, coordinator_id: str, hello_timeout_s: float) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        coordinator_id: str,
+        hello_timeout_s: float,
+        max_stream_age_s: float | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
         self.coordinator_id = coordinator_id
         self.hello_timeout_s = hello_timeout_s
+        self.max_stream_age_s = max_stream_age_s
+        """Streams are ended cleanly after about this long (SPEC §8), before the
+        transport's maximum connection age would cut them."""
 
     async def Connect(
         self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.CoordinatorMessage]:
+        # Errors raised here end the stream with their status (api.errors.ErrorInterceptor).
         if self.dispatcher.draining:
             # Shutting down: send the worker to another replica (or to our successor).
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "coordinator is shutting down")
+            raise Unavailable("coordinator is shutting down; connect again", reason="SHUTTING_DOWN")
         try:
             first = await asyncio.wait_for(anext(request_iterator, None), self.hello_timeout_s)
         except TimeoutError:
             first = None  # a stream that never says hello must not hold a slot forever
         if first is None or first.WhichOneof("kind") != "hello":
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, "the first message on the stream must be hello"
+            raise FailedPrecondition(
+                "the first message on the stream must be hello (send Hello, then wait for Welcome)",
+                reason="HELLO_REQUIRED",
             )
-        try:
-            session = _session(first.hello)
-        except InvalidArgument as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        session = _session(first.hello, self.dispatcher.ops.store.bounds.max_wire_name_length)
+        principal = current_principal()
+        if not principal.may_work(session.queues):
+            allowed = ", ".join(sorted(principal.queues or ()))
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"token {principal.name!r} ({principal.token_id}) may take jobs from queues "
+                f"[{allowed}] only, not [{', '.join(session.queues)}]",
+            )
+        session.token_id = principal.token_id
         self.dispatcher.open(session)
         log.info(
             "worker %s connected (queues %s, capacity %d)",
@@ -63,6 +84,12 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             session.capacity,
         )
         reader = asyncio.create_task(self._read(session, request_iterator))
+        retire: asyncio.TimerHandle | None = None
+        if self.max_stream_age_s is not None:
+            # A clean end (no assignment lost in a cut); the worker reconnects, perhaps to
+            # another replica. Jitter keeps a fleet from reconnecting all at once.
+            age_s = self.max_stream_age_s * random.uniform(0.9, 1.0)
+            retire = asyncio.get_running_loop().call_later(age_s, self.dispatcher.retire, session)
         try:
             yield protocol.welcome(self.coordinator_id)
             while True:
@@ -70,71 +97,114 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 if message is None:
                     break
                 yield message  # type: ignore[misc]
+            # A protocol violation ends the reader, and the stream with its status.
+            violation = reader.result() if reader.done() and not reader.cancelled() else None
+            if violation is not None:
+                raise violation
         finally:
+            if retire is not None:
+                retire.cancel()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
             self.dispatcher.close(session)
             log.info("worker %s disconnected", session.worker_id)
 
-    async def _read(self, session: WorkerSession, messages: AsyncIterator[pb.WorkerMessage]) -> None:
+    async def _read(
+        self, session: WorkerSession, messages: AsyncIterator[pb.WorkerMessage]
+    ) -> CoordinatorError | None:
+        """Hands every message to the dispatcher; returns the protocol violation that
+        ended the stream, if one did."""
         try:
             async for message in messages:
                 self._handle(session, message)
+        except CoordinatorError as exc:
+            log.warning(
+                "worker %s: stream ended for a protocol violation (%s)", session.worker_id, exc.reason
+            )
+            return exc
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("worker %s: stream reader failed", session.worker_id)
         finally:
             session.close()
+        return None
 
     def _handle(self, session: WorkerSession, message: pb.WorkerMessage) -> None:
+        """One worker message. A message out of order or malformed for the stream as a
+        whole raises (the stream ends with FAILED_PRECONDITION or INVALID_ARGUMENT); one
+        about an attempt this coordinator does not know is answered per message instead
+        (start refused, result rejected, heartbeat: lost), since a reconnecting worker
+        rightly names attempts it was assigned on an earlier stream."""
         kind = message.WhichOneof("kind")
         dispatcher = self.dispatcher
         if kind == "credit":
-            dispatcher.add_credit(session, message.credit.count)
+            count = message.credit.count
+            if count < 0:
+                raise InvalidArgument(
+                    "credit.count", f"must be 0 or more, got {count}", reason="OUT_OF_RANGE"
+                )
+            dispatcher.add_credit(session, count)  # clamped to the Hello capacity
         elif kind == "start":
             dispatcher.start(session, message.start.attempt_id)
         elif kind == "heartbeat":
+            attempt_ids = list(message.heartbeat.attempt_ids)
+            if len(attempt_ids) > MAX_CAPACITY:
+                raise InvalidArgument(
+                    "heartbeat.attempt_ids",
+                    f"{len(attempt_ids)} attempts, over the limit of {MAX_CAPACITY}",
+                    reason="OUT_OF_RANGE",
+                )
             lease_ms = session.lease_ms
             if message.heartbeat.HasField("lease"):
-                try:
-                    lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
-                except InvalidArgument as exc:
-                    log.warning("worker %s: %s; using its hello lease", session.worker_id, exc)
-            dispatcher.heartbeat(session, list(message.heartbeat.attempt_ids), lease_ms)
+                lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
+            dispatcher.heartbeat(session, attempt_ids, lease_ms)
         elif kind == "result":
             try:
                 dispatcher.result(session, protocol.result_report(message.result))
             except InvalidArgument as exc:
-                log.warning("worker %s: rejected result: %s", session.worker_id, exc)
-                session.send(
-                    protocol.result_ack(ResultAnswer(message.result.attempt_id, False, reason=str(exc)))
-                )
+                log.warning("worker %s: rejected a result (%s)", session.worker_id, exc.reason)
+                answer = ResultAnswer(message.result.attempt_id, False, reason=str(exc), error=exc)
+                session.send(protocol.result_ack(answer))
         elif kind == "release":
             dispatcher.release(session, message.release.attempt_id)
+        elif kind == "hello":
+            raise FailedPrecondition(
+                "hello may be sent only once, as the stream's first message", reason="STREAM_OUT_OF_ORDER"
+            )
         else:
-            log.warning("worker %s sent an unexpected %s message; ignored", session.worker_id, kind)
+            raise InvalidArgument(
+                "kind",
+                "the message sets none of credit, start, heartbeat, result, release "
+                "(empty, or a kind this coordinator does not know)",
+                reason="UNKNOWN_MESSAGE",
+            )
 
 
 def _lease_ms(value: Any, field: str) -> int:
     lease = duration_ms(value, field)
     low, high = LEASE_RANGE_MS
     if not low <= lease <= high:
-        raise InvalidArgument(field, f"must be {low} ms to 24 h, got {lease} ms")
+        raise InvalidArgument(field, f"must be {low} ms to 24 h, got {lease} ms", reason="INVALID_DURATION")
     return lease
 
 
-def _session(hello: pb.Hello) -> WorkerSession:
-    if not hello.worker_id or len(hello.worker_id) > 256:
-        raise InvalidArgument("hello.worker_id", "must be 1 to 256 characters")
+def _session(hello: pb.Hello, max_name_length: int) -> WorkerSession:
+    check_worker_id("hello.worker_id", hello.worker_id)
     queues = tuple(dict.fromkeys(hello.queues)) or (DEFAULT_QUEUE,)
-    for queue in queues:
-        check_name("hello.queues", queue)
     wire_names = tuple(dict.fromkeys(hello.wire_names))
-    for name in wire_names:
-        check_name("hello.wire_names", name)
+    for field, names in (("hello.queues", queues), ("hello.wire_names", wire_names)):
+        if len(names) > MAX_HELLO_NAMES:
+            raise InvalidArgument(
+                field, f"{len(names)} names, over the limit of {MAX_HELLO_NAMES}", reason="OUT_OF_RANGE"
+            )
+        for name in names:
+            limit = max_name_length if field == "hello.wire_names" else MAX_NAME_UTF16_UNITS
+            check_name(field, name, max_length=limit)
     if not 1 <= hello.capacity <= MAX_CAPACITY:
-        raise InvalidArgument("hello.capacity", f"must be 1 to {MAX_CAPACITY}, got {hello.capacity}")
+        raise InvalidArgument(
+            "hello.capacity", f"must be 1 to {MAX_CAPACITY}, got {hello.capacity}", reason="OUT_OF_RANGE"
+        )
     lease_ms = _lease_ms(hello.lease, "hello.lease") if hello.HasField("lease") else DEFAULT_LEASE_MS
     return WorkerSession(hello.worker_id, queues, wire_names, hello.capacity, lease_ms)

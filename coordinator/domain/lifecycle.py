@@ -1,4 +1,4 @@
-"""Decisions of the job lifecycle (R-1, R-2, R-4 to R-7, R-10 to R-12, R-14).
+"""Decisions of the job lifecycle (R-1, R-2, R-4 to R-12, R-14).
 
 Each function takes what it needs as plain values (the job as the store has it, the
 time, a random source) and returns a decision value; the service carries it out with a
@@ -8,10 +8,12 @@ conditional write guarded by the job's state and current attempt ID (R-11).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from coordinator.domain.backoff import RandomSource, retry_delay_ms, unstarted_delay_ms
 from coordinator.domain.settings import JobSettings
 from coordinator.domain.states import (
+    CODE_CANCELLED,
     CODE_NEGATIVE_RETRY_DELAY,
     CODE_RESERVATION_ABANDONMENT_EXHAUSTED,
     DEFAULT_CODES,
@@ -38,6 +40,10 @@ class JobView:
     unstarted_streak: int
     """Consecutive claims whose lease lapsed before start (R-4)."""
     current_attempt_id: str | None
+    cancel_requested: bool = False
+    """A user cancelled the job while it ran (R-8): any end short of success cancels it."""
+    generation: int = 1
+    """Starts at 1; each manual retry starts the next (R-9)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,9 @@ class Decision:
     unstarted_streak: int = 0
     message: str = ""
     detail: str = ""
+    job_error_code: str | None = None
+    """The job's last error code when it is not the attempt's: a run that was asked to
+    cancel (R-8) and ended another way keeps its own outcome and code on the attempt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +104,20 @@ def decide_start(job: JobView, attempt_id: str) -> StartDecision:
 
 
 def decide_result(
-    job: JobView, report: Report, now_ms: int, max_failure_detail_bytes: int, rng: RandomSource
+    job: JobView,
+    report: Report,
+    now_ms: int,
+    max_failure_detail_bytes: int,
+    rng: RandomSource,
+    *,
+    max_message_bytes: int = MAX_FAILURE_MESSAGE_BYTES,
 ) -> Decision:
-    """R-5/R-6: the job's next state after a started run ends with ``report``."""
-    message = truncate_utf8(report.message, MAX_FAILURE_MESSAGE_BYTES)
+    """R-5/R-6: the job's next state after a started run ends with ``report``.
+
+    SPEC §5: the detail is cut to ``max_failure_detail_bytes`` (with a marker) and the
+    message to ``max_message_bytes``, both UTF-8 safe (``StoreBounds`` supplies them).
+    """
+    message = truncate_utf8(report.message, max_message_bytes)
     detail = truncate_utf8(report.detail, max_failure_detail_bytes, TRUNCATION_MARKER)
     outcome = report.outcome
     if outcome is Outcome.SUCCEEDED:
@@ -106,6 +125,11 @@ def decide_result(
     code = coerce_code(report.error_code, DEFAULT_CODES.get(outcome, "error"))
     if outcome is Outcome.CANCELLED:
         return Decision(outcome, JobState.CANCELLED, code, message=message, detail=detail)
+    if job.cancel_requested:
+        # R-8: the user asked to stop this job; however the run ended, it is not retried.
+        return Decision(
+            outcome, JobState.CANCELLED, code, message=message, detail=detail, job_error_code=CODE_CANCELLED
+        )
     if outcome in RETRYABLE_OUTCOMES and report.explicit_retry_delay_ms is not None:
         if report.explicit_retry_delay_ms < 0:
             # R-6: a negative delay is the middleware's contract fault, not a retry.
@@ -127,10 +151,21 @@ def decide_result(
 
 
 def decide_lease_expiry(job: JobView, now_ms: int, rng: RandomSource) -> Decision:
-    """R-4/R-5: a lease lapsed. Before start it costs no execution, after start one."""
+    """R-4/R-5: a lease lapsed. Before start it costs no execution, after start one.
+
+    R-8: a job asked to cancel ends cancelled instead (its worker is gone).
+    """
     if job.state is JobState.RESERVED:
         streak = job.unstarted_streak + 1
         code = DEFAULT_CODES[Outcome.UNSTARTED_ABANDONED]
+        if job.cancel_requested:
+            return Decision(
+                Outcome.UNSTARTED_ABANDONED,
+                JobState.CANCELLED,
+                code,
+                unstarted_streak=streak,
+                job_error_code=CODE_CANCELLED,
+            )
         if streak >= job.settings.max_unstarted_abandonments:
             return Decision(
                 Outcome.UNSTARTED_ABANDONED,
@@ -157,6 +192,57 @@ def decide_release(job: JobView, now_ms: int) -> Decision:
     return Decision(
         Outcome.RELEASED, JobState.AVAILABLE, None, run_at_ms=now_ms, unstarted_streak=job.unstarted_streak
     )
+
+
+class CancelAction(StrEnum):
+    END_NOW = "end_now"
+    """Not running: the job ends cancelled in this write."""
+    REQUEST = "request"
+    """Running: flag the job and ask its worker to stop the handler."""
+    REFUSE = "refuse"
+    """Terminal: nothing to cancel."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelDecision:
+    action: CancelAction
+    reason: str = ""
+    """Why a cancel is refused, for the caller."""
+    ends_attempt: bool = False
+    """A reserved job's unstarted attempt ends too (outcome ``cancelled``, no charge)."""
+
+
+def decide_cancel(job: JobView) -> CancelDecision:
+    """R-8: what a user's cancel does in each state."""
+    if job.state.terminal:
+        return CancelDecision(
+            CancelAction.REFUSE,
+            reason=f"it is already {job.state.value}; only jobs that have not ended can be cancelled",
+        )
+    if job.state is JobState.RUNNING:
+        return CancelDecision(CancelAction.REQUEST)
+    return CancelDecision(CancelAction.END_NOW, ends_attempt=job.state is JobState.RESERVED)
+
+
+@dataclass(frozen=True, slots=True)
+class ManualRetryDecision:
+    allowed: bool
+    generation: int = 0
+    """The new generation's number."""
+    reason: str = ""
+
+
+MANUALLY_RETRYABLE_STATES = frozenset({JobState.FAILED, JobState.CANCELLED})
+
+
+def decide_manual_retry(job: JobView) -> ManualRetryDecision:
+    """R-9: only a failed or cancelled job starts a new generation (fresh budgets:
+    executions and the unstarted streak start at zero, earlier attempts are kept)."""
+    if job.state not in MANUALLY_RETRYABLE_STATES:
+        return ManualRetryDecision(
+            False, reason=f"it is {job.state.value}; only failed or cancelled jobs can be retried"
+        )
+    return ManualRetryDecision(True, generation=job.generation + 1)
 
 
 def _retry_or_fail(

@@ -20,13 +20,18 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# Every engine is made with ``hide_parameters``: a failed statement's exception (and so
+# any log line that prints it) must not carry the values it wrote, such as an attempt's
+# exception text (R-22) or a token hash.
+
+
 def create_write_engine(url: str) -> Engine:
     """The engine for writes. On SQLite every transaction is ``BEGIN IMMEDIATE``: a
     deferred one fails with "database is locked" when it upgrades to a write."""
     url = normalize_url(url)
     if is_sqlite(url):
         return _sqlite_engine(url, "BEGIN IMMEDIATE")
-    return create_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    return create_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True, hide_parameters=True)
 
 
 def create_read_engine(url: str, write_engine: Engine) -> Engine:
@@ -38,7 +43,9 @@ def create_read_engine(url: str, write_engine: Engine) -> Engine:
 
 
 def _sqlite_engine(url: str, begin: str) -> Engine:
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -25,9 +25,9 @@ def _config(engine: Engine | None = None) -> Config:
     return config
 
 
-def upgrade(engine: Engine) -> None:
-    """Brings the schema to the newest revision (idempotent)."""
-    command.upgrade(_config(engine), "head")
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Brings the schema to ``revision``, by default the newest (idempotent)."""
+    command.upgrade(_config(engine), revision)
 
 
 def head_revision() -> str | None:

@@ -41,6 +41,7 @@ class JobRecord:
     last_error_code: str | None
     output: bytes | None
     history_seq: int
+    cancel_requested: bool
 
     @classmethod
     def from_row(cls, row: Any) -> JobRecord:
@@ -53,6 +54,7 @@ class JobRecord:
         values["payload"] = bytes(values["payload"])
         if values["output"] is not None:
             values["output"] = bytes(values["output"])
+        values["cancel_requested"] = bool(values["cancel_requested"])
         return cls(**{f.name: values[f.name] for f in fields(cls)})
 
     @property
@@ -74,6 +76,8 @@ class JobRecord:
             executions=self.executions,
             unstarted_streak=self.unstarted_streak,
             current_attempt_id=self.current_attempt_id,
+            cancel_requested=self.cancel_requested,
+            generation=self.generation,
         )
 
 

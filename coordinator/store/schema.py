@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
     text,
 )
 
@@ -60,6 +61,8 @@ jobs = Table(
     Column("last_error_code", String(128)),
     Column("output", LargeBinary),
     Column("history_seq", Integer, nullable=False),
+    # cancelled while running; the run's end (or its lease lapsing) cancels the job.
+    Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 _CLAIMABLE = "state IN ('available', 'scheduled')"
@@ -122,3 +125,36 @@ transitions = Table(
     Column("reason", String(128)),
 )
 Index("ix_transitions_job_seq", transitions.c.job_id, transitions.c.seq)
+
+# API tokens: only a SHA-256 hash of each secret is stored. The secret is 256
+# random bits, so a fast hash is enough: there is nothing to guess, and authentication
+# stays cheap on every call (slow hashes are for low-entropy passwords).
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("secret_sha256", String(64), nullable=False),
+    Column("scopes", String(128), nullable=False),
+    # For work tokens: the queues a worker may subscribe to, comma-separated; NULL = any.
+    Column("queues", Text),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("created_by", String(32)),
+    Column("revoked_at_ms", BigInteger),
+)
+
+# Append-only (the migration adds triggers that refuse UPDATE and DELETE): who did what
+# to which job, attempt or token, when and from where. Never error text.
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("id", _AutoId, primary_key=True, autoincrement=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("actor_token_id", String(32)),
+    Column("actor_name", String(128), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("peer", String(256), nullable=False),
+    Column("detail", Text),
+)
+Index("ix_audit_events_target", audit_events.c.target, audit_events.c.id)

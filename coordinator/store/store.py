@@ -9,15 +9,18 @@ LOCKED`` on PostgreSQL; SQLite has a single writer) and the database clock.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
 from coordinator.store import migrate as migrations
 from coordinator.store.engine import create_read_engine, create_write_engine, is_sqlite, normalize_url
@@ -29,8 +32,11 @@ log = logging.getLogger(__name__)
 NOTIFY_CHANNEL = "runwick_jobs_available"
 """The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
 
-HISTORY_LIMIT = 100
-"""Transitions kept per job; older ones are dropped (SPEC §5)."""
+HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
+"""Transitions kept per job by default; older ones are dropped (SPEC §5,
+``StoreBounds.max_history_per_job``)."""
+_IN_CHUNK = 1_000
+"""Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
 
 _LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
 
@@ -98,9 +104,10 @@ def _job_update(columns: tuple[str, ...]) -> Any:
 class WriteTx:
     """The primitives of one write transaction."""
 
-    def __init__(self, conn: Connection, postgres: bool) -> None:
+    def __init__(self, conn: Connection, postgres: bool, bounds: StoreBounds = DEFAULT_BOUNDS) -> None:
         self.conn = conn
         self._postgres = postgres
+        self.bounds = bounds
 
     # -- reads that lock -------------------------------------------------------------
 
@@ -113,16 +120,22 @@ class WriteTx:
         ids = sorted(set(ids))
         if not ids:
             return {}
-        # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
-        query = self._locked(select(jobs).where(jobs.c.id.in_(ids)).order_by(jobs.c.id))
-        return {r.id: r for r in map(JobRecord.from_row, self.conn.execute(query))}
+        found: dict[str, JobRecord] = {}
+        for chunk in _chunks(ids):
+            # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
+            query = self._locked(select(jobs).where(jobs.c.id.in_(chunk)).order_by(jobs.c.id))
+            found.update((r.id, r) for r in map(JobRecord.from_row, self.conn.execute(query)))
+        return found
 
     def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
         ids = sorted(set(ids))
         if not ids:
             return {}
-        rows = self.conn.execute(select(attempts).where(attempts.c.id.in_(ids)))
-        return {r.id: r for r in map(AttemptRecord.from_row, rows)}
+        found: dict[str, AttemptRecord] = {}
+        for chunk in _chunks(ids):
+            rows = self.conn.execute(select(attempts).where(attempts.c.id.in_(chunk)))
+            found.update((r.id, r) for r in map(AttemptRecord.from_row, rows))
+        return found
 
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
         keys = sorted(set(keys))
@@ -243,7 +256,8 @@ class WriteTx:
         for columns, rows in groups.items():
             self._execute_guarded(_job_update(columns), rows, "job changed under a write")
         self.conn.execute(insert(transitions), history)
-        cuts = {h["job_id"]: h["seq"] - HISTORY_LIMIT for h in history if h["seq"] > HISTORY_LIMIT}
+        keep = self.bounds.max_history_per_job
+        cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}
         if cuts:
             self.conn.execute(
                 transitions.delete().where(
@@ -287,40 +301,51 @@ class WriteTx:
                 [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started],
             )
 
-    def renew_leases(self, attempt_ids: Sequence[str], lease_until_ms: int) -> set[str]:
+    def renew_leases(self, attempt_ids: Sequence[str], lease_until_ms: int) -> dict[str, bool]:
         """R-10: extends the leases of the current attempts among ``attempt_ids``.
 
-        One statement for the whole heartbeat. Returns the attempt IDs renewed; the rest
-        are lost to the worker.
+        One statement for the whole heartbeat. Returns the attempt IDs renewed, each with
+        its job's cancel-requested flag (R-8: the heartbeat answer repeats the cancel, so
+        it reaches a worker connected to another replica); the rest are lost to the worker.
         """
-        if not attempt_ids:
-            return set()
-        statement = (
-            update(jobs)
-            .where(
-                jobs.c.current_attempt_id.in_(sorted(set(attempt_ids))),
-                jobs.c.state.in_([s.value for s in LEASED_STATES]),
+        renewed: dict[str, bool] = {}
+        for chunk in _chunks(sorted(set(attempt_ids))):
+            statement = (
+                update(jobs)
+                .where(
+                    jobs.c.current_attempt_id.in_(chunk),
+                    jobs.c.state.in_([s.value for s in LEASED_STATES]),
+                )
+                .values(lease_expires_at_ms=lease_until_ms)
+                .returning(jobs.c.current_attempt_id, jobs.c.cancel_requested)
             )
-            .values(lease_expires_at_ms=lease_until_ms)
-            .returning(jobs.c.current_attempt_id)
-        )
-        return {row[0] for row in self.conn.execute(statement)}
+            renewed.update((row[0], bool(row[1])) for row in self.conn.execute(statement))
+        return renewed
+
+
+def _chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
 
 
 class Store:
     """Owns the engines; hands out write transactions and answers reads."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, bounds: StoreBounds | None = None) -> None:
+        self.bounds = (bounds or DEFAULT_BOUNDS).validate()
+        """The limits of SPEC §5 this store and the services over it apply."""
         self.url = normalize_url(url)
         self.postgres = not is_sqlite(self.url)
         self._write_engine = create_write_engine(self.url)
         self._read_engine = create_read_engine(self.url, self._write_engine)
+        self.on_transaction: Callable[[float], None] | None = None
+        """Called with every write transaction's duration in seconds (for metrics)."""
 
     @classmethod
-    def open(cls, url: str, *, create: bool | None = None) -> Store:
+    def open(cls, url: str, *, create: bool | None = None, bounds: StoreBounds | None = None) -> Store:
         """Opens the store. SQLite is created and migrated on first open; PostgreSQL
         must have been migrated (``runwick migrate``) unless ``create`` is true."""
-        store = cls(url)
+        store = cls(url, bounds=bounds)
         create = (not store.postgres) if create is None else create
         try:
             if create:
@@ -331,6 +356,12 @@ class Store:
             store.close()
             raise
         return store
+
+    def with_bounds(self, bounds: StoreBounds) -> Store:
+        """This store (same engines) applying other bounds; close only the original."""
+        view = copy.copy(self)
+        view.bounds = bounds.validate()
+        return view
 
     def migrate(self) -> None:
         migrations.upgrade(self._write_engine)
@@ -343,9 +374,22 @@ class Store:
     @contextlib.contextmanager
     def write(self) -> Iterator[WriteTx]:
         """One write transaction; commits when the block ends without an exception."""
+        started = time.perf_counter()
         try:
             with self._write_engine.begin() as conn:
-                yield WriteTx(conn, self.postgres)
+                yield WriteTx(conn, self.postgres, self.bounds)
+        except (OperationalError, DBAPIError) as exc:
+            raise StoreError(f"database error: {exc.orig}") from exc
+        finally:
+            if self.on_transaction is not None:
+                self.on_transaction(time.perf_counter() - started)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads kept outside this module (``store.access``)."""
+        try:
+            with self._read_engine.connect() as conn:
+                yield conn
         except (OperationalError, DBAPIError) as exc:
             raise StoreError(f"database error: {exc.orig}") from exc
 
@@ -399,6 +443,11 @@ class Store:
             rows = conn.execute(query).all()
         return [JobRecord.from_mapping({**row._mapping, "payload": b"", "output": None}) for row in rows]
 
+    def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
+        with self._read_engine.connect() as conn:
+            row = conn.execute(select(attempts).where(attempts.c.id == attempt_id)).first()
+        return AttemptRecord.from_row(row) if row is not None else None
+
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         with self._read_engine.connect() as conn:
             rows = conn.execute(
@@ -426,6 +475,29 @@ class Store:
                 )
             ).scalar()
         return int(value) if value is not None else None
+
+    def queue_depths(self) -> dict[tuple[str, str], int]:
+        """Jobs per (queue, state) in the states that are not terminal: bounded by the
+        backlog, never a count over finished jobs (SPEC §8)."""
+        open_states = [state.value for state in JobState if not state.terminal]
+        query = (
+            select(jobs.c.queue, jobs.c.state, func.count())
+            .where(jobs.c.state.in_(open_states))
+            .group_by(jobs.c.queue, jobs.c.state)
+        )
+        with self._read_engine.connect() as conn:
+            return {(queue, state): int(count) for queue, state, count in conn.execute(query)}
+
+    def oldest_due_by_queue(self, now_ms: int) -> dict[str, int]:
+        """Per queue, the earliest run-at among claimable jobs due by ``now_ms`` (the
+        claim index answers it)."""
+        query = (
+            select(jobs.c.queue, func.min(jobs.c.run_at_ms))
+            .where(jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]), jobs.c.run_at_ms <= now_ms)
+            .group_by(jobs.c.queue)
+        )
+        with self._read_engine.connect() as conn:
+            return {queue: int(run_at) for queue, run_at in conn.execute(query)}
 
     def count_by_state(self) -> dict[str, int]:
         with self._read_engine.connect() as conn:

@@ -13,12 +13,16 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import create_engine, select
+from sqlalchemy.pool import NullPool
+
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.states import Outcome
 from coordinator.service import Enqueued, JobsService, NewJobSpec
 from coordinator.store import AttemptRecord, JobRecord, Store
+from coordinator.store.schema import attempts, jobs, transitions
 from coordinator.worker_ops import (
     BatchAnswers,
     Claimed,
@@ -75,6 +79,13 @@ class Harness:
     def with_config(self, **changes: Any) -> Harness:
         """Services over the same store and clock with a changed configuration."""
         return Harness.build(self.store, self.clock, dataclasses.replace(self.config, **changes))
+
+    def with_bounds(self, **changes: Any) -> Harness:
+        """Services over the same database and clock whose store applies changed bounds
+        (SPEC §5 ``StoreBounds``)."""
+        bounds = dataclasses.replace(self.store.bounds, **changes)
+        config = dataclasses.replace(self.config, bounds=bounds)
+        return Harness.build(self.store.with_bounds(bounds), self.clock, config)
 
     # -- enqueue ---------------------------------------------------------------------
 
@@ -164,6 +175,21 @@ class Harness:
 
     def count_attempts(self) -> int:
         return sum(len(self.attempts(job.id)) for job in self.all_jobs())
+
+    def rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of the job tables in a stable order: equal before and after a write
+        proves the write left the store exactly as it was (SPEC §5)."""
+        engine = create_engine(self.store.url, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                return {
+                    table.name: [
+                        tuple(row) for row in conn.execute(select(table).order_by(*table.primary_key.columns))
+                    ]
+                    for table in (jobs, attempts, transitions)
+                }
+        finally:
+            engine.dispose()
 
     def all_jobs(self) -> list[JobRecord]:
         return self.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=10_000)

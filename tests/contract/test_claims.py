@@ -119,7 +119,7 @@ def test_s5_claim_count_is_clamped_to_max_claim_batch(harness: Harness) -> None:
     assert len(harness.claim(1_000)) == 32
     assert len(harness.claim(1_000)) == 8
 
-    small = harness.with_config(max_claim_batch=3)
+    small = harness.with_bounds(max_claim_batch=3)
     small.enqueue_specs([NewJobSpec(WIRE, b"") for _ in range(5)])
     assert len(small.claim(100)) == 3
     assert harness.store.count_by_state() == {"reserved": 43, "available": 2}

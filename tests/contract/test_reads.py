@@ -122,7 +122,7 @@ def test_list_jobs_paging_is_stable_while_jobs_are_added(harness: Harness) -> No
 
 
 def test_s5_page_size_is_clamped_to_max_page_size(harness: Harness) -> None:
-    small = harness.with_config(max_page_size=4, default_page_size=3)
+    small = harness.with_bounds(max_page_size=4).with_config(default_page_size=3)
     ids = _enqueue_spread(small, [NewJobSpec(WIRE, b"") for _ in range(10)])
 
     clamped, token = small.jobs.list_jobs(

@@ -78,7 +78,7 @@ async def test_migrate_then_serve_on_postgresql(postgres_url: str) -> None:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     try:
-        refused = await runwick("serve", "--database-url", url, "--port", "0", check=False)
+        refused = await runwick("serve", "--database-url", url, "--port", "0", "--insecure", check=False)
         assert refused.returncode == 2
         assert "runwick migrate" in refused.stderr
 

@@ -4,6 +4,7 @@ re-claim, and a coordinator killed with jobs in flight (R-4, R-11, R-14, nothing
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
@@ -11,17 +12,21 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.store import Store
 from tests.integration.conftest import ROOT, Coordinator, eventually, eventually_async
 from tests.integration.rawstream import RawWorker
-from tests.integration.worker_app import CooperativeSleep, Echo
+from tests.integration.worker_app import BlockUntil, CooperativeSleep, Echo
 from worker_sdk import AsyncClient, JobState, Outcome
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 pytestmark = pytest.mark.slow
 WAIT = timedelta(seconds=30)
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def test_r4_kill_9_before_start_charges_no_execution(
@@ -114,6 +119,10 @@ def _serve(database_url: str, port: int, log: Path, *extra: str) -> subprocess.P
                 str(port),
                 "--maintenance-interval",
                 "0.2",
+                # No fixed side ports: a restart on the same port must not collide.
+                *("--health-port", "-1", "--metrics-port", "-1"),
+                "--insecure",  # loopback only; the test's workers and clients send no token
+                *extra,
             ],
             cwd=ROOT,
             stdout=log_file,
@@ -150,34 +159,80 @@ async def test_coordinator_kill_9_with_jobs_in_flight_loses_nothing(
     assert {r.output for r in results} == {b"slept"}
 
 
-async def test_coordinator_sigterm_drains_workers_and_lets_running_jobs_finish(
-    database_url: str, spawn_worker, tmp_path: Path
-):
-    port = _free_port()
-    target = f"127.0.0.1:{port}"
-    log = tmp_path / "coordinator.log"
-    server = _serve(database_url, port, log, "--drain-timeout", "20")
-    try:
-        await eventually(lambda: "runwick coordinator listening" in log.read_text(), timeout=30)
-        spawn_worker(target, test_drain_ms=20_000)
-        async with AsyncClient(target) as client:
-            job_id = await client.enqueue(CooperativeSleep(1.0))
+async def _health_status(port: int, service: str) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        return int(response.status)
 
-            async def running() -> bool:
-                return (await client.get(job_id)).state is JobState.RUNNING
 
-            await eventually_async(running)
-        server.send_signal(signal.SIGTERM)
-        exit_code = await asyncio.to_thread(server.wait, 60)
-    finally:
-        server.kill()
-    assert exit_code == 0, log.read_text()[-3000:]
-    assert "shutting down: draining workers" in log.read_text()
-
-    store = Store.open(database_url)
+def _job_state(database_url: str, job_id: str) -> str:
+    store = Store(database_url)  # a plain reader: no migration check against a live server
     try:
         job = store.get_job(job_id)
     finally:
         store.close()
     assert job is not None
-    assert (job.state.value, job.output) == ("succeeded", b"slept")  # finished, not interrupted
+    return job.state.value
+
+
+async def test_coordinator_sigterm_flips_readiness_first_then_drains_workers(
+    database_url: str, spawn_worker, tmp_path: Path
+):
+    """SIGTERM: readiness NOT_SERVING at once (liveness stays SERVING), then Drain; a run
+    that ends within the drain finishes, one that does not is interrupted and recorded
+    (R-12); the process exits within drain + server grace."""
+    drain_s = 4.0  # workers are told 2 s (drain_reserve_s keeps 2 s for their results)
+    port = _free_port()
+    target = f"127.0.0.1:{port}"
+    log = tmp_path / "coordinator.log"
+    server = _serve(
+        database_url, port, log, "--insecure", "--drain-timeout", str(drain_s), "--health-port", "0"
+    )
+    try:
+        await eventually(lambda: "runwick coordinator listening" in log.read_text(), timeout=30)
+        [health_port] = re.findall(r"runwick health port (\d+),", log.read_text())
+        health_port_number = int(health_port)
+        assert await _health_status(health_port_number, "readiness") == SERVING
+        spawn_worker(target, test_drain_ms=20_000, test_grace_ms=2_000)
+        started = tmp_path / "started"
+        async with AsyncClient(target) as client:
+            short_id = await client.enqueue(CooperativeSleep(1.0))
+            long_id = await client.enqueue(BlockUntil(str(started), str(tmp_path / "never")))
+
+            async def both_running() -> bool:
+                states = {(await client.get(job_id)).state for job_id in (short_id, long_id)}
+                return states == {JobState.RUNNING}
+
+            await eventually_async(both_running)
+        signalled = asyncio.get_running_loop().time()
+        server.send_signal(signal.SIGTERM)
+
+        async def not_ready() -> bool:
+            return await _health_status(health_port_number, "readiness") == NOT_SERVING
+
+        await eventually_async(not_ready, timeout=5)
+        # Readiness flipped first: the process still serves liveness and the long run goes on.
+        assert server.poll() is None
+        assert await _health_status(health_port_number, "liveness") == SERVING
+        assert await asyncio.to_thread(_job_state, database_url, long_id) == "running"
+
+        exit_code = await asyncio.to_thread(server.wait, 60)
+        exited_after_s = asyncio.get_running_loop().time() - signalled
+    finally:
+        server.kill()
+    assert exit_code == 0, log.read_text()[-3000:]
+    assert "shutting down: draining workers" in log.read_text()
+    assert exited_after_s < drain_s + min(drain_s, 5.0) + 3.0, log.read_text()[-3000:]
+
+    store = Store.open(database_url)
+    try:
+        short = store.get_job(short_id)
+        long = store.get_job(long_id)
+        [interrupted] = store.list_attempts(long_id)
+    finally:
+        store.close()
+    assert short is not None and long is not None
+    assert (short.state.value, short.output) == ("succeeded", b"slept")  # finished within the drain
+    assert interrupted.outcome is not None and interrupted.outcome.value == "interrupted"  # R-12
+    assert (long.state.value, long.last_error_code) == ("scheduled", "worker_shutdown")  # retried later

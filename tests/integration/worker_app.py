@@ -22,12 +22,15 @@ def _ms(name: str, default: int) -> timedelta:
 
 worker = Worker(
     os.environ.get("RUNWICK_TARGET", "127.0.0.1:7233"),
+    token=os.environ.get("RUNWICK_TOKEN") or None,
     queues=["default"],
     concurrency=int(os.environ.get("TEST_CONCURRENCY", "4")),
     lease=_ms("TEST_LEASE_MS", 60_000),
     heartbeat_interval=_ms("TEST_HEARTBEAT_MS", 200),
     drain_timeout=_ms("TEST_DRAIN_MS", 5_000),
     cancellation_grace=_ms("TEST_GRACE_MS", 10_000),
+    metrics_port=int(os.environ["TEST_METRICS_PORT"]) if "TEST_METRICS_PORT" in os.environ else None,
+    metrics_host="127.0.0.1",
 )
 
 
@@ -70,6 +73,14 @@ class BlockUntil:
 
     started_file: str
     release_file: str
+
+
+@job("tests.fails_until_file")
+@dataclass
+class FailsUntilFile:
+    """Fails (retryably) while ``path`` does not exist, then succeeds."""
+
+    path: str
 
 
 class InventoryError(Exception):
@@ -115,3 +126,10 @@ async def block_until(payload: BlockUntil, ctx: JobContext) -> bytes:
             return b"stopped early"
         await asyncio.sleep(0.02)
     return b"released"
+
+
+@worker.handler(FailsUntilFile)
+async def fails_until_file(payload: FailsUntilFile, ctx: JobContext) -> bytes:
+    if not Path(payload.path).exists():
+        raise InventoryError(f"{payload.path} is missing (execution {ctx.execution_number})")
+    return f"found it in generation {ctx.generation}".encode()

@@ -45,6 +45,7 @@ def job_view(
     executions: int = 1,
     unstarted_streak: int = 0,
     current_attempt_id: str | None = ATTEMPT_ID,
+    cancel_requested: bool = False,
     **settings: int | None,
 ) -> JobView:
     """A JobView; settings fields may be passed as keywords (``max_executions=5``)."""
@@ -54,4 +55,5 @@ def job_view(
         executions=executions,
         unstarted_streak=unstarted_streak,
         current_attempt_id=current_attempt_id,
+        cancel_requested=cancel_requested,
     )

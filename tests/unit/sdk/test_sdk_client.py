@@ -23,6 +23,7 @@ from worker_sdk import (
     JobNotFound,
     JobSettings,
     JobState,
+    MessageTooLarge,
     Outcome,
     PermissionDenied,
     RunwickError,
@@ -225,7 +226,7 @@ STATUS_TO_ERROR = [
     (grpc.StatusCode.UNAVAILABLE, CoordinatorUnavailable),
     (grpc.StatusCode.DEADLINE_EXCEEDED, CoordinatorUnavailable),
     (grpc.StatusCode.INTERNAL, CoordinatorError),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, CoordinatorError),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, MessageTooLarge),  # a CoordinatorError
 ]
 
 

@@ -23,6 +23,7 @@ EXPECTED = [
     "EnqueueItem",
     "Failed",
     "FailedPrecondition",
+    "FieldViolation",
     "JobCancelled",
     "JobConfig",
     "JobContext",
@@ -31,11 +32,14 @@ EXPECTED = [
     "JobResult",
     "JobSettings",
     "JobState",
+    "MessageTooLarge",
     "Middleware",
     "Outcome",
+    "PayloadTooLarge",
     "PermanentJobFailure",
     "PermissionDenied",
     "Retry",
+    "RevealedError",
     "RunwickError",
     "Success",
     "Unauthenticated",
@@ -68,7 +72,7 @@ def test_testing_exports() -> None:
 def test_exceptions_share_one_root() -> None:
     errors = [getattr(worker_sdk, name) for name in worker_sdk.__all__]
     exceptions = [e for e in errors if isinstance(e, type) and issubclass(e, BaseException)]
-    assert len(exceptions) == 11
+    assert len(exceptions) == 13
     assert all(issubclass(e, worker_sdk.RunwickError) for e in exceptions)
 
 

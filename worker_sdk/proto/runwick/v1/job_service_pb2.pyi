@@ -116,3 +116,51 @@ class WaitJobResponse(_message.Message):
     job: _job_pb2.Job
     terminal: bool
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., terminal: _Optional[bool] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _job_pb2.Job
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class RetryJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RetryJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _job_pb2.Job
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class RevealErrorRequest(_message.Message):
+    __slots__ = ("attempt_id",)
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    def __init__(self, attempt_id: _Optional[str] = ...) -> None: ...
+
+class RevealErrorResponse(_message.Message):
+    __slots__ = ("attempt_id", "job_id", "generation", "error_code", "exception_type", "message", "detail")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    job_id: str
+    generation: int
+    error_code: str
+    exception_type: str
+    message: str
+    detail: str
+    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., generation: _Optional[int] = ..., error_code: _Optional[str] = ..., exception_type: _Optional[str] = ..., message: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -59,6 +59,21 @@ class JobServiceStub:
                 request_serializer=runwick_dot_v1_dot_job__service__pb2.WaitJobRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_job__service__pb2.WaitJobResponse.FromString,
                 _registered_method=True)
+        self.CancelJob = channel.unary_unary(
+                '/runwick.v1.JobService/CancelJob',
+                request_serializer=runwick_dot_v1_dot_job__service__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_job__service__pb2.CancelJobResponse.FromString,
+                _registered_method=True)
+        self.RetryJob = channel.unary_unary(
+                '/runwick.v1.JobService/RetryJob',
+                request_serializer=runwick_dot_v1_dot_job__service__pb2.RetryJobRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_job__service__pb2.RetryJobResponse.FromString,
+                _registered_method=True)
+        self.RevealError = channel.unary_unary(
+                '/runwick.v1.JobService/RevealError',
+                request_serializer=runwick_dot_v1_dot_job__service__pb2.RevealErrorRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_job__service__pb2.RevealErrorResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -97,6 +112,31 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelJob(self, request, context):
+        """R-8: scheduled, waiting, available and reserved jobs end cancelled at once; a running
+        job is asked to stop over its worker's stream and ends cancelled when the run ends
+        (or its lease lapses). Terminal jobs: FAILED_PRECONDITION. Needs scope `manage`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryJob(self, request, context):
+        """R-9: a failed or cancelled job starts a new generation with fresh budgets, available
+        now; earlier attempts are kept. Other states: FAILED_PRECONDITION. Needs `manage`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevealError(self, request, context):
+        """R-22: an attempt's exception message and full text. Needs scope `reveal`; every
+        reveal writes an audit event in the same transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +164,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.WaitJob,
                     request_deserializer=runwick_dot_v1_dot_job__service__pb2.WaitJobRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_job__service__pb2.WaitJobResponse.SerializeToString,
+            ),
+            'CancelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJob,
+                    request_deserializer=runwick_dot_v1_dot_job__service__pb2.CancelJobRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_job__service__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'RetryJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryJob,
+                    request_deserializer=runwick_dot_v1_dot_job__service__pb2.RetryJobRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_job__service__pb2.RetryJobResponse.SerializeToString,
+            ),
+            'RevealError': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevealError,
+                    request_deserializer=runwick_dot_v1_dot_job__service__pb2.RevealErrorRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_job__service__pb2.RevealErrorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +316,87 @@ class JobService:
             '/runwick.v1.JobService/WaitJob',
             runwick_dot_v1_dot_job__service__pb2.WaitJobRequest.SerializeToString,
             runwick_dot_v1_dot_job__service__pb2.WaitJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.JobService/CancelJob',
+            runwick_dot_v1_dot_job__service__pb2.CancelJobRequest.SerializeToString,
+            runwick_dot_v1_dot_job__service__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.JobService/RetryJob',
+            runwick_dot_v1_dot_job__service__pb2.RetryJobRequest.SerializeToString,
+            runwick_dot_v1_dot_job__service__pb2.RetryJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevealError(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.JobService/RevealError',
+            runwick_dot_v1_dot_job__service__pb2.RevealErrorRequest.SerializeToString,
+            runwick_dot_v1_dot_job__service__pb2.RevealErrorResponse.FromString,
             options,
             channel_credentials,
             insecure,

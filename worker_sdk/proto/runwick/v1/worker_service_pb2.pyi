@@ -163,24 +163,39 @@ class Result(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., outcome: _Optional[_Union[_job_pb2.Outcome, str]] = ..., error_code: _Optional[str] = ..., exception_type: _Optional[str] = ..., message: _Optional[str] = ..., detail: _Optional[str] = ..., output: _Optional[bytes] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ResultAck(_message.Message):
-    __slots__ = ("attempt_id", "status", "job_state", "retry_delay")
+    __slots__ = ("attempt_id", "status", "job_state", "retry_delay", "reason", "message", "metadata")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[ResultAck.Status]
         STATUS_ACCEPTED: _ClassVar[ResultAck.Status]
         STATUS_STALE: _ClassVar[ResultAck.Status]
+        STATUS_REJECTED: _ClassVar[ResultAck.Status]
     STATUS_UNSPECIFIED: ResultAck.Status
     STATUS_ACCEPTED: ResultAck.Status
     STATUS_STALE: ResultAck.Status
+    STATUS_REJECTED: ResultAck.Status
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     JOB_STATE_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     status: ResultAck.Status
     job_state: _job_pb2.JobState
     retry_delay: _duration_pb2.Duration
-    def __init__(self, attempt_id: _Optional[str] = ..., status: _Optional[_Union[ResultAck.Status, str]] = ..., job_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    reason: str
+    message: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, attempt_id: _Optional[str] = ..., status: _Optional[_Union[ResultAck.Status, str]] = ..., job_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("attempt_id",)

@@ -1,0 +1,92 @@
+"""AdminService: tokens and the audit log (every RPC needs ``admin``, see ``api.auth``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import grpc
+
+from coordinator.api.auth import current_actor
+from coordinator.api.convert import timestamp
+from coordinator.audit import AuditLog
+from coordinator.dispatch import Dispatcher
+from coordinator.store.access import AuditEvent, TokenRecord
+from coordinator.tokens import TokenService
+from worker_sdk.proto.runwick.v1 import admin_service_pb2 as pb
+from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
+    def __init__(self, tokens: TokenService, audit_log: AuditLog, dispatcher: Dispatcher) -> None:
+        self.tokens = tokens
+        self.audit_log = audit_log
+        self.dispatcher = dispatcher
+
+    @staticmethod
+    async def _call(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(function, *args, **kwargs)
+
+    async def CreateToken(self, request: pb.CreateTokenRequest, context: Context) -> pb.CreateTokenResponse:
+        created = await self._call(
+            self.tokens.create,
+            request.name,
+            list(request.scopes),
+            list(request.queues),
+            current_actor(context),
+        )
+        return pb.CreateTokenResponse(token=token_to_pb(created.record), secret=created.token)
+
+    async def ListTokens(self, request: pb.ListTokensRequest, context: Context) -> pb.ListTokensResponse:
+        records = await self._call(self.tokens.list, include_revoked=request.include_revoked)
+        return pb.ListTokensResponse(tokens=[token_to_pb(r) for r in records])
+
+    async def RevokeToken(self, request: pb.RevokeTokenRequest, context: Context) -> pb.RevokeTokenResponse:
+        record = await self._call(self.tokens.revoke, request.id, current_actor(context))
+        # Streams opened with the token end now (here; other replicas' at their next reconnect).
+        self.dispatcher.close_token_sessions(record.id)
+        return pb.RevokeTokenResponse(token=token_to_pb(record))
+
+    async def ListAuditEvents(
+        self, request: pb.ListAuditEventsRequest, context: Context
+    ) -> pb.ListAuditEventsResponse:
+        events, token = await self._call(
+            self.audit_log.list,
+            action=request.action or None,
+            target=request.target or None,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return pb.ListAuditEventsResponse(events=[event_to_pb(e) for e in events], next_page_token=token)
+
+
+def token_to_pb(record: TokenRecord) -> pb.Token:
+    message = pb.Token(
+        id=record.id,
+        name=record.name,
+        scopes=sorted(s.value for s in record.scopes),
+        queues=sorted(record.queues or ()),
+        created_at=timestamp(record.created_at_ms),
+        created_by=record.created_by or "",
+    )
+    if record.revoked_at_ms is not None:
+        message.revoked_at.CopyFrom(timestamp(record.revoked_at_ms))
+    return message
+
+
+def event_to_pb(event: AuditEvent) -> pb.AuditEvent:
+    return pb.AuditEvent(
+        id=event.id or 0,
+        at=timestamp(event.at_ms),
+        actor_token_id=event.actor_token_id or "",
+        actor_name=event.actor_name,
+        action=event.action,
+        target=event.target,
+        peer=event.peer,
+        detail=event.detail or "",
+    )

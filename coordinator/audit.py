@@ -1,0 +1,64 @@
+"""The audit log (R-22): reveals, cancels, retries and token changes, each with who did
+it (token ID and name), what, to which target, when and from where.
+
+Events are written by the service that makes the change, in the same transaction, so a
+change is never without its event nor an event without its change.
+"""
+
+from __future__ import annotations
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.access import Actor
+from coordinator.errors import InvalidArgument, Unavailable
+from coordinator.store import Store, StoreError
+from coordinator.store.access import AuditEvent, list_audit_events
+
+JOB_CANCEL = "job.cancel"
+JOB_RETRY = "job.retry"
+ATTEMPT_REVEAL_ERROR = "attempt.reveal_error"
+TOKEN_CREATE = "token.create"
+TOKEN_REVOKE = "token.revoke"
+
+
+def event(actor: Actor, action: str, target: str, now_ms: int, detail: str | None = None) -> AuditEvent:
+    """The event recording ``action`` on ``target`` by ``actor``; ``detail`` says what
+    changed and must never carry error text."""
+    principal = actor.principal
+    return AuditEvent(
+        at_ms=now_ms,
+        actor_token_id=principal.token_id,
+        actor_name=principal.name,
+        action=action,
+        target=target,
+        peer=actor.peer,
+        detail=detail,
+    )
+
+
+class AuditLog:
+    """Reads the audit log, newest first."""
+
+    def __init__(self, store: Store, config: CoordinatorConfig) -> None:
+        self.store = store
+        self.config = config
+
+    def list(
+        self, *, action: str | None, target: str | None, page_size: int, page_token: str
+    ) -> tuple[list[AuditEvent], str]:
+        """A page of events and the next page's token ('' at the end)."""
+        if page_size < 0:
+            raise InvalidArgument("page_size", "must not be negative")
+        size = min(page_size or self.config.default_page_size, self.config.max_page_size)
+        before: int | None = None
+        if page_token:
+            if not page_token.isdigit() or len(page_token) > 19:
+                raise InvalidArgument("page_token", f"{page_token[:64]!r} is not a page token of this list")
+            before = int(page_token)
+        try:
+            with self.store.read() as conn:
+                page = list_audit_events(conn, action=action, target=target, before_id=before, limit=size + 1)
+        except StoreError as exc:
+            raise Unavailable(str(exc)) from exc
+        if len(page) > size:
+            return page[:size], str(page[size - 1].id)
+        return page, ""

@@ -1,0 +1,357 @@
+"""The deploy/ tree, checked offline: Kustomize overlays rendered by ``kubectl kustomize``
+and validated against the Kubernetes schema (``kubernetes-validate``), the properties an
+operator relies on, the Dockerfile, the Prometheus rules (``promtool``) and the dashboard.
+
+Missing tools fail these tests (``tests/run.sh`` installs them); nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from coordinator.cli import build_parser
+from coordinator.metrics import CoordinatorMetrics
+from worker_sdk._metrics import WorkerMetrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+KUSTOMIZE = DEPLOY / "kubernetes"
+SCHEMA_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
+"""Native gRPC probes are GA from 1.27; the newest schema the validator ships."""
+SERVER_STOP_GRACE_S = 5
+"""``RunningCoordinator.stop`` gives the gRPC server at most this long after the drain."""
+
+Doc = dict[str, Any]
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: tests/run.sh installs it (Debian packages)")
+    return path
+
+
+def render(directory: Path) -> list[Doc]:
+    rendered = subprocess.run(
+        [tool("kubectl"), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def overlays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Doc]]:
+    # The optional component is added the way a user would: an overlay of their own.
+    tree = tmp_path_factory.mktemp("kustomize") / "kubernetes"
+    shutil.copytree(KUSTOMIZE, tree)
+    monitored = tree / "overlays" / "monitored"
+    monitored.mkdir()
+    (monitored / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../postgres"],
+                "components": ["../../components/servicemonitor"],
+            }
+        )
+    )
+    return {name: render(tree / "overlays" / name) for name in ("sqlite", "postgres", "monitored")}
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+def the(docs: list[Doc], kind: str) -> Doc:
+    [doc] = of_kind(docs, kind)
+    return doc
+
+
+def pod_templates(docs: list[Doc]) -> Iterator[tuple[str, Doc]]:
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "Job"):
+            yield f"{doc['kind']}/{doc['metadata']['name']}", doc["spec"]["template"]
+
+
+def coordinator(docs: list[Doc]) -> Doc:
+    [container] = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container  # type: ignore[no-any-return]
+
+
+def env(container: Doc) -> dict[str, Any]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
+
+
+def cli_defaults(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    for name in ("RUNWICK_PORT", "RUNWICK_HEALTH_PORT", "RUNWICK_METRICS_PORT", "RUNWICK_DRAIN_TIMEOUT_S"):
+        monkeypatch.delenv(name, raising=False)
+    return vars(build_parser().parse_args(["serve"]))
+
+
+# -- Kubernetes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", ["sqlite", "postgres", "monitored"])
+def test_every_rendered_manifest_validates_against_the_kubernetes_schema(
+    overlays: dict[str, list[Doc]], overlay: str
+) -> None:
+    docs = overlays[overlay]
+    assert docs
+    for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD the validator does not know: test_service_monitor checks it
+        for version in SCHEMA_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_probes_are_native_grpc_on_the_plaintext_health_port(
+    overlays: dict[str, list[Doc]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defaults = cli_defaults(monkeypatch)
+    for docs in overlays.values():
+        container = coordinator(docs)
+        ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+        assert ports == {
+            "grpc": defaults["port"],
+            "health": defaults["health_port"],
+            "metrics": defaults["metrics_port"],
+        }
+        settings = env(container)
+        assert int(settings["RUNWICK_HEALTH_PORT"]) == ports["health"]
+        assert int(settings["RUNWICK_PORT"]) == ports["grpc"]
+        assert int(settings["RUNWICK_METRICS_PORT"]) == ports["metrics"]
+        probes = {
+            kind: container[kind]["grpc"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+        }
+        assert {probe["port"] for probe in probes.values()} == {ports["health"]}
+        assert probes["livenessProbe"]["service"] == probes["startupProbe"]["service"] == "liveness"
+        assert probes["readinessProbe"]["service"] == "readiness"
+
+
+def test_termination_grace_outlasts_prestop_drain_and_server_stop(overlays: dict[str, list[Doc]]) -> None:
+    for docs in overlays.values():
+        pod = the(docs, "Deployment")["spec"]["template"]["spec"]
+        container = coordinator(docs)
+        command = container["lifecycle"]["preStop"]["exec"]["command"]
+        assert command[0] == "sleep"
+        pre_stop_s = float(command[1])
+        drain_s = float(env(container)["RUNWICK_DRAIN_TIMEOUT_S"])
+        assert pod["terminationGracePeriodSeconds"] > pre_stop_s + drain_s + SERVER_STOP_GRACE_S
+
+
+def test_sqlite_is_one_replica_recreated_on_a_volume_claim(overlays: dict[str, list[Doc]]) -> None:
+    docs = overlays["sqlite"]
+    deployment = the(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not of_kind(docs, "PodDisruptionBudget")
+    claim = the(docs, "PersistentVolumeClaim")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    [data] = [name for name, v in volumes.items() if "persistentVolumeClaim" in v]
+    assert volumes[data]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    container = coordinator(docs)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    url = env(container)["RUNWICK_DATABASE_URL"]
+    assert url.startswith("sqlite:///") and url.removeprefix("sqlite:///").startswith(mounts[data] + "/")
+
+
+def test_postgres_is_replicated_with_a_budget_a_migration_job_and_secrets(
+    overlays: dict[str, list[Doc]],
+) -> None:
+    docs = overlays["postgres"]
+    deployment = the(docs, "Deployment")
+    replicas = deployment["spec"]["replicas"]
+    assert replicas > 1
+    budget = the(docs, "PodDisruptionBudget")
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert 0 < budget["spec"]["maxUnavailable"] < replicas
+    database = env(coordinator(docs))["RUNWICK_DATABASE_URL"]
+    assert set(database) == {"secretKeyRef"}  # never a literal URL (it holds the password)
+    [migrate] = the(docs, "Job")["spec"]["template"]["spec"]["containers"]
+    assert migrate["args"] == ["migrate"]
+    assert migrate["image"] == coordinator(docs)["image"]  # the schema of the version that serves
+    assert env(migrate)["RUNWICK_DATABASE_URL"] == database
+    assert not of_kind(docs, "PersistentVolumeClaim")
+
+
+def test_a_budget_comes_only_with_several_replicas(overlays: dict[str, list[Doc]]) -> None:
+    for docs in overlays.values():
+        replicas = the(docs, "Deployment")["spec"]["replicas"]
+        assert bool(of_kind(docs, "PodDisruptionBudget")) == (replicas > 1)
+
+
+def test_pods_run_restricted_non_root_with_resources(overlays: dict[str, list[Doc]]) -> None:
+    for docs in overlays.values():
+        for where, template in pod_templates(docs):
+            pod = template["spec"]
+            security = pod["securityContext"]
+            assert security["runAsNonRoot"] is True, where
+            assert security["runAsUser"] > 0 and security["runAsGroup"] > 0, where
+            assert security["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            assert pod["automountServiceAccountToken"] is False, where
+            for key in ("hostNetwork", "hostPID", "hostIPC"):
+                assert not pod.get(key), where
+            for container in pod["containers"]:
+                context = container["securityContext"]
+                assert context["allowPrivilegeEscalation"] is False, where
+                assert context["readOnlyRootFilesystem"] is True, where
+                assert context["runAsNonRoot"] is True, where
+                assert context["capabilities"] == {"drop": ["ALL"]}, where
+                assert not context.get("privileged"), where
+                for bound in ("requests", "limits"):
+                    assert set(container["resources"][bound]) == {"cpu", "memory"}, where
+
+
+def test_service_and_network_policy_cover_the_ports(overlays: dict[str, list[Doc]]) -> None:
+    for docs in overlays.values():
+        deployment = the(docs, "Deployment")
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        ports = {port["name"]: port["containerPort"] for port in coordinator(docs)["ports"]}
+        service = the(docs, "Service")
+        assert service["spec"]["selector"].items() <= labels.items()
+        assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+            "grpc": "grpc",
+            "metrics": "metrics",
+        }
+        policy = the(docs, "NetworkPolicy")
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        admitted = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
+        assert admitted == set(ports.values())
+
+
+def test_service_monitor_component_scrapes_the_metrics_port(overlays: dict[str, list[Doc]]) -> None:
+    assert not of_kind(overlays["postgres"], "ServiceMonitor")  # optional: only when added
+    docs = overlays["monitored"]
+    monitor = the(docs, "ServiceMonitor")
+    service = the(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    assert re.fullmatch(r"\d+s", endpoint["interval"])
+
+
+# -- container image -------------------------------------------------------------------
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = (DEPLOY / "docker" / "Dockerfile").read_text()
+    joined = re.sub(r"\\\n\s*", " ", text)
+    pairs = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            instruction, _, rest = line.partition(" ")
+            pairs.append((instruction.upper(), rest.strip()))
+    return pairs
+
+
+def test_dockerfile_builds_a_small_non_root_image_of_the_coordinator(
+    overlays: dict[str, list[Doc]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = dockerfile()
+    args = dict(arg.split("=", 1) for kind, arg in steps if kind == "ARG" and "=" in arg)
+    stages = [
+        arg.split()[0].replace("${PYTHON_IMAGE}", args.get("PYTHON_IMAGE", ""))
+        for kind, arg in steps
+        if kind == "FROM"
+    ]
+    assert len(stages) == 2 and all(re.fullmatch(r"python:3\.11-slim(-\w+)?", stage) for stage in stages)
+    final = steps[max(i for i, (kind, _) in enumerate(steps) if kind == "FROM") :]
+    users = [arg for kind, arg in final if kind == "USER"]
+    assert users and re.fullmatch(r"[1-9]\d*(:[1-9]\d*)?", users[-1])  # numeric, not root
+    uid = int(users[-1].split(":")[0])
+    for _, template in pod_templates(overlays["postgres"]):
+        assert template["spec"]["securityContext"]["runAsUser"] == uid
+    assert any(kind == "RUN" and 'install ".[coordinator]"' in arg for kind, arg in steps)
+    assert not any(kind == "ADD" for kind, _ in steps)  # no remote downloads into the image
+    defaults = cli_defaults(monkeypatch)
+    [exposed] = [arg for kind, arg in final if kind == "EXPOSE"]
+    assert {int(port) for port in exposed.split()} == {
+        defaults["port"],
+        defaults["health_port"],
+        defaults["metrics_port"],
+    }
+    assert [arg for kind, arg in final if kind == "ENTRYPOINT"] == ['["runwick"]']
+    assert [arg for kind, arg in final if kind == "CMD"] == ['["serve"]']
+    settings = " ".join(arg for kind, arg in steps if kind in ("ENV", "ARG"))
+    assert not re.search(r"(TOKEN|PASSWORD|SECRET|KEY)\w*=", settings, re.IGNORECASE)  # no secrets baked in
+    assert "RUNWICK_HOST=0.0.0.0" in settings
+    assert (DEPLOY / "docker" / "Dockerfile.dockerignore").exists()
+
+
+# -- alerts and dashboard --------------------------------------------------------------
+
+
+def metric_names() -> set[str]:
+    """Every series name the coordinator and the SDK export (with counter and histogram
+    suffixes), from their registries."""
+    names = set()
+    registries = [CoordinatorMetrics().registry]
+    registry = CollectorRegistry()
+    WorkerMetrics.for_registry(registry)
+    registries.append(registry)
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
+    for each in registries:
+        for family in each.collect():
+            names.update(family.name + suffix for suffix in suffixes.get(family.type, [""]))
+    return names
+
+
+def referenced(expr: str) -> set[str]:
+    return set(re.findall(r"\brunwick_[a-z_]+\b", expr))
+
+
+def test_alert_rules_pass_promtool_and_their_unit_tests() -> None:
+    promtool = tool("promtool")
+    rules = DEPLOY / "prometheus" / "runwick-rules.yml"
+    for command in (["check", "rules", str(rules)], ["test", "rules", "tests/runwick-rules.test.yml"]):
+        result = subprocess.run(
+            [promtool, *command], cwd=rules.parent, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    alerts = {
+        rule["alert"] for group in yaml.safe_load(rules.read_text())["groups"] for rule in group["rules"]
+    }
+    assert alerts == {
+        "RunwickBacklogGrowing",
+        "RunwickOldestJobTooOld",
+        "RunwickHighFailureRate",
+        "RunwickLeaseExpiries",
+        "RunwickNoWorkers",
+    }
+    tested = (DEPLOY / "prometheus" / "tests" / "runwick-rules.test.yml").read_text()
+    assert all(f"alertname: {alert}" in tested for alert in alerts)
+
+
+def test_rules_and_dashboard_use_only_exported_metrics() -> None:
+    known = metric_names()
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "runwick-rules.yml").read_text())
+    exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    dashboard = json.loads((DEPLOY / "grafana" / "runwick-dashboard.json").read_text())
+    panels = [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+    exprs += [target["expr"] for panel in panels for target in panel["targets"]]
+    used = set().union(*(referenced(expr) for expr in exprs))
+    assert used and used <= known, used - known
+    assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+    variables = {variable["name"] for variable in dashboard["templating"]["list"]}
+    assert {"datasource", "queue"} <= variables
+    assert all(panel["datasource"]["uid"] == "${datasource}" for panel in panels)

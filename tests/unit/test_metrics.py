@@ -1,0 +1,131 @@
+"""Metrics and structured logs without a server: what each fact records, label hygiene,
+one SDK metric set per registry, and the JSON log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+
+from coordinator.domain.states import JobState, Outcome
+from coordinator.errors import InvalidArgument
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.worker_ops import AttemptEnded, BatchAnswers, ResultAnswer, RunStarted
+from worker_sdk._logging import JsonFormatter, configure_logging, job_log_context
+from worker_sdk._metrics import WorkerMetrics
+
+BOUNDED_LABELS = {"queue", "wire_name", "outcome", "state", "grpc_method", "grpc_code", "reason"}
+MAIL = {"queue": "mail", "wire_name": "mail.send"}
+
+
+def value(metrics: CoordinatorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_a_batch_records_waits_completions_runs_expiries_and_stale_results() -> None:
+    metrics = CoordinatorMetrics()
+    answers = BatchAnswers(
+        started=[RunStarted("mail", "mail.send", 1_500)],
+        ended=[
+            AttemptEnded("mail", "mail.send", Outcome.SUCCEEDED, JobState.SUCCEEDED, ran_ms=250),
+            AttemptEnded("mail", "mail.send", Outcome.RETRYABLE_FAILURE, JobState.SCHEDULED, ran_ms=40),
+            AttemptEnded("mail", "mail.send", Outcome.PERMANENT_FAILURE, JobState.FAILED, ran_ms=10),
+            AttemptEnded("mail", "mail.send", Outcome.ABANDONED, JobState.SCHEDULED, None, lease_lapsed=True),
+            AttemptEnded(
+                "mail", "mail.send", Outcome.UNSTARTED_ABANDONED, JobState.SCHEDULED, None, lease_lapsed=True
+            ),
+            AttemptEnded("mail", "mail.send", Outcome.RELEASED, JobState.AVAILABLE, None),
+        ],
+        results=[
+            ResultAnswer("a1", True),
+            ResultAnswer("a2", False, reason="superseded attempt"),
+            ResultAnswer("a3", False, error=InvalidArgument("output", "too large")),  # refused, not stale
+        ],
+    )
+    metrics.observe(answers)
+
+    assert value(metrics, "runwick_job_wait_seconds_sum", **MAIL) == 1.5
+    assert value(metrics, "runwick_jobs_completed_total", **MAIL, outcome="succeeded") == 1
+    assert value(metrics, "runwick_jobs_completed_total", **MAIL, outcome="failed") == 1
+    assert value(metrics, "runwick_jobs_completed_total", **MAIL, outcome="scheduled") is None
+    assert value(metrics, "runwick_job_run_duration_seconds_sum", **MAIL, outcome="succeeded") == 0.25
+    assert value(metrics, "runwick_job_run_duration_seconds_count", **MAIL, outcome="retryable_failure") == 1
+    assert value(metrics, "runwick_job_run_duration_seconds_count", **MAIL, outcome="abandoned") is None
+    assert value(metrics, "runwick_leases_expired_total", **MAIL) == 2
+    assert value(metrics, "runwick_unstarted_abandonments_total", **MAIL) == 1
+    assert value(metrics, "runwick_stale_results_total") == 1
+
+
+def test_queue_gauges_read_zero_once_a_queue_empties_and_for_workers_queues() -> None:
+    metrics = CoordinatorMetrics()
+    metrics.workers([("mail", "default"), ("mail",)])
+    assert value(metrics, "runwick_connected_workers", queue="mail") == 2
+    metrics.queue_stats({("mail", "available"): 3, ("mail", "running"): 1}, {"mail": 10_000}, now_ms=70_000)
+    assert value(metrics, "runwick_queue_depth", queue="mail", state="available") == 3
+    assert value(metrics, "runwick_queue_depth", queue="mail", state="scheduled") == 0
+    assert value(metrics, "runwick_queue_depth", queue="default", state="available") == 0  # idle, has workers
+    assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue="mail") == 60
+    assert value(metrics, "runwick_queue_depth", queue="mail", state="succeeded") is None  # never counted
+
+    metrics.workers([])
+    metrics.queue_stats({}, {}, now_ms=80_000)
+    assert value(metrics, "runwick_connected_workers", queue="mail") == 0
+    assert value(metrics, "runwick_queue_depth", queue="mail", state="available") == 0
+    assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue="mail") == 0
+
+
+def wrappers(owner: object) -> list[MetricWrapperBase]:
+    return [attribute for attribute in vars(owner).values() if isinstance(attribute, MetricWrapperBase)]
+
+
+@pytest.mark.parametrize(
+    "owner", [CoordinatorMetrics(), WorkerMetrics(CollectorRegistry())], ids=["coordinator", "sdk"]
+)
+def test_metrics_use_base_units_and_bounded_labels(owner: object) -> None:
+    """Never job or attempt IDs, never error text; durations in seconds (SPEC §7)."""
+    found = wrappers(owner)
+    assert len(found) >= 6
+    for metric in found:
+        name = metric._name
+        assert name.startswith("runwick_"), name
+        assert set(metric._labelnames) <= BOUNDED_LABELS, name
+        if metric._type == "histogram":
+            assert name.endswith("_seconds"), name
+        if metric._type == "gauge":
+            assert not name.endswith("_total"), name
+
+
+def test_sdk_metrics_are_shared_per_registry_default_the_global_one() -> None:
+    mine = CollectorRegistry()
+    assert WorkerMetrics.for_registry(mine) is WorkerMetrics.for_registry(mine)
+    assert WorkerMetrics.for_registry(mine) is not WorkerMetrics.for_registry(CollectorRegistry())
+    assert WorkerMetrics.for_registry() is WorkerMetrics.for_registry(REGISTRY)
+
+
+def test_json_lines_carry_the_run_context_and_extra_fields() -> None:
+    formatter = JsonFormatter()
+    record = logging.LogRecord("app", logging.INFO, __file__, 1, "charged %s", ("order-1",), None)
+    with job_log_context(job_id="j1", attempt_id="a1"):
+        inside = json.loads(formatter.format(record))
+    outside = json.loads(formatter.format(record))
+    assert inside["job_id"] == "j1" and inside["attempt_id"] == "a1"
+    assert inside["message"] == "charged order-1" and inside["level"] == "INFO" and inside["logger"] == "app"
+    assert "job_id" not in outside
+
+    warning = logging.LogRecord("runwick", logging.WARNING, __file__, 1, "lost %s", ("a2",), None)
+    warning.attempt_id = "a2"
+    assert json.loads(formatter.format(warning))["attempt_id"] == "a2"
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        failed = logging.LogRecord("runwick", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert "RuntimeError: boom" in json.loads(formatter.format(failed))["exception"]
+
+
+def test_configure_logging_refuses_an_unknown_format() -> None:
+    with pytest.raises(ValueError, match="log format"):
+        configure_logging("INFO", "xml")

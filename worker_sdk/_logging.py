@@ -1,0 +1,77 @@
+"""Structured logs: a JSON line formatter, and the job context a run's log lines carry.
+
+While a handler runs (its middleware and sync handler threads included), every log record
+formatted by ``JsonFormatter`` names the job and attempt, whichever logger wrote it. Log
+calls elsewhere may pass the same fields with ``extra={"attempt_id": ...}``. Error text
+stays out of INFO and above (R-22): handler exceptions are logged at DEBUG only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+
+CONTEXT_FIELDS = ("job_id", "attempt_id", "wire_name", "queue", "worker_id")
+"""Record attributes (from ``extra`` or the run's context) copied into each JSON line."""
+
+_job_context: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "runwick_job_log_context", default=None
+)
+
+
+@contextlib.contextmanager
+def job_log_context(**fields: str) -> Iterator[None]:
+    """Adds ``fields`` to every log line formatted in this context (a run's task)."""
+    outer = _job_context.get()
+    token = _job_context.set({**(outer or {}), **fields})
+    try:
+        yield
+    finally:
+        _job_context.reset(token)
+
+
+def current_log_context() -> Mapping[str, str]:
+    """The job fields of the running context; empty outside a run."""
+    return _job_context.get() or {}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``message`` and the job
+    fields (``job_id``, ``attempt_id``, ...) when known; ``exception`` with a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(current_log_context())
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+LOG_FORMATS = ("text", "json")
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Sets up the root logger for a command-line process (``runwick serve``/``worker``).
+
+    Raises:
+        ValueError: ``log_format`` is neither ``text`` nor ``json``.
+    """
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

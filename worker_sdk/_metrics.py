@@ -1,0 +1,73 @@
+"""The worker's Prometheus metrics (SPEC §7), on the host service's registry by default.
+
+Every ``Worker`` on one registry shares one set of metrics (a registry refuses the same
+name twice), so a process with several workers reports their sum. Labels are bounded:
+queue, wire_name and outcome; never job or attempt IDs, never error text.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+HANDLER_BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+"""From no-op handlers to hours-long jobs."""
+NO_RESULT = "no_result"
+"""The outcome label of runs that end without a report (lost attempt, ignored timeout)."""
+
+_lock = threading.Lock()
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, WorkerMetrics] = weakref.WeakKeyDictionary()
+
+
+class WorkerMetrics:
+    """The SDK metrics registered on one registry; get them with ``for_registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.jobs = Counter(
+            "runwick_worker_jobs_total",
+            "Runs this process finished, by outcome (R-5; no_result: nothing was reported).",
+            ["queue", "wire_name", "outcome"],
+            registry=registry,
+        )
+        self.handler_duration = Histogram(
+            "runwick_worker_handler_duration_seconds",
+            "Time from a run's start to its report: decoding, middleware and handler.",
+            ["queue", "wire_name", "outcome"],
+            buckets=HANDLER_BUCKETS_S,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "runwick_worker_jobs_in_flight",
+            "Handlers running now.",
+            ["queue", "wire_name"],
+            registry=registry,
+        )
+        self.heartbeat_failures = Counter(
+            "runwick_worker_heartbeat_failures_total",
+            "Heartbeats that could not be sent (no stream) or went unanswered (the stream "
+            "is then restarted).",
+            ["reason"],
+            registry=registry,
+        )
+        self.reconnects = Counter(
+            "runwick_worker_reconnects_total",
+            "Connection attempts after a stream to the coordinator ended or failed.",
+            registry=registry,
+        )
+        self.connected = Gauge(
+            "runwick_worker_connected_streams",
+            "Streams to a coordinator that are open and welcomed (one per connected Worker).",
+            registry=registry,
+        )
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None = None) -> WorkerMetrics:
+        """The metrics on ``registry`` (prometheus_client's default one when None)."""
+        target = REGISTRY if registry is None else registry
+        with _lock:
+            metrics = _by_registry.get(target)
+            if metrics is None:
+                metrics = _by_registry[target] = cls(target)
+            return metrics
