@@ -481,6 +481,8 @@ NEAR_BOUND_JOBS = st.builds(
     priority=INT32,
     idempotency_key=st.one_of(st.just(""), st.just(""), st.just(""), TEXT),
     parent_ids=st.one_of(*[st.just([])] * 4, st.lists(IDS, max_size=BOUNDS.max_parents_per_job + 1)),
+    run_at=st.one_of(st.none(), TIMESTAMPS),
+    settings=st.one_of(st.none(), st.none(), messages(job_pb2.JobSettings.DESCRIPTOR, 1)),
 )
 
 
