@@ -82,7 +82,9 @@ class CoordinatorConfig:
     """Connections are closed (GOAWAY) after this age, so long-lived worker streams
     reconnect and spread over replicas (SPEC §8); workers reconnect with backoff."""
     max_connection_age_grace_ms: int = 60_000
-    """After ``max_connection_age_ms``, how long open streams may go on before they end."""
+    """After ``max_connection_age_ms``, how long open calls may go on before they are cut;
+    above the longest unary call (a WaitJob chunk: 30 s). Worker streams end cleanly
+    before that (``WorkerServicer`` retires them at about the connection age)."""
 
     # Read-only views of bounds that used to be fields here.
     @property

@@ -216,7 +216,11 @@ class Dispatcher:
                 else:
                     self._deliver(answers, routes)
             for session in routes.retiring:
-                log.info("worker %s: stream reached its maximum age; ending it", session.worker_id)
+                log.info(
+                    "worker %s: stream reached its maximum age; ending it",
+                    session.worker_id,
+                    extra={"worker_id": session.worker_id},
+                )
                 session.close()
             if self._stopping and not self._batch:
                 return

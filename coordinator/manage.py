@@ -13,13 +13,13 @@ from typing import TypeVar
 from coordinator import audit
 from coordinator.domain.access import Actor
 from coordinator.domain.clock import Clock
-from coordinator.domain.ids import parse_id
 from coordinator.domain.lifecycle import CancelAction, decide_cancel, decide_manual_retry
 from coordinator.domain.states import CODE_CANCELLED, JobState, Outcome
-from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from coordinator.errors import FailedPrecondition, NotFound, Unavailable
 from coordinator.store import AttemptRecord, JobRecord, Store, StoreError, WriteConflict
 from coordinator.store.access import insert_audit_event
 from coordinator.store.store import JobChange, WriteTx
+from coordinator.validation import require_id
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ManagementService:
         job = _locked_job(tx, job_id)
         decision = decide_cancel(job.view())
         if decision.action is CancelAction.REFUSE:
-            raise FailedPrecondition(f"job {job_id}: {decision.reason}")
+            raise FailedPrecondition(f"job {job_id}: {decision.reason}", reason="WRONG_STATE")
         now = self.clock.now_ms()
         push = None
         attempt_id = job.current_attempt_id
@@ -97,7 +97,7 @@ class ManagementService:
         job = _locked_job(tx, job_id)
         decision = decide_manual_retry(job.view())
         if not decision.allowed:
-            raise FailedPrecondition(f"job {job_id}: {decision.reason}")
+            raise FailedPrecondition(f"job {job_id}: {decision.reason}", reason="WRONG_STATE")
         now = self.clock.now_ms()
         values = {
             "state": JobState.AVAILABLE.value,
@@ -127,7 +127,11 @@ class ManagementService:
         def reveal(tx: WriteTx) -> AttemptRecord:
             attempt = tx.attempts_by_ids([canonical]).get(canonical)
             if attempt is None:
-                raise NotFound(f"attempt {canonical} does not exist")
+                raise NotFound(
+                    f"attempt {canonical} does not exist",
+                    reason="ATTEMPT_NOT_FOUND",
+                    metadata={"attempt_id": canonical},
+                )
             now = self.clock.now_ms()
             detail = f"job {attempt.job_id} generation {attempt.generation}"
             insert_audit_event(
@@ -154,7 +158,7 @@ class ManagementService:
 def _locked_job(tx: WriteTx, job_id: str) -> JobRecord:
     job = tx.jobs_by_ids([job_id]).get(job_id)
     if job is None:
-        raise NotFound(f"job {job_id} does not exist")
+        raise NotFound(f"job {job_id} does not exist", reason="JOB_NOT_FOUND", metadata={"job_id": job_id})
     return job
 
 
@@ -174,7 +178,4 @@ def _cancelled_attempt(attempt_id: str, now: int) -> dict[str, object]:
 
 
 def _require_id(field: str, text: str) -> str:
-    canonical = parse_id(text)
-    if canonical is None:
-        raise InvalidArgument(field, f"{text[:64]!r} is not a UUID")
-    return canonical
+    return require_id(field, text)  # INVALID_ID, as everywhere

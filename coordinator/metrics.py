@@ -224,7 +224,10 @@ class CoordinatorMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Serves ``/metrics`` over HTTP on a daemon thread; returns the bound port."""
-        self._http, self._http_thread = start_http_server(port, host, registry=self.registry)
+        try:
+            self._http, self._http_thread = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:
+            raise OSError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from exc
         bound = int(self._http.server_port)
         log.info("metrics on http://%s:%d/metrics", host, bound)
         return bound

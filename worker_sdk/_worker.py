@@ -201,7 +201,10 @@ class Worker:
         host, port = self._metrics_address
         if port is not None and self._metrics_server is None:
             registry = self._metrics_registry if self._metrics_registry is not None else REGISTRY
-            self._metrics_server, _ = start_http_server(port, host, registry=registry)
+            try:
+                self._metrics_server, _ = start_http_server(port, host, registry=registry)
+            except OSError as exc:
+                raise OSError(f"cannot serve worker metrics on {host}:{port}: {exc.strerror or exc}") from exc
             logger.info("worker metrics on http://%s:%d/metrics", host, self.metrics_port)
         self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="runwick-handler")
         if self._credentials is None:

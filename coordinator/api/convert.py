@@ -64,7 +64,7 @@ def duration_ms(value: Duration, field: str, *, index: int | None = None) -> int
 
 def timestamp_ms(value: Timestamp, field: str = "timestamp", *, index: int | None = None) -> int:
     """Milliseconds since the epoch; rejects Timestamps outside years 1-9999."""
-    if False and not MIN_TIMESTAMP_SECONDS <= value.seconds <= MAX_TIMESTAMP_SECONDS or not (
+    if not MIN_TIMESTAMP_SECONDS <= value.seconds <= MAX_TIMESTAMP_SECONDS or not (
         0 <= value.nanos < NANOS_PER_SECOND
     ):
         raise InvalidArgument(

@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 
 ERROR_DOMAIN = "runwick"
 """``google.rpc.ErrorInfo.domain`` of every Runwick error."""
-MAX_STATUS_MESSAGE_BYTES = 1_024
-MAX_DESCRIPTION_BYTES = 512
-MAX_METADATA_ENTRIES = 16
-MAX_METADATA_VALUE_BYTES = 256
+# gRPC refuses trailers over 8 KiB (grpc.max_metadata_size): the message travels twice
+# (grpc-message, percent-encoded, and inside the base64 details), so all is kept small.
+MAX_STATUS_MESSAGE_BYTES = 512
+MAX_DESCRIPTION_BYTES = 256
+MAX_METADATA_ENTRIES = 8
+MAX_METADATA_VALUE_BYTES = 128
 INTERNAL_REASON = "INTERNAL"
 MALFORMED_REASON = "MALFORMED_MESSAGE"
 

@@ -175,6 +175,9 @@ async def test_unknown_job_raises_job_not_found_with_its_reason(client: AsyncCli
             "SETTING_OUT_OF_RANGE",
         ),
         (_enqueue(job_service_pb2.NewJob(wire_name="a b")), "jobs[0].wire_name", "NAME_INVALID"),
+        # Huge input quoted in an error must not overflow gRPC's trailing metadata.
+        (_enqueue(job_service_pb2.NewJob(wire_name="é" * 500_000)), "jobs[0].wire_name", "NAME_TOO_LONG"),
+        (lambda s: s.GetJob(job_service_pb2.GetJobRequest(id="\u00e9" * 1_000_000)), "id", "INVALID_ID"),
         (
             _enqueue(job_service_pb2.NewJob(wire_name=WIRE, parent_ids=["p"])),
             "jobs[0].parent_ids[0]",
@@ -199,6 +202,14 @@ async def test_bad_requests_get_invalid_argument_naming_field_and_reason(
     assert [v.field for v in error.field_violations] == [field]
     assert str(error).startswith(f"{field}: ")
     assert coordinator.running.store.count_by_state() == {}
+
+
+async def test_an_operation_in_the_wrong_state_gets_failed_precondition(client: AsyncClient) -> None:
+    job_id = await client.enqueue(Echo("waiting"))
+    with pytest.raises(FailedPrecondition) as caught:
+        await client.retry(job_id)
+    assert caught.value.reason == "WRONG_STATE"
+    assert "only failed or cancelled jobs can be retried" in str(caught.value)
 
 
 async def test_a_request_that_is_not_its_protobuf_message_gets_invalid_argument(

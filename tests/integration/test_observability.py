@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -275,3 +276,14 @@ async def test_json_logs_name_the_job_and_keep_error_text_below_info(
     assert all(line["attempt_id"] and line["wire_name"] == "tests.observe.noisy" for line in handled)
     loud = [line for line in lines if line["level"] in ("INFO", "WARNING", "ERROR", "CRITICAL")]
     assert loud and not [line for line in loud if "4111" in json.dumps(line)]
+
+
+async def test_a_side_port_in_use_stops_the_start_cleanly(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for ports in ({"metrics_port": port}, {"health_port": port}):
+            config = CoordinatorConfig(database_url=database_url, port=0, **ports)
+            with pytest.raises(OSError, match=str(port)):
+                await start_coordinator(config)
