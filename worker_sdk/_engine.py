@@ -71,6 +71,8 @@ class Engine:
             metrics=metrics,
         )
         self._draining = False
+        self._drain_deadline: float | None = None
+        """Loop time until which a drain lets authorized runs go on."""
         self._stopping = False
         self._coordinator_drain: asyncio.Task[None] | None = None
 
@@ -168,9 +170,13 @@ class Engine:
             self._replenish()
             return
         if run.phase is Phase.RELEASING:
-            # Granted before our Release arrived: the execution is charged, so say why it ends.
-            self._finish(run, RunReport(Outcome.INTERRUPTED, error_code=CODE_WORKER_SHUTDOWN))
-            return
+            # Granted before our Release arrived: the execution is charged. Inside the drain
+            # window it runs like any other run (R-12 lets running handlers finish);
+            # after it, say why it ends without calling the handler.
+            loop_time = asyncio.get_running_loop().time()
+            if self._drain_deadline is None or loop_time >= self._drain_deadline:
+                self._finish(run, RunReport(Outcome.INTERRUPTED, error_code=CODE_WORKER_SHUTDOWN))
+                return
         run.phase = Phase.RUNNING
         run.ctx = self._context(run.assignment, answer.execution_number)
         if run.cancel_requested:
@@ -336,6 +342,7 @@ class Engine:
         """
         self._stopping = self._stopping or stopping
         self._draining = True
+        self._drain_deadline = asyncio.get_running_loop().time() + within.total_seconds()
         table = self.table
         for run in table.in_phase(Phase.STARTING):
             run.phase = Phase.RELEASING
@@ -345,7 +352,12 @@ class Engine:
         def nothing_running() -> bool:
             return not table.in_phase(Phase.RUNNING)
 
-        if not await table.wait_until(nothing_running, within.total_seconds()):
+        def nothing_running_or_awaiting_start() -> bool:
+            # A released claim may still be granted (the coordinator charged it first):
+            # it then runs within this window, so wait for its answer too.
+            return nothing_running() and not table.in_phase(Phase.RELEASING)
+
+        if not await table.wait_until(nothing_running_or_awaiting_start, within.total_seconds()):
             running = table.in_phase(Phase.RUNNING)
             logger.warning("interrupting %d run(s) still going after the drain timeout", len(running))
             for run in running:
@@ -374,6 +386,7 @@ class Engine:
         if self._stopping:
             return
         self._draining = False
+        self._drain_deadline = None
         if self._session is not None and self._session.generation == generation:
             self._session.restart()
         else:

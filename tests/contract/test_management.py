@@ -281,7 +281,7 @@ def test_r20_tokens_are_stored_as_hashes_only(harness: Harness, tokens: TokenSer
     created = tokens.create("billing worker", ["work"], ["billing"], OPERATOR)
 
     assert bootstrap is not None and tokens.bootstrap() is None  # only on an empty table
-    secrets = [bootstrap, created.token, created.token.rsplit("_", 1)[1], bootstrap.rsplit("_", 1)[1]]
+    secrets = [bootstrap, created.token, created.token.split("_", 2)[2], bootstrap.split("_", 2)[2]]
     with harness.store.read() as conn:
         cells = [str(cell) for row in conn.execute(text("SELECT * FROM tokens")) for cell in row]
         cells += [str(cell) for row in conn.execute(text("SELECT * FROM audit_events")) for cell in row]

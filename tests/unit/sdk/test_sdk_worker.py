@@ -323,15 +323,18 @@ async def test_drain_lets_short_runs_finish(coordinator: FakeCoordinator, make_w
     await asyncio.wait_for(stopping, 2)
 
 
-async def test_granted_after_release_reports_interrupted(
+async def test_r12_granted_after_release_runs_within_the_drain_window(
     coordinator: FakeCoordinator, make_worker: MakeWorker
 ) -> None:
+    """The coordinator charged the execution before our Release arrived: with drain time
+    left the run goes ahead like any running handler."""
     called: list[str] = []
 
-    async def resize(job: Resize, ctx: JobContext) -> None:
+    async def resize(job: Resize, ctx: JobContext) -> bytes:
         called.append(ctx.attempt_id)
+        return b"ran"
 
-    worker = worker_with(make_worker, resize)
+    worker = worker_with(make_worker, resize, drain_timeout=timedelta(seconds=5))
     await worker.start()
     stream, _ = await coordinator.accept()
     stream.assign(Resize("a.png"), "att-1")
@@ -340,10 +343,34 @@ async def test_granted_after_release_reports_interrupted(
     await stream.next("release")
     stream.grant("att-1")
     result = await stream.next("result")
+    assert (result.outcome, result.output) == (job_pb2.OUTCOME_SUCCEEDED, b"ran")
+    assert called == ["att-1"]
+    stream.ack("att-1")
+    await asyncio.wait_for(stopping, 5)
+
+
+async def test_r12_granted_after_the_drain_window_reports_interrupted(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
+    called: list[str] = []
+
+    async def resize(job: Resize, ctx: JobContext) -> None:
+        called.append(ctx.attempt_id)
+
+    worker = worker_with(make_worker, resize, drain_timeout=timedelta(milliseconds=1))
+    await worker.start()
+    stream, _ = await coordinator.accept()
+    stream.assign(Resize("a.png"), "att-1")
+    await stream.next("start")
+    stopping = asyncio.create_task(worker.stop())
+    await stream.next("release")
+    await asyncio.sleep(0.05)  # the 1 ms drain window is over
+    stream.grant("att-1")
+    result = await stream.next("result")
     assert (result.outcome, result.error_code) == (job_pb2.OUTCOME_INTERRUPTED, "worker_shutdown")
     assert called == []
     stream.ack("att-1")
-    await asyncio.wait_for(stopping, 2)
+    await asyncio.wait_for(stopping, 5)
 
 
 async def test_coordinator_drain_finishes_work_then_reconnects(
