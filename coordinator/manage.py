@@ -16,6 +16,7 @@ from coordinator.domain.clock import Clock
 from coordinator.domain.lifecycle import CancelAction, decide_cancel, decide_manual_retry
 from coordinator.domain.states import CODE_CANCELLED, JobState, Outcome
 from coordinator.errors import FailedPrecondition, NotFound, Unavailable
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.store import AttemptRecord, JobRecord, Store, StoreError, WriteConflict
 from coordinator.store.access import insert_audit_event
 from coordinator.store.store import JobChange, WriteTx
@@ -43,15 +44,21 @@ class Cancelled:
 
 
 class ManagementService:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, metrics: CoordinatorMetrics | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.metrics = metrics
 
     def cancel(self, job_id: str, actor: Actor) -> Cancelled:
         """R-8: ends a job that is not running at once; flags a running one, whose worker
         the caller then tells (``push``). Raises FailedPrecondition for terminal jobs."""
         canonical = _require_id("id", job_id)
-        return self._transaction(lambda tx: self._cancel(tx, canonical, actor))
+        cancelled = self._transaction(lambda tx: self._cancel(tx, canonical, actor))
+        job = cancelled.job
+        if self.metrics is not None and job.state is JobState.CANCELLED:
+            # Ended here, outside any worker batch; a running job's end is counted there.
+            self.metrics.completed(job.queue, job.wire_name, job.state)
+        return cancelled
 
     def _cancel(self, tx: WriteTx, job_id: str, actor: Actor) -> Cancelled:
         job = _locked_job(tx, job_id)

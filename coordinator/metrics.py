@@ -161,13 +161,16 @@ class CoordinatorMetrics:
     def enqueued(self, queue: str, wire_name: str) -> None:
         self.jobs_enqueued.labels(queue, wire_name).inc()
 
+    def completed(self, queue: str, wire_name: str, state: JobState) -> None:
+        self.jobs_completed.labels(queue, wire_name, state.value).inc()
+
     def observe(self, answers: BatchAnswers) -> None:
         """Records what one batch or maintenance pass did."""
         for started in answers.started:
             self.job_wait.labels(started.queue, started.wire_name).observe(started.waited_ms / 1000)
         for ended in answers.ended:
             if ended.job_state.terminal:
-                self.jobs_completed.labels(ended.queue, ended.wire_name, ended.job_state.value).inc()
+                self.completed(ended.queue, ended.wire_name, ended.job_state)
             if ended.ran_ms is not None:
                 self.job_run.labels(ended.queue, ended.wire_name, ended.outcome.value).observe(
                     ended.ran_ms / 1000

@@ -303,7 +303,7 @@ async def start_coordinator(
             watch,
             write_executor,
             config.idle_recheck_interval_s,
-            manage=ManagementService(store, clock),
+            manage=ManagementService(store, clock, metrics),
         ),
         server,
     )

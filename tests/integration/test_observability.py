@@ -116,6 +116,18 @@ async def test_coordinator_metrics_follow_the_lifecycle(coordinator: Coordinator
     assert sample(running, "runwick_database_up") == 1
 
 
+async def test_a_cancel_outside_any_worker_batch_is_counted_as_completed(
+    coordinator: Coordinator, client: AsyncClient
+) -> None:
+    job_id = await client.enqueue(Echo("never runs"))
+    labels = {**ECHO, "outcome": "cancelled"}
+    before = sample(coordinator.running, "runwick_jobs_completed_total", **labels)
+
+    await client.cancel(job_id)
+
+    assert sample(coordinator.running, "runwick_jobs_completed_total", **labels) == before + 1
+
+
 async def _health(port: int, service: str) -> int:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = health_pb2_grpc.HealthStub(channel)
