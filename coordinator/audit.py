@@ -12,6 +12,7 @@ from coordinator.domain.access import Actor
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.store import Store, StoreError
 from coordinator.store.access import AuditEvent, list_audit_events
+from coordinator.validation import check_filter
 
 JOB_CANCEL = "job.cancel"
 JOB_RETRY = "job.retry"
@@ -48,6 +49,8 @@ class AuditLog:
         """A page of events and the next page's token ('' at the end)."""
         if page_size < 0:
             raise InvalidArgument("page_size", "must not be negative")
+        check_filter("action", action)
+        check_filter("target", target)
         size = min(page_size or self.config.default_page_size, self.config.max_page_size)
         before: int | None = None
         if page_token:

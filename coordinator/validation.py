@@ -104,3 +104,21 @@ def check_worker_id(field: str, worker_id: str) -> None:
         raise InvalidArgument(
             field, f"{quote(worker_id)} holds control characters; use printable text", reason="INVALID_ID"
         )
+
+
+MAX_FILTER_LENGTH = 256
+
+
+def check_filter(field: str, value: str | None) -> None:
+    """A free-text list filter: at most 256 printable characters (a NUL would not even
+    reach PostgreSQL as a query parameter)."""
+    if value is None:
+        return
+    if len(value) > MAX_FILTER_LENGTH:
+        raise InvalidArgument(
+            field, f"must be at most {MAX_FILTER_LENGTH} characters, got {len(value)}", reason="OUT_OF_RANGE"
+        )
+    if not value.isprintable():
+        raise InvalidArgument(
+            field, f"{quote(value)} holds control characters; use printable text", reason="FILTER_INVALID"
+        )

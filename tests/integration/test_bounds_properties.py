@@ -53,6 +53,7 @@ from coordinator.validation import utf16_length
 from coordinator.worker_ops import ClaimRequest, ResultReport, WorkBatch
 from worker_sdk._errors import _rich_details
 from worker_sdk.proto.runwick.v1 import (
+    admin_service_pb2,
     job_pb2,
     job_service_pb2,
     job_service_pb2_grpc,
@@ -100,6 +101,8 @@ FUZZ_SETTINGS = settings(
     ],
 )
 JOB_SERVICE = job_service_pb2.DESCRIPTOR.services_by_name["JobService"]
+ADMIN_SERVICE = admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"]
+UNARY_METHODS = [(service, method) for service in (JOB_SERVICE, ADMIN_SERVICE) for method in service.methods]
 
 
 # -- strategies ---------------------------------------------------------------------------------
@@ -433,20 +436,24 @@ def _status_details(metadata: Any) -> bytes | None:
     return None
 
 
-@pytest.mark.parametrize("method", [m.name for m in JOB_SERVICE.methods])
+@pytest.mark.parametrize(
+    ("service", "method"),
+    [(service.full_name, method.name) for service, method in UNARY_METHODS],
+)
 @settings(FUZZ_SETTINGS, max_examples=18)
 @given(data=st.data())
-async def test_s5_every_job_service_rpc_answers_any_request_with_a_status(
-    fuzz: Fuzz, method: str, data: st.DataObject
+async def test_s5_every_unary_rpc_answers_any_request_with_a_status(
+    fuzz: Fuzz, service: str, method: str, data: st.DataObject
 ) -> None:
-    descriptor = JOB_SERVICE.methods_by_name[method]
+    """Every JobService and AdminService RPC, with generated requests."""
+    descriptor = next(m for s, m in UNARY_METHODS if s.full_name == service and m.name == method)
     request = data.draw(messages(descriptor.input_type), label="request")
     resolve(request, fuzz.known_ids(), fuzz.rng)
     if "timeout" in descriptor.input_type.fields_by_name and not request.HasField("timeout"):
         # Unset means WaitJob's 30 s default: generated waits stay short or invalid.
         request.timeout.CopyFrom(Duration(nanos=20_000_000))  # type: ignore[attr-defined]
     call = fuzz.channel.unary_unary(
-        f"/{JOB_SERVICE.full_name}/{method}",
+        f"/{service}/{method}",
         request_serializer=type(request).SerializeToString,
         response_deserializer=GetMessageClass(descriptor.output_type).FromString,
     )
