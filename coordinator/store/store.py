@@ -397,7 +397,7 @@ class Store:
         """The database server's clock (PostgreSQL), to anchor every replica (R-13)."""
         if not self.postgres:
             return None
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             value = conn.execute(
                 text("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
             ).scalar()
@@ -406,14 +406,14 @@ class Store:
     # -- reads -----------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
         return JobRecord.from_row(row) if row is not None else None
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         if not job_ids:
             return {}
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             rows = conn.execute(select(jobs).where(jobs.c.id.in_(sorted(set(job_ids)))))
             return {r.id: r for r in map(JobRecord.from_row, rows)}
 
@@ -439,17 +439,17 @@ class Store:
         if after_id is not None:
             conditions.append(jobs.c.id < after_id)
         query = query.where(*conditions).order_by(jobs.c.id.desc()).limit(limit)
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             rows = conn.execute(query).all()
         return [JobRecord.from_mapping({**row._mapping, "payload": b"", "output": None}) for row in rows]
 
     def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             row = conn.execute(select(attempts).where(attempts.c.id == attempt_id)).first()
         return AttemptRecord.from_row(row) if row is not None else None
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             rows = conn.execute(
                 select(attempts)
                 .where(attempts.c.job_id == job_id)
@@ -458,7 +458,7 @@ class Store:
             return [AttemptRecord.from_row(r) for r in rows]
 
     def list_transitions(self, job_id: str) -> list[dict[str, Any]]:
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             rows = conn.execute(
                 select(transitions).where(transitions.c.job_id == job_id).order_by(transitions.c.seq)
             )
@@ -466,7 +466,7 @@ class Store:
 
     def next_due_ms(self, queues: Sequence[str], after_ms: int) -> int | None:
         """The earliest future run-at among scheduled jobs of ``queues``: when to wake."""
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             value = conn.execute(
                 select(func.min(jobs.c.run_at_ms)).where(
                     jobs.c.queue.in_(list(queues)),
@@ -485,7 +485,7 @@ class Store:
             .where(jobs.c.state.in_(open_states))
             .group_by(jobs.c.queue, jobs.c.state)
         )
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             return {(queue, state): int(count) for queue, state, count in conn.execute(query)}
 
     def oldest_due_by_queue(self, now_ms: int) -> dict[str, int]:
@@ -496,10 +496,10 @@ class Store:
             .where(jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]), jobs.c.run_at_ms <= now_ms)
             .group_by(jobs.c.queue)
         )
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             return {queue: int(run_at) for queue, run_at in conn.execute(query)}
 
     def count_by_state(self) -> dict[str, int]:
-        with self._read_engine.connect() as conn:
+        with self.read() as conn:
             rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
             return {state: int(count) for state, count in rows}

@@ -196,3 +196,22 @@ def test_s5_transition_history_keeps_the_newest_100(harness: Harness) -> None:
     assert (history[-1]["from_state"], history[-1]["to_state"]) == ("reserved", "available")
     assert harness.job(job_id).history_seq == total
     assert len(harness.attempts(job_id)) == cycles  # attempts are not trimmed with history
+
+
+def test_reads_of_an_unreachable_database_are_unavailable_not_internal() -> None:
+    """A database outage during a read is UNAVAILABLE (retry later), never INTERNAL."""
+    from coordinator.config import CoordinatorConfig
+    from coordinator.domain.clock import FakeClock
+    from coordinator.errors import Unavailable
+    from coordinator.service import JobsService
+    from coordinator.store import Store, StoreError
+
+    unreachable = Store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")
+    try:
+        with pytest.raises(StoreError):
+            unreachable.list_attempts("0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f")
+        service = JobsService(unreachable, FakeClock(), CoordinatorConfig())
+        with pytest.raises(Unavailable):
+            service.get_job("0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f")
+    finally:
+        unreachable.close()
