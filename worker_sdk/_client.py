@@ -24,6 +24,25 @@ from worker_sdk.proto.runwick.v1 import job_service_pb2, job_service_pb2_grpc
 _DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
 
 
+def _open_channel(
+    transport: Any,
+    target: str,
+    *,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]],
+    ca: PemSource | None,
+    cert: PemSource | None,
+    key: PemSource | None,
+) -> Any:
+    """A channel of ``transport`` (``grpc`` or ``grpc.aio``: same factory signatures),
+    TLS when credentials or PEM material are given."""
+    tls = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
+    opts = channel_options(options)
+    if tls is None:
+        return transport.insecure_channel(target, options=opts)
+    return transport.secure_channel(target, tls, options=opts)
+
+
 class AsyncClient(ClientBase):
     """Enqueues and reads jobs over grpc.aio; create it inside a running event loop.
 
@@ -56,12 +75,9 @@ class AsyncClient(ClientBase):
         key: PemSource | None = None,
     ) -> None:
         super().__init__(token=token, rpc_timeout=rpc_timeout)
-        credentials = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
+        self._channel: grpc.aio.Channel = _open_channel(
+            grpc.aio, target, credentials=credentials, options=options, ca=ca, cert=cert, key=key
+        )
         self._stub: Any = job_service_pb2_grpc.JobServiceStub(self._channel)
 
     async def enqueue(
@@ -231,12 +247,9 @@ class Client(ClientBase):
         key: PemSource | None = None,
     ) -> None:
         super().__init__(token=token, rpc_timeout=rpc_timeout)
-        credentials = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
+        self._channel: grpc.Channel = _open_channel(
+            grpc, target, credentials=credentials, options=options, ca=ca, cert=cert, key=key
+        )
         self._stub: Any = job_service_pb2_grpc.JobServiceStub(self._channel)
 
     def enqueue(

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -13,25 +10,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import ADMIN_URL
-from tests.integration.conftest import ROOT, Coordinator
+from tests.e2e.cli import runwick
+from tests.integration.conftest import Coordinator
 
 pytestmark = pytest.mark.slow
-
-
-async def runwick(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Runs the CLI in a subprocess without blocking the in-process coordinator."""
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "coordinator.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if check:
-        assert result.returncode == 0, result.stdout + result.stderr
-    return result
 
 
 async def test_jobs_enqueue_get_list_for_people_and_scripts(coordinator: Coordinator) -> None:

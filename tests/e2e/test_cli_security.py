@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from sqlalchemy import create_engine, text
 
 from coordinator.cli_admin import BOOTSTRAP_BANNER
 from coordinator.store.engine import normalize_url
+from tests.e2e.cli import runwick
 from tests.integration.conftest import ROOT, WorkerProcess, eventually
 
 pytestmark = pytest.mark.slow
@@ -31,28 +31,6 @@ class Served:
     admin_token: str
     token_file: Path
     log: Path
-
-
-async def runwick(
-    *args: str, token: str | None = None, stdin: str = "", check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWICK_")}
-    if token is not None:
-        env["RUNWICK_TOKEN"] = token  # the env var form of --token
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "coordinator.cli", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if check:
-        assert result.returncode == 0, result.stdout + result.stderr
-    return result
 
 
 @pytest.fixture

@@ -1,0 +1,37 @@
+"""Runs the ``runwick`` command as a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from tests.integration.conftest import ROOT
+
+
+async def runwick(
+    *args: str, token: str | None = None, stdin: str = "", check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Runs the CLI without blocking an in-process coordinator's loop.
+
+    The caller's ``RUNWICK_*`` variables are left out so each test says what it means;
+    ``token`` goes in as ``RUNWICK_TOKEN`` (the env form of ``--token``).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWICK_")}
+    if token is not None:
+        env["RUNWICK_TOKEN"] = token
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "coordinator.cli", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
