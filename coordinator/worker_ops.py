@@ -188,14 +188,15 @@ class WorkerOps:
 
 class _BatchRun:
     """One batch inside one transaction; keeps the freshest copy of each job it touched
-    so several messages about one job in a batch see each other's effect."""
+    (by job ID; an attempt finds its job through its row) so several messages about one
+    job in a batch see each other's effect."""
 
     def __init__(self, tx: WriteTx, ops: WorkerOps, now: int) -> None:
         self.tx = tx
         self.ops = ops
         self.now = now
         self.answers = BatchAnswers()
-        self._jobs_by_attempt: dict[str, JobRecord] = {}
+        self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
         # Writes are gathered and sent as few statements as possible at flush().
         self._changes: list[JobChange] = []
@@ -213,12 +214,8 @@ class _BatchRun:
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = batch.releases + batch.starts + [r.attempt_id for r in batch.results]
-        attempts = self.tx.attempts_by_ids(filter(_well_formed, ids))
-        jobs = self.tx.jobs_by_ids(a.job_id for a in attempts.values())
-        for attempt in attempts.values():
-            if attempt.job_id in jobs:
-                self._jobs_by_attempt[attempt.id] = jobs[attempt.job_id]
-        self._attempts = attempts
+        self._attempts = self.tx.attempts_by_ids(filter(_well_formed, ids))
+        self._jobs = self.tx.jobs_by_ids(a.job_id for a in self._attempts.values())
         for attempt_id in batch.releases:
             self._release(attempt_id)
         self.answers.starts = [self._start(attempt_id) for attempt_id in batch.starts]
@@ -235,7 +232,9 @@ class _BatchRun:
         return self.answers
 
     def _current(self, attempt_id: str) -> JobRecord | None:
-        job = self._jobs_by_attempt.get(attempt_id)
+        """The job of ``attempt_id`` while that attempt is still its current one."""
+        attempt = self._attempts.get(attempt_id)
+        job = self._jobs.get(attempt.job_id) if attempt is not None else None
         return job if job is not None and job.current_attempt_id == attempt_id else None
 
     def _change(
@@ -244,9 +243,7 @@ class _BatchRun:
         self._changes.append(JobChange(job, values, reason=reason, attempt_id=attempt_id))
         typed: dict[str, Any] = {k: (JobState(v) if k == "state" else v) for k, v in values.items()}
         updated = replace(job, **typed, history_seq=job.history_seq + 1, updated_at_ms=self.now)
-        for attempt_id_key, known in list(self._jobs_by_attempt.items()):
-            if known.id == job.id:
-                self._jobs_by_attempt[attempt_id_key] = updated
+        self._jobs[job.id] = updated
         return updated
 
     def _release(self, attempt_id: str) -> None:
