@@ -93,23 +93,20 @@ class JobsService:
             )
         now = self.clock.now_ms()
         rows = [self._row(index, spec, now) for index, spec in enumerate(specs)]
-        for attempt in range(2):
+        try:
             try:
                 enqueued = self._insert(rows, now)
             except DuplicateKey:
-                # Another enqueue with the same idempotency key committed first: the next
-                # pass finds it and returns it instead.
-                if attempt == 1:
-                    raise
-            except StoreError as exc:
-                raise Unavailable(str(exc)) from exc
-            else:
-                if self.metrics is not None:
-                    for row, item in zip(rows, enqueued, strict=True):
-                        if not item.existing:
-                            self.metrics.enqueued(row["queue"], row["wire_name"])
-                return enqueued
-        raise AssertionError("unreachable")
+                # Another enqueue with the same idempotency key committed first: a second
+                # pass finds it and returns it instead.
+                enqueued = self._insert(rows, now)
+        except StoreError as exc:  # a DuplicateKey twice included: the client may retry
+            raise Unavailable(str(exc)) from exc
+        if self.metrics is not None:
+            for row, item in zip(rows, enqueued, strict=True):
+                if not item.existing:
+                    self.metrics.enqueued(row["queue"], row["wire_name"])
+        return enqueued
 
     def _row(self, index: int, spec: NewJobSpec, now: int) -> dict[str, Any]:
         bounds = self.store.bounds

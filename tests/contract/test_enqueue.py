@@ -222,3 +222,50 @@ def test_an_empty_batch_is_refused(harness: Harness) -> None:
     with pytest.raises(InvalidArgument):
         harness.enqueue_specs([])
     assert harness.count_jobs() == 0
+
+
+@pytest.mark.postgres
+def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(postgres_url: str) -> None:
+    """The loser of an idempotency-key race hits the unique index, looks again and
+    returns the job that won (PostgreSQL: two coordinators can race; SQLite has one)."""
+    import random
+    import threading
+    import time
+
+    from sqlalchemy import create_engine, text
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.domain.clock import FakeClock
+    from coordinator.service import JobsService
+    from coordinator.store import Store
+    from tests.conftest import _truncate
+
+    _truncate(postgres_url)
+    first, second = Store.open(postgres_url), Store.open(postgres_url)
+    clock = FakeClock()
+    winner_service = JobsService(first, clock, CoordinatorConfig(), random.Random(1))
+    loser_service = JobsService(second, clock, CoordinatorConfig(), random.Random(2))
+    spec = NewJobSpec(WIRE, b"{}", idempotency_key="race-1")
+    outcome: list[object] = []
+    try:
+        with first.write() as tx:
+            winner_row = winner_service._row(0, spec, clock.now_ms())
+            tx.insert_jobs([winner_row], clock.now_ms())  # not committed yet
+            loser = threading.Thread(target=lambda: outcome.append(loser_service.enqueue([spec])))
+            loser.start()
+            # Commit only once the loser's insert waits on our uncommitted key.
+            probe = create_engine(postgres_url)
+            deadline = time.monotonic() + 20
+            with probe.connect() as conn:
+                waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                while conn.execute(text(waiting)).scalar() == 0:
+                    assert time.monotonic() < deadline, "the racing insert never waited on the key"
+                    time.sleep(0.01)
+            probe.dispose()
+        loser.join(20)
+    finally:
+        first.close()
+        second.close()
+
+    [enqueued] = outcome[0]  # type: ignore[misc]
+    assert (enqueued.job_id, enqueued.existing) == (winner_row["id"], True)
