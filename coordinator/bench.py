@@ -127,7 +127,7 @@ def _measure(store: Store, options: argparse.Namespace, enqueue_seconds: float, 
 
     from coordinator.store.schema import attempts, jobs
 
-    with store._read_engine.connect() as conn:
+    with store.read() as conn:
         created = dict(conn.execute(select(jobs.c.id, jobs.c.created_at_ms)).all())
         finished_ms = max(conn.execute(select(jobs.c.finished_at_ms)).scalars())
         starts = conn.execute(select(attempts.c.job_id, attempts.c.started_at_ms)).all()
