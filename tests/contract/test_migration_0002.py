@@ -4,15 +4,9 @@ metadata exactly, on both engines."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, text
 
 from coordinator.store import Store
 from coordinator.store.engine import create_write_engine
@@ -20,24 +14,6 @@ from coordinator.store.migrate import current_revision, head_revision, upgrade
 from coordinator.store.schema import metadata
 
 JOB_ID = "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    base_url: str = request.getfixturevalue("postgres_url")
-    name = f"runwick_0002_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(base_url).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
 
 
 def _insert_0001_job(engine: Engine) -> None:
@@ -69,8 +45,8 @@ def _insert_0001_job(engine: Engine) -> None:
         conn.execute(text(f"INSERT INTO jobs ({names}) VALUES ({values})"), columns)
 
 
-def test_0002_keeps_existing_jobs_unflagged_and_reaches_the_metadata(empty_url: str) -> None:
-    engine = create_write_engine(empty_url)
+def test_0002_keeps_existing_jobs_unflagged_and_reaches_the_metadata(unmigrated_url: str) -> None:
+    engine = create_write_engine(unmigrated_url)
     try:
         upgrade(engine, "0001")
         assert current_revision(engine) == "0001"
@@ -83,7 +59,7 @@ def test_0002_keeps_existing_jobs_unflagged_and_reaches_the_metadata(empty_url: 
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     finally:
         engine.dispose()
-    store = Store.open(empty_url, create=False)
+    store = Store.open(unmigrated_url, create=False)
     try:
         job = store.get_job(JOB_ID)
     finally:

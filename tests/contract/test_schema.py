@@ -4,14 +4,12 @@ run (``runwick migrate``)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect
 from sqlalchemy.engine import make_url
 
 from coordinator.store import Store
@@ -28,26 +26,6 @@ def engine(database_url: str, store: Store) -> Iterator[Engine]:
     plain = create_engine(normalize_url(database_url))
     yield plain
     plain.dispose()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database nobody has migrated: a new SQLite file, or a scratch PostgreSQL
-    database created (and dropped) next to the per-run test database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    base_url: str = request.getfixturevalue("postgres_url")
-    name = f"runwick_scratch_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(base_url).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
 
 
 def test_migrated_schema_matches_the_metadata(engine: Engine) -> None:
