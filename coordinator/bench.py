@@ -123,15 +123,10 @@ def _await_address(server: subprocess.Popen[str]) -> str:
 
 
 def _measure(store: Store, options: argparse.Namespace, enqueue_seconds: float, url: str) -> BenchResult:
-    from sqlalchemy import select
-
-    from coordinator.store.schema import attempts, jobs
-
-    with store.read() as conn:
-        created = dict(conn.execute(select(jobs.c.id, jobs.c.created_at_ms)).all())
-        finished_ms = max(conn.execute(select(jobs.c.finished_at_ms)).scalars())
-        starts = conn.execute(select(attempts.c.job_id, attempts.c.started_at_ms)).all()
-    latencies = sorted(started - created[job_id] for job_id, started in starts if started is not None)
+    timings = store.run_timings()
+    created = timings.created_at_ms
+    finished_ms = timings.last_finished_at_ms or 0
+    latencies = sorted(started - created[job_id] for job_id, started in timings.started_at_ms)
     total_s = (finished_ms - min(created.values())) / 1000
     quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
     return BenchResult(

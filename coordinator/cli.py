@@ -152,10 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(options: argparse.Namespace) -> int:
     configure_logging(options.log_level, options.log_format)
+    from coordinator.app import SchemaNotCurrent
     from coordinator.cli_admin import serve_security_config
     from coordinator.cli_bounds import bounds_from_options
     from coordinator.config import ConfigError, CoordinatorConfig
-    from coordinator.store.migrate import SchemaNotCurrent
 
     try:
         bounds = bounds_from_options(options)
@@ -187,8 +187,8 @@ def _serve(options: argparse.Namespace) -> int:
 
 
 async def _serve_until_signalled(config: object) -> None:
-    from coordinator.api.server import start_coordinator
     from coordinator.config import CoordinatorConfig
+    from coordinator.process import start_coordinator
 
     assert isinstance(config, CoordinatorConfig)
     running = await start_coordinator(config)
@@ -208,13 +208,9 @@ async def _serve_until_signalled(config: object) -> None:
 
 
 def _migrate(options: argparse.Namespace) -> int:
-    from coordinator.store import Store
+    from coordinator.app import migrate_database
 
-    store = Store(options.database_url)
-    try:
-        store.migrate()
-    finally:
-        store.close()
+    migrate_database(options.database_url)
     print("database schema is up to date")
     return 0
 

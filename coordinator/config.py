@@ -30,7 +30,11 @@ class CoordinatorConfig:
     batch_window_ms: int = 2
     """How long the dispatcher gathers stream messages before one write transaction."""
     maintenance_interval_s: float = 1.0
-    """How often lease expiry and due-job promotion run."""
+    """How often lease expiry and due-job promotion run (``scheduler.leases``,
+    ``scheduler.due``)."""
+    clock_refresh_interval_s: float = 60.0
+    """How often a PostgreSQL replica re-reads the database clock it anchors its own to
+    (R-13, ``scheduler.clock``)."""
     idle_recheck_interval_s: float = 1.0
     """Idle workers re-check for work this often even without a wake-up: covers jobs
     made available by another replica."""

@@ -4,11 +4,11 @@ Names follow Prometheus' rules: base units, ``_total`` counters, ``_seconds`` hi
 Labels are bounded: queue, wire_name, outcome, state, and the gRPC method and status code;
 never job or attempt IDs, never error text.
 
-Facts are recorded where they are known: the dispatcher hands over every batch's
-``BatchAnswers`` (starts, ended attempts, stale results) and so does the maintenance loop
-(lease expiries); the service counts enqueues; an interceptor counts gRPC calls; the store
-reports write-transaction times; a background task refreshes the queue gauges from the
-database, so a scrape never runs a query.
+Facts are recorded where they are known: the facade hands over the ``Effects`` of every
+transaction (starts, ended attempts and jobs, lease expiries, stale results) and counts
+enqueues; an interceptor counts gRPC calls; the store reports write-transaction times; a
+background loop refreshes the queue gauges from the database, so a scrape never runs a
+query.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from prometheus_client import (
 )
 
 from coordinator.domain.states import JobState, Outcome
-from coordinator.worker_ops import BatchAnswers
+from coordinator.service.effects import Effects
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +164,14 @@ class CoordinatorMetrics:
     def completed(self, queue: str, wire_name: str, state: JobState) -> None:
         self.jobs_completed.labels(queue, wire_name, state.value).inc()
 
-    def observe(self, answers: BatchAnswers) -> None:
-        """Records what one batch or maintenance pass did."""
-        for started in answers.started:
+    def observe(self, effects: Effects) -> None:
+        """Records what one transaction did (a worker batch, an operator action, a
+        maintenance pass)."""
+        for started in effects.started:
             self.job_wait.labels(started.queue, started.wire_name).observe(started.waited_ms / 1000)
-        for ended in answers.ended:
-            if ended.job_state.terminal:
-                self.completed(ended.queue, ended.wire_name, ended.job_state)
+        for finished in effects.finished:
+            self.completed(finished.queue, finished.wire_name, finished.state)
+        for ended in effects.ended:
             if ended.ran_ms is not None:
                 self.job_run.labels(ended.queue, ended.wire_name, ended.outcome.value).observe(
                     ended.ran_ms / 1000
@@ -179,8 +180,7 @@ class CoordinatorMetrics:
                 self.leases_expired.labels(ended.queue, ended.wire_name).inc()
                 if ended.outcome is Outcome.UNSTARTED_ABANDONED:
                     self.unstarted_abandonments.labels(ended.queue, ended.wire_name).inc()
-        # Stale (R-11), as acknowledged on the wire; refused results carry an error instead.
-        stale = sum(1 for result in answers.results if not result.accepted and result.error is None)
+        stale = effects.stale_result_count()
         if stale:
             self.stale_results.inc(stale)
 

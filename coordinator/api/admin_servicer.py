@@ -2,39 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import grpc
 
 from coordinator.api.auth import current_actor
 from coordinator.api.convert import timestamp
-from coordinator.audit import AuditLog
-from coordinator.dispatch import Dispatcher
-from coordinator.store.access import AuditEvent, TokenRecord
-from coordinator.tokens import TokenService
+from coordinator.app import Coordinator
+from coordinator.domain.records import AuditEvent, TokenRecord
 from worker_sdk.proto.runwick.v1 import admin_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc
 
-P = ParamSpec("P")
-T = TypeVar("T")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
-    def __init__(self, tokens: TokenService, audit_log: AuditLog, dispatcher: Dispatcher) -> None:
-        self.tokens = tokens
-        self.audit_log = audit_log
-        self.dispatcher = dispatcher
-
-    @staticmethod
-    async def _call(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(function, *args, **kwargs)
+    def __init__(self, app: Coordinator) -> None:
+        self.app = app
 
     async def CreateToken(self, request: pb.CreateTokenRequest, context: Context) -> pb.CreateTokenResponse:
-        created = await self._call(
-            self.tokens.create,
+        created = await self.app.create_token(
             request.name,
             list(request.scopes),
             list(request.queues),
@@ -43,20 +30,17 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         return pb.CreateTokenResponse(token=token_to_pb(created.record), secret=created.token)
 
     async def ListTokens(self, request: pb.ListTokensRequest, context: Context) -> pb.ListTokensResponse:
-        records = await self._call(self.tokens.list, include_revoked=request.include_revoked)
+        records = await self.app.list_tokens(include_revoked=request.include_revoked)
         return pb.ListTokensResponse(tokens=[token_to_pb(r) for r in records])
 
     async def RevokeToken(self, request: pb.RevokeTokenRequest, context: Context) -> pb.RevokeTokenResponse:
-        record = await self._call(self.tokens.revoke, request.id, current_actor(context))
-        # Streams opened with the token end now (here; other replicas' at their next reconnect).
-        self.dispatcher.close_token_sessions(record.id)
+        record = await self.app.revoke_token(request.id, current_actor(context))
         return pb.RevokeTokenResponse(token=token_to_pb(record))
 
     async def ListAuditEvents(
         self, request: pb.ListAuditEventsRequest, context: Context
     ) -> pb.ListAuditEventsResponse:
-        events, token = await self._call(
-            self.audit_log.list,
+        events, token = await self.app.list_audit_events(
             action=request.action or None,
             target=request.target or None,
             page_size=request.page_size,

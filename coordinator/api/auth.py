@@ -1,7 +1,7 @@
 """Authentication and authorization of every RPC, in one server interceptor (R-20, R-21).
 
 Each call carries ``authorization: Bearer <token>`` metadata. The interceptor finds the
-token (``TokenService``), checks that it grants the scope the method needs (the table
+token (through the facade's token cache), checks that it grants the scope the method needs (the table
 below: each scope grants exactly its own RPCs), and runs the call with the token's
 principal in ``current_principal()`` for the servicers (audit actors, a worker token's
 queue restriction). Health checking and reflection stay open. A method of ours missing
@@ -13,7 +13,6 @@ token without the scope -> PERMISSION_DENIED.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -21,9 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
+from coordinator.app import Coordinator
 from coordinator.domain.access import ANONYMOUS, Actor, Principal, Scope
 from coordinator.errors import Unavailable
-from coordinator.tokens import TokenService
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +78,11 @@ def current_actor(context: grpc.aio.ServicerContext[Any, Any]) -> Actor:
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Checks the bearer token of every call against ``METHOD_SCOPES``.
 
-    With ``tokens=None`` (``--insecure``) every call runs as ``ANONYMOUS``.
+    With ``app=None`` (``--insecure``) every call runs as ``ANONYMOUS``.
     """
 
-    def __init__(self, tokens: TokenService | None) -> None:
-        self.tokens = tokens
+    def __init__(self, app: Coordinator | None) -> None:
+        self.app = app
 
     async def intercept_service(
         self,
@@ -94,7 +93,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         method = handler_call_details.method
         if handler is None or method.startswith(OPEN_SERVICES):
             return handler
-        if self.tokens is None:
+        if self.app is None:
             return _with_principal(handler, ANONYMOUS)
         required = METHOD_SCOPES.get(method)
         if required is None:
@@ -108,10 +107,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 grpc.StatusCode.UNAUTHENTICATED,
                 "missing bearer token: send the metadata `authorization: Bearer <token>`",
             )
-        known, principal = self.tokens.cached_principal(token)
+        known, principal = self.app.cached_principal(token)
         if not known:
             try:
-                principal = await asyncio.to_thread(self.tokens.authenticate, token)
+                principal = await self.app.authenticate(token)
             except Unavailable as exc:
                 return _refusal(handler, grpc.StatusCode.UNAVAILABLE, str(exc))
         if principal is None:

@@ -1,15 +1,14 @@
-"""Conversions between store records / domain values and protobuf messages."""
+"""Conversions between domain values and protobuf messages."""
 
 from __future__ import annotations
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from coordinator.domain.records import DEFAULT_QUEUE, AttemptRecord, JobRecord, NewJobSpec
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
-from coordinator.service import DEFAULT_QUEUE, NewJobSpec
-from coordinator.store import AttemptRecord, JobRecord
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
 
 NANOS_PER_MS = 1_000_000

@@ -1,20 +1,19 @@
-"""The worker stream's wire form: decoding WorkerMessages, encoding answers."""
+"""The worker stream's wire form: decoding WorkerMessages, and framing what the
+dispatcher delivers to a session into CoordinatorMessages (``frame``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 from coordinator.api.convert import PB_TO_OUTCOME, duration, duration_ms, state_to_pb, timestamp
 from coordinator.api.errors import MAX_STATUS_MESSAGE_BYTES
+from coordinator.dispatch import Assignments, CancelNotice, Delivery, DrainNotice
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.states import WORKER_OUTCOMES
 from coordinator.domain.text import TRUNCATION_MARKER, truncate_utf8
 from coordinator.errors import InvalidArgument
-from coordinator.worker_ops import Claimed, ResultAnswer, ResultReport, StartAnswer
+from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, ResultReport, StartAnswer
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
-
-if TYPE_CHECKING:
-    from coordinator.dispatch import HeartbeatAnswer
 
 Message = pb.CoordinatorMessage
 
@@ -41,6 +40,26 @@ def result_report(result: pb.Result) -> ResultReport:
         explicit_retry_delay_ms=retry_delay,
     )
     return ResultReport(result.attempt_id, report, bytes(result.output) if result.output else None)
+
+
+def frame(delivery: Delivery) -> Iterator[Message]:
+    """The messages that carry one delivery: one Assignment per claimed job, one
+    message for anything else."""
+    if isinstance(delivery, Assignments):
+        for claimed in delivery.claimed:
+            yield assignment(claimed)
+    elif isinstance(delivery, StartAnswer):
+        yield start_answer(delivery)
+    elif isinstance(delivery, HeartbeatAnswer):
+        yield heartbeat_answer(delivery)
+    elif isinstance(delivery, ResultAnswer):
+        yield result_ack(delivery)
+    elif isinstance(delivery, CancelNotice):
+        yield cancel(delivery.attempt_id, delivery.reason)
+    elif isinstance(delivery, DrainNotice):
+        yield drain(delivery.timeout_s)
+    else:  # pragma: no cover - the Delivery union is closed
+        raise TypeError(f"cannot frame {type(delivery).__name__}")
 
 
 def welcome(coordinator_id: str) -> Message:

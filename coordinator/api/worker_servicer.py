@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -18,11 +19,12 @@ import grpc
 from coordinator.api import protocol
 from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
-from coordinator.dispatch import Dispatcher, WorkerSession
-from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument, Unavailable
-from coordinator.service import DEFAULT_QUEUE
+from coordinator.app import Coordinator
+from coordinator.dispatch import WorkerHello, WorkerSession
+from coordinator.domain.records import DEFAULT_QUEUE
+from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
+from coordinator.service.work import ResultAnswer
 from coordinator.validation import MAX_NAME_UTF16_UNITS, check_name, check_worker_id
-from coordinator.worker_ops import ResultAnswer
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
@@ -38,12 +40,12 @@ MAX_HELLO_NAMES = 1_000
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        app: Coordinator,
         coordinator_id: str,
         hello_timeout_s: float,
         max_stream_age_s: float | None = None,
     ) -> None:
-        self.dispatcher = dispatcher
+        self.app = app
         self.coordinator_id = coordinator_id
         self.hello_timeout_s = hello_timeout_s
         self.max_stream_age_s = max_stream_age_s
@@ -54,9 +56,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.CoordinatorMessage]:
         # Errors raised here end the stream with their status (api.errors.ErrorInterceptor).
-        if self.dispatcher.draining:
-            # Shutting down: send the worker to another replica (or to our successor).
-            raise Unavailable("coordinator is shutting down; connect again", reason="SHUTTING_DOWN")
+        self.app.check_accepting_workers()  # before waiting for Hello
         try:
             first = await asyncio.wait_for(anext(request_iterator, None), self.hello_timeout_s)
         except TimeoutError:
@@ -66,17 +66,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 "the first message on the stream must be hello (send Hello, then wait for Welcome)",
                 reason="HELLO_REQUIRED",
             )
-        session = _session(first.hello, self.dispatcher.ops.store.bounds.max_wire_name_length)
+        hello = _hello(first.hello, self.app.bounds.max_wire_name_length)
         principal = current_principal()
-        if not principal.may_work(session.queues):
+        if not principal.may_work(hello.queues):
             allowed = ", ".join(sorted(principal.queues or ()))
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"token {principal.name!r} ({principal.token_id}) may take jobs from queues "
-                f"[{allowed}] only, not [{', '.join(session.queues)}]",
+                f"[{allowed}] only, not [{', '.join(hello.queues)}]",
             )
-        session.token_id = principal.token_id
-        self.dispatcher.open(session)
+        session = self.app.connect_worker(dataclasses.replace(hello, token_id=principal.token_id))
         log.info(
             "worker %s connected (queues %s, capacity %d)",
             session.worker_id,
@@ -89,14 +88,15 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             # A clean end (no assignment lost in a cut); the worker reconnects, perhaps to
             # another replica. Jitter keeps a fleet from reconnecting all at once.
             age_s = self.max_stream_age_s * random.uniform(0.9, 1.0)
-            retire = asyncio.get_running_loop().call_later(age_s, self.dispatcher.retire, session)
+            retire = asyncio.get_running_loop().call_later(age_s, session.retire)
         try:
             yield protocol.welcome(self.coordinator_id)
             while True:
-                message = await session.outbox.get()
-                if message is None:
+                delivery = await session.outbox.get()
+                if delivery is None:
                     break
-                yield message  # type: ignore[misc]
+                for message in protocol.frame(delivery):
+                    yield message
             # A protocol violation ends the reader, and the stream with its status.
             violation = reader.result() if reader.done() and not reader.cancelled() else None
             if violation is not None:
@@ -107,7 +107,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-            self.dispatcher.close(session)
+            self.app.disconnect_worker(session)
             log.info("worker %s disconnected", session.worker_id)
 
     async def _read(
@@ -138,16 +138,15 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         (start refused, result rejected, heartbeat: lost), since a reconnecting worker
         rightly names attempts it was assigned on an earlier stream."""
         kind = message.WhichOneof("kind")
-        dispatcher = self.dispatcher
         if kind == "credit":
             count = message.credit.count
             if count < 0:
                 raise InvalidArgument(
                     "credit.count", f"must be 0 or more, got {count}", reason="OUT_OF_RANGE"
                 )
-            dispatcher.add_credit(session, count)  # clamped to the Hello capacity
+            session.add_credit(count)  # clamped to the Hello capacity
         elif kind == "start":
-            dispatcher.start(session, message.start.attempt_id)
+            session.start(message.start.attempt_id)
         elif kind == "heartbeat":
             attempt_ids = list(message.heartbeat.attempt_ids)
             if len(attempt_ids) > MAX_CAPACITY:
@@ -159,16 +158,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             lease_ms = session.lease_ms
             if message.heartbeat.HasField("lease"):
                 lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
-            dispatcher.heartbeat(session, attempt_ids, lease_ms)
+            session.heartbeat(attempt_ids, lease_ms)
         elif kind == "result":
             try:
-                dispatcher.result(session, protocol.result_report(message.result))
+                session.result(protocol.result_report(message.result))
             except InvalidArgument as exc:
                 log.warning("worker %s: rejected a result (%s)", session.worker_id, exc.reason)
                 answer = ResultAnswer(message.result.attempt_id, False, reason=str(exc), error=exc)
-                session.send(protocol.result_ack(answer))
+                session.deliver(answer)
         elif kind == "release":
-            dispatcher.release(session, message.release.attempt_id)
+            session.release(message.release.attempt_id)
         elif kind == "hello":
             raise FailedPrecondition(
                 "hello may be sent only once, as the stream's first message", reason="STREAM_OUT_OF_ORDER"
@@ -190,7 +189,7 @@ def _lease_ms(value: Any, field: str) -> int:
     return lease
 
 
-def _session(hello: pb.Hello, max_name_length: int) -> WorkerSession:
+def _hello(hello: pb.Hello, max_name_length: int) -> WorkerHello:
     check_worker_id("hello.worker_id", hello.worker_id)
     queues = tuple(dict.fromkeys(hello.queues)) or (DEFAULT_QUEUE,)
     wire_names = tuple(dict.fromkeys(hello.wire_names))
@@ -207,4 +206,4 @@ def _session(hello: pb.Hello, max_name_length: int) -> WorkerSession:
             "hello.capacity", f"must be 1 to {MAX_CAPACITY}, got {hello.capacity}", reason="OUT_OF_RANGE"
         )
     lease_ms = _lease_ms(hello.lease, "hello.lease") if hello.HasField("lease") else DEFAULT_LEASE_MS
-    return WorkerSession(hello.worker_id, queues, wire_names, hello.capacity, lease_ms)
+    return WorkerHello(hello.worker_id, queues, wire_names, hello.capacity, lease_ms)

@@ -1,6 +1,10 @@
-"""The store: one SQLAlchemy 2 Core implementation over SQLite and PostgreSQL."""
+"""The store: one SQLAlchemy 2 Core implementation over SQLite and PostgreSQL, whose
+methods are named operations over domain values (``Store`` for reads and transactions,
+``Tx`` for the writes of one transaction)."""
 
-from coordinator.store.records import AttemptRecord, JobRecord
-from coordinator.store.store import Store, StoreError, WriteConflict
+from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
+from coordinator.store.reads import RunTimings
+from coordinator.store.store import Store
+from coordinator.store.tx import Tx
 
-__all__ = ["AttemptRecord", "JobRecord", "Store", "StoreError", "WriteConflict"]
+__all__ = ["DuplicateKey", "RunTimings", "Store", "StoreError", "Tx", "WriteConflict"]

@@ -24,9 +24,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
-
-from coordinator import audit
 from coordinator.domain.access import (
     ALL_SCOPES,
     SYSTEM_ACTOR,
@@ -38,18 +35,10 @@ from coordinator.domain.access import (
     parse_scopes,
 )
 from coordinator.domain.clock import Clock
-from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from coordinator.store import Store, StoreError
-from coordinator.store.access import (
-    TokenRecord,
-    get_token,
-    has_tokens,
-    insert_audit_event,
-    insert_token,
-    list_tokens,
-    lock_tokens,
-    revoke_token,
-)
+from coordinator.domain.records import TokenRecord
+from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
+from coordinator.service import audit
+from coordinator.store import Store, Tx
 from coordinator.validation import check_name
 
 log = logging.getLogger(__name__)
@@ -118,16 +107,12 @@ class TokenService:
     def authenticate(self, token: str) -> Principal | None:
         """The principal of a valid, unrevoked token; None for anything else.
 
-        Raises Unavailable when the database cannot be read.
+        Raises Unavailable (a StoreError) when the database cannot be read.
         """
         token_id = parse_token(token)
         if token_id is None:
             return None
-        try:
-            with self.store.read() as conn:
-                record = get_token(conn, token_id)
-        except StoreError as exc:
-            raise Unavailable(str(exc)) from exc
+        record = self.store.get_token(token_id)
         with self._lock:
             if len(self._cache) > 10_000:  # unknown IDs must not grow it without bound
                 self._cache.clear()
@@ -139,11 +124,16 @@ class TokenService:
     def bootstrap(self) -> str | None:
         """On first start (no tokens at all), creates an admin token with every scope and
         returns it; None when tokens exist. Safe with replicas starting together."""
-        with self.store.write() as tx:
-            lock_tokens(tx.conn)
-            if has_tokens(tx.conn):
+
+        def bootstrap(tx: Tx) -> NewToken | None:
+            tx.lock_tokens()
+            if tx.has_tokens():
                 return None
-            created = self._insert(tx.conn, BOOTSTRAP_TOKEN_NAME, ALL_SCOPES, None, SYSTEM_ACTOR)
+            return self._insert(tx, BOOTSTRAP_TOKEN_NAME, ALL_SCOPES, None, SYSTEM_ACTOR)
+
+        created = self.store.transact(bootstrap, what="the token bootstrap")
+        if created is None:
+            return None
         log.info("created the bootstrap admin token %s", created.record.id)
         return created.token
 
@@ -159,38 +149,32 @@ class TokenService:
             check_name("queues", queue)
         if queue_set and Scope.WORK not in granted:
             raise InvalidArgument("queues", "a queue restriction applies to tokens with the work scope only")
-        try:
-            with self.store.write() as tx:
-                return self._insert(tx.conn, name, granted, queue_set or None, actor)
-        except StoreError as exc:
-            raise Unavailable(str(exc)) from exc
+        return self.store.transact(
+            lambda tx: self._insert(tx, name, granted, queue_set or None, actor), what="a token creation"
+        )
 
     def list(self, *, include_revoked: bool) -> list[TokenRecord]:
-        try:
-            with self.store.read() as conn:
-                return list_tokens(conn, include_revoked=include_revoked)
-        except StoreError as exc:
-            raise Unavailable(str(exc)) from exc
+        return self.store.list_tokens(include_revoked=include_revoked)
 
     def revoke(self, token_id: str, actor: Actor) -> TokenRecord:
         """Revokes a token (audited); it stops working on this replica at once."""
         if not _ID.match(token_id):
             raise InvalidArgument("id", f"{token_id[:64]!r} is not a token ID (16 hex characters)")
-        try:
-            with self.store.write() as tx:
-                record = get_token(tx.conn, token_id)
-                if record is None:
-                    raise NotFound(f"token {token_id} does not exist")
-                if record.revoked:
-                    raise FailedPrecondition(f"token {token_id} ({record.name}) is already revoked")
-                now = self.clock.now_ms()
-                revoke_token(tx.conn, token_id, now)
-                insert_audit_event(
-                    tx.conn, audit.event(actor, audit.TOKEN_REVOKE, token_id, now, f"name={record.name}")
-                )
-                revoked = get_token(tx.conn, token_id)
-        except StoreError as exc:
-            raise Unavailable(str(exc)) from exc
+
+        def revoke(tx: Tx) -> TokenRecord | None:
+            record = tx.get_token(token_id)
+            if record is None:
+                raise NotFound(f"token {token_id} does not exist")
+            if record.revoked:
+                raise FailedPrecondition(f"token {token_id} ({record.name}) is already revoked")
+            now = self.clock.now_ms()
+            tx.revoke_token(token_id, now)
+            tx.insert_audit_event(
+                audit.event(actor, audit.TOKEN_REVOKE, token_id, now, f"name={record.name}")
+            )
+            return tx.get_token(token_id)
+
+        revoked = self.store.transact(revoke, what="a token revocation")
         with self._lock:
             self._cache.pop(token_id, None)
         assert revoked is not None
@@ -198,7 +182,7 @@ class TokenService:
 
     def _insert(
         self,
-        conn: Connection,
+        tx: Tx,
         name: str,
         scopes: frozenset[Scope],
         queues: frozenset[str] | None,
@@ -216,11 +200,11 @@ class TokenService:
             created_by=actor.principal.token_id,
             revoked_at_ms=None,
         )
-        insert_token(conn, record)
+        tx.insert_token(record)
         detail = f"name={name} scopes={format_scopes(scopes)}"
         if queues:
             detail += f" queues={','.join(sorted(queues))}"
-        insert_audit_event(conn, audit.event(actor, audit.TOKEN_CREATE, token_id, now, detail))
+        tx.insert_audit_event(audit.event(actor, audit.TOKEN_CREATE, token_id, now, detail))
         return NewToken(record, token)
 
 

@@ -1,6 +1,6 @@
 """The one place that joins domain and store for client requests: enqueue and reads.
 
-The worker protocol's batched writes live in ``worker_ops``; both are synchronous and
+The worker protocol's batched writes live in ``service.batch``; both are synchronous and
 run on executor threads, so the asyncio loop never waits on the database.
 """
 
@@ -8,53 +8,22 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
-from coordinator.domain.settings import SettingsError, SettingsLayer, resolve_settings
+from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec
+from coordinator.domain.settings import SettingsError, resolve_settings
 from coordinator.domain.states import JobState
-from coordinator.errors import InvalidArgument, NotFound, Unavailable
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.store import AttemptRecord, JobRecord, Store, StoreError
-from coordinator.store.records import settings_columns
-from coordinator.store.store import DuplicateKey
+from coordinator.errors import InvalidArgument, NotFound
+from coordinator.store import Store, Tx
 from coordinator.validation import check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUEUE = "default"
 MAX_IDEMPOTENCY_KEY_LENGTH = 256
 """The ``jobs.idempotency_key`` column's size, in characters."""
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class NewJobSpec:
-    """An enqueue request for one job, already decoded from the wire."""
-
-    wire_name: str
-    payload: bytes
-    queue: str = DEFAULT_QUEUE
-    payload_version: int = 1
-    priority: int = 0
-    run_at_ms: int | None = None
-    idempotency_key: str | None = None
-    settings: SettingsLayer = field(default_factory=SettingsLayer)
-    parent_ids: tuple[str, ...] = ()
-    """Jobs that must succeed first (R-15), as the client sent them."""
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueued:
-    job_id: str
-    state: JobState
-    existing: bool
 
 
 class JobsService:
@@ -66,13 +35,11 @@ class JobsService:
         clock: Clock,
         config: CoordinatorConfig,
         rng: random.Random | None = None,
-        metrics: CoordinatorMetrics | None = None,
     ):
         self.store = store
         self.clock = clock
         self.config = config
         self.rng = rng or random.Random()
-        self.metrics = metrics
 
     def enqueue(self, specs: list[NewJobSpec]) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
@@ -92,23 +59,12 @@ class JobsService:
                 metadata={"count": len(specs), "limit": limit},
             )
         now = self.clock.now_ms()
-        rows = [self._row(index, spec, now) for index, spec in enumerate(specs)]
-        try:
-            try:
-                enqueued = self._insert(rows, now)
-            except DuplicateKey:
-                # Another enqueue with the same idempotency key committed first: a second
-                # pass finds it and returns it instead (R-14).
-                enqueued = self._insert(rows, now)
-        except StoreError as exc:  # a DuplicateKey twice included: the client may retry
-            raise Unavailable(str(exc)) from exc
-        if self.metrics is not None:
-            for row, item in zip(rows, enqueued, strict=True):
-                if not item.existing:
-                    self.metrics.enqueued(row["queue"], row["wire_name"])
-        return enqueued
+        new_jobs = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        # When another enqueue with the same idempotency key commits first, the insert
+        # fails and the next pass finds that job and returns it instead (R-14).
+        return self.store.transact(lambda tx: self._insert(tx, new_jobs, now), what="an enqueue")
 
-    def _row(self, index: int, spec: NewJobSpec, now: int) -> dict[str, Any]:
+    def _new_job(self, index: int, spec: NewJobSpec, now: int) -> JobRecord:
         bounds = self.store.bounds
         check_name("wire_name", spec.wire_name, index=index, max_length=bounds.max_wire_name_length)
         check_name("queue", spec.queue, index=index)
@@ -146,60 +102,68 @@ class JobsService:
                 reason="SETTING_OUT_OF_RANGE",
             ) from exc
         run_at = now if spec.run_at_ms is None else max(spec.run_at_ms, 0)
-        return {
-            "id": uuid7(now),
-            "wire_name": spec.wire_name,
-            "queue": spec.queue,
-            "state": initial_state(run_at, now).value,
-            "priority": spec.priority,
-            "run_at_ms": run_at,
-            "payload": spec.payload,
-            "payload_version": spec.payload_version,
-            "idempotency_key": spec.idempotency_key or None,
-            **settings_columns(settings),
-            "generation": 1,
-            "executions": 0,
-            "unstarted_streak": 0,
-            "current_attempt_id": None,
-            "worker_id": None,
-            "lease_expires_at_ms": None,
-            "created_at_ms": now,
-            "updated_at_ms": now,
-            "finished_at_ms": None,
-            "last_error_code": None,
-            "output": None,
-        }
+        return JobRecord(
+            id=uuid7(now),
+            wire_name=spec.wire_name,
+            queue=spec.queue,
+            state=initial_state(run_at, now),
+            priority=spec.priority,
+            run_at_ms=run_at,
+            payload=spec.payload,
+            payload_version=spec.payload_version,
+            idempotency_key=spec.idempotency_key or None,
+            max_executions=settings.max_executions,
+            retry_initial_delay_ms=settings.retry_initial_delay_ms,
+            retry_max_delay_ms=settings.retry_max_delay_ms,
+            execution_timeout_ms=settings.execution_timeout_ms,
+            max_unstarted_abandonments=settings.max_unstarted_abandonments,
+            unstarted_initial_delay_ms=settings.unstarted_initial_delay_ms,
+            unstarted_max_delay_ms=settings.unstarted_max_delay_ms,
+            generation=1,
+            executions=0,
+            unstarted_streak=0,
+            current_attempt_id=None,
+            worker_id=None,
+            lease_expires_at_ms=None,
+            created_at_ms=now,
+            updated_at_ms=now,
+            finished_at_ms=None,
+            last_error_code=None,
+            output=None,
+            history_seq=1,
+            cancel_requested=False,
+        )
 
-    def _insert(self, rows: list[dict[str, Any]], now: int) -> list[Enqueued]:
-        with self.store.write() as tx:
-            keys = [row["idempotency_key"] for row in rows if row["idempotency_key"]]
-            existing = tx.jobs_by_idempotency_keys(keys)
-            results: list[Enqueued] = []
-            fresh: list[dict[str, Any]] = []
-            taken: dict[str, dict[str, Any]] = {}
-            for row in rows:
-                key = row["idempotency_key"]
-                if key and key in existing:
-                    found = existing[key]
-                    results.append(Enqueued(found.id, found.state, existing=True))
-                elif key and key in taken:
-                    twin = taken[key]
-                    results.append(Enqueued(twin["id"], JobState(twin["state"]), existing=True))
-                else:
-                    if key:
-                        taken[key] = row
-                    fresh.append(row)
-                    results.append(Enqueued(row["id"], JobState(row["state"]), existing=False))
-            tx.insert_jobs(fresh, now)
-            if any(row["state"] == JobState.AVAILABLE.value for row in fresh):
-                tx.notify_jobs_available()
+    @staticmethod
+    def _insert(tx: Tx, new_jobs: list[JobRecord], now: int) -> list[Enqueued]:
+        keys = [job.idempotency_key for job in new_jobs if job.idempotency_key]
+        existing = tx.jobs_by_idempotency_keys(keys)
+        results: list[Enqueued] = []
+        fresh: list[JobRecord] = []
+        taken: dict[str, JobRecord] = {}
+        for job in new_jobs:
+            key = job.idempotency_key
+            if key and key in existing:
+                found = existing[key]
+                results.append(Enqueued(found.id, found.state, existing=True))
+            elif key and key in taken:
+                twin = taken[key]
+                results.append(Enqueued(twin.id, twin.state, existing=True))
+            else:
+                if key:
+                    taken[key] = job
+                fresh.append(job)
+                results.append(Enqueued(job.id, job.state, existing=False))
+        tx.insert_jobs(fresh, now)
+        if any(job.state is JobState.AVAILABLE for job in fresh):
+            tx.notify_jobs_available()
         return results
 
     # -- reads -----------------------------------------------------------------------
 
     def get_job(self, job_id: str, field_name: str = "id") -> JobRecord:
         canonical = require_id(field_name, job_id)
-        job = self._read(self.store.get_job, canonical)
+        job = self.store.get_job(canonical)
         if job is None:
             raise NotFound(
                 f"job {canonical} does not exist (never enqueued, or removed by retention)",
@@ -232,8 +196,7 @@ class JobsService:
             check_name("wire_name", wire_name, max_length=bounds.max_wire_name_length)
         size = bounds.clamp_page_size(page_size if page_size > 0 else self.config.default_page_size)
         after = require_id("page_token", page_token) if page_token else None
-        page = self._read(
-            self.store.list_jobs,
+        page = self.store.list_jobs(
             queue=queue,
             state=state,
             wire_name=wire_name,
@@ -246,14 +209,7 @@ class JobsService:
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")
-        return self._read(self.store.list_attempts, job.id)
-
-    @staticmethod
-    def _read(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return function(*args, **kwargs)
-        except StoreError as exc:
-            raise Unavailable(str(exc)) from exc
+        return self.store.list_attempts(job.id)
 
 
 def _check_idempotency_key(key: str | None, index: int) -> None:

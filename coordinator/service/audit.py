@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
-from coordinator.errors import InvalidArgument, Unavailable
-from coordinator.store import Store, StoreError
-from coordinator.store.access import AuditEvent, list_audit_events
+from coordinator.domain.records import AuditEvent
+from coordinator.errors import InvalidArgument
+from coordinator.store import Store
 from coordinator.validation import check_filter
 
 JOB_CANCEL = "job.cancel"
@@ -57,11 +57,7 @@ class AuditLog:
             if not page_token.isdigit() or len(page_token) > 19:
                 raise InvalidArgument("page_token", f"{page_token[:64]!r} is not a page token of this list")
             before = int(page_token)
-        try:
-            with self.store.read() as conn:
-                page = list_audit_events(conn, action=action, target=target, before_id=before, limit=size + 1)
-        except StoreError as exc:
-            raise Unavailable(str(exc)) from exc
+        page = self.store.list_audit_events(action=action, target=target, before_id=before, limit=size + 1)
         if len(page) > size:
             return page[:size], str(page[size - 1].id)
         return page, ""

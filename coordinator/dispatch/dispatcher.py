@@ -1,7 +1,7 @@
 """The hot path: worker sessions, credit, and the batch loop that pushes work.
 
 Stream readers hand every message to the dispatcher; one loop gathers what arrived in
-the batch window, carries it out in one transaction (``WorkerOps.process``) together
+the batch window, carries it out in one transaction (``service.batch.WorkerOps.process``) together
 with claims for every session that has credit, and routes the answers back to each
 session's outbox. Jobs are pushed as soon as a wake-up says work may be there: an
 enqueue, a result, a release, a lease recovery or a due retry (no polling interval on
@@ -12,60 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-from concurrent.futures import Executor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.clock import Clock
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.watch import TerminalWatch
-from coordinator.worker_ops import (
-    BatchAnswers,
-    Claimed,
-    ClaimRequest,
-    ResultAnswer,
-    ResultReport,
-    StartAnswer,
-    WorkBatch,
-    WorkerOps,
+from coordinator.dispatch.sessions import (
+    Assignments,
+    CancelNotice,
+    DrainNotice,
+    WorkerHello,
+    WorkerSession,
 )
+from coordinator.domain.clock import Clock
+from coordinator.service.effects import Effects
+from coordinator.service.executors import Executors
+from coordinator.service.work import BatchAnswers, ClaimRequest, ResultReport, WorkBatch
 
 log = logging.getLogger(__name__)
 
-_session_numbers = itertools.count(1)
 CANCEL_REASON = "cancelled by request"
 
-
-@dataclass(eq=False)
-class WorkerSession:
-    """One connected worker stream."""
-
-    worker_id: str
-    queues: tuple[str, ...]
-    wire_names: tuple[str, ...]
-    capacity: int
-    lease_ms: int
-    credit: int = 0
-    draining: bool = False
-    token_id: str | None = None
-    """The token the stream was opened with (None with auth off)."""
-    number: int = field(default_factory=lambda: next(_session_numbers))
-    outbox: asyncio.Queue[object] = field(default_factory=asyncio.Queue)
-
-    def send(self, message: object) -> None:
-        self.outbox.put_nowait(message)
-
-    def close(self) -> None:
-        """Ends the session's outgoing stream (a ``None`` in the outbox)."""
-        self.outbox.put_nowait(None)
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatAnswer:
-    lost: set[str]
-    lease_expires_at_ms: int
+ProcessBatch = Callable[[WorkBatch], BatchAnswers]
 
 
 @dataclass(slots=True)
@@ -87,19 +55,21 @@ class _Routes:
 class Dispatcher:
     def __init__(
         self,
-        ops: WorkerOps,
+        process: ProcessBatch,
         config: CoordinatorConfig,
         clock: Clock,
-        executor: Executor,
-        watch: TerminalWatch,
-        metrics: CoordinatorMetrics | None = None,
+        executors: Executors,
+        on_effects: Callable[[Effects], None],
+        on_sessions_changed: Callable[[set[WorkerSession]], None] = lambda sessions: None,
     ) -> None:
-        self.ops = ops
+        """``process`` carries out one batch (``WorkerOps.process``) on the writer;
+        ``on_effects`` hears what each batch changed (the facade hands it on)."""
+        self.process = process
         self.config = config
         self.clock = clock
-        self.executor = executor
-        self.watch = watch
-        self.metrics = metrics
+        self.executors = executors
+        self.on_effects = on_effects
+        self.on_sessions_changed = on_sessions_changed
         self.sessions: set[WorkerSession] = set()
         self._batch = WorkBatch()
         self._routes = _Routes()
@@ -115,10 +85,20 @@ class Dispatcher:
 
     # -- called by stream handlers -------------------------------------------------
 
-    def open(self, session: WorkerSession) -> None:
+    def open(self, hello: WorkerHello) -> WorkerSession:
+        session = WorkerSession(
+            self,
+            hello.worker_id,
+            hello.queues,
+            hello.wire_names,
+            hello.capacity,
+            hello.lease_ms,
+            token_id=hello.token_id,
+        )
         self.sessions.add(session)
         self._idle.clear()
-        self._count_workers()
+        self.on_sessions_changed(self.sessions)
+        return session
 
     def close(self, session: WorkerSession) -> None:
         """The stream ended. Its leases stay: they lapse unless the worker reconnects
@@ -126,11 +106,7 @@ class Dispatcher:
         self.sessions.discard(session)
         if not self.sessions:
             self._idle.set()
-        self._count_workers()
-
-    def _count_workers(self) -> None:
-        if self.metrics is not None:
-            self.metrics.workers(session.queues for session in self.sessions)
+        self.on_sessions_changed(self.sessions)
 
     def add_credit(self, session: WorkerSession, count: int) -> None:
         session.credit = min(session.credit + max(count, 0), session.capacity)
@@ -178,15 +154,12 @@ class Dispatcher:
         self._claim_needed = True
         self._wake.set()
 
-    def absorb(self, answers: BatchAnswers) -> None:
-        """Takes in what a batch or a maintenance pass changed."""
-        if self.metrics is not None:
-            self.metrics.observe(answers)
-        self.watch.finished(answers.terminal_job_ids)
-        if answers.available_changed:
+    def absorb(self, effects: Effects) -> None:
+        """Wakes for what a batch, an operator action or a maintenance pass changed."""
+        if effects.available_changed:
             self.jobs_available()
-        if answers.next_run_at_ms is not None:
-            self._note_due(answers.next_run_at_ms)
+        if effects.next_run_at_ms is not None:
+            self._note_due(effects.next_run_at_ms)
 
     def _note_due(self, run_at_ms: int) -> None:
         if self._next_due_ms is None or run_at_ms < self._next_due_ms:
@@ -197,7 +170,6 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Runs batches until ``stop()``; the batch pending then is still written."""
-        loop = asyncio.get_running_loop()
         while True:
             await self._sleep_until_woken()
             if self.config.batch_window_ms > 0 and not self._stopping:
@@ -205,7 +177,7 @@ class Dispatcher:
             batch, routes = self._take()
             if batch:
                 try:
-                    answers = await loop.run_in_executor(self.executor, self.ops.process, batch)
+                    answers = await self.executors.write(self.process, batch)
                 except Exception:
                     # The store failed: nothing of the batch was written. Closing the
                     # streams makes their workers reconnect and resend what is unacknowledged.
@@ -260,28 +232,24 @@ class Dispatcher:
         return batch, routes
 
     def _deliver(self, answers: BatchAnswers, routes: _Routes) -> None:
-        from coordinator.api import protocol  # the wire form lives in the api layer
-
         for session, start in zip(routes.starts, answers.starts, strict=True):
-            session.send(protocol.start_answer(start))
-        for session, lost, lease_ms, cancels in zip(
-            routes.heartbeats, answers.lost, answers.lease_expires_at_ms, answers.cancels, strict=True
-        ):
-            session.send(protocol.heartbeat_answer(HeartbeatAnswer(lost, lease_ms)))
-            for attempt_id in sorted(cancels):  # R-8: repeated until the run ends
-                session.send(protocol.cancel(attempt_id, CANCEL_REASON))
+            session.deliver(start)
+        for session, heartbeat in zip(routes.heartbeats, answers.heartbeats, strict=True):
+            session.deliver(heartbeat)
+            for attempt_id in sorted(heartbeat.cancels):  # R-8: repeated until the run ends
+                session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
         for session, result in zip(routes.results, answers.results, strict=True):
-            session.send(protocol.result_ack(result))
+            session.deliver(result)
         refill = False
         if routes.claims:
             self.claim_rounds += 1
         for session, claimed in zip(routes.claims, answers.claims, strict=True):
             session.credit -= len(claimed)
-            for item in claimed:
-                session.send(protocol.assignment(item))
+            if claimed:
+                session.deliver(Assignments(tuple(claimed)))
             # A full batch means more may be waiting for this session's remaining credit.
             refill = refill or (bool(claimed) and session.credit > 0)
-        self.absorb(answers)
+        self.on_effects(answers)
         if refill:
             self._claim_needed = True
             self._wake.set()
@@ -291,11 +259,9 @@ class Dispatcher:
     def cancel_attempt(self, worker_id: str, attempt_id: str) -> int:
         """R-8: pushes a cancel to the streams of ``worker_id`` on this replica; returns
         how many. A worker on another replica hears it in its next heartbeat answer."""
-        from coordinator.api import protocol
-
         sessions = [s for s in self.sessions if s.worker_id == worker_id]
         for session in sessions:
-            session.send(protocol.cancel(attempt_id, CANCEL_REASON))
+            session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
         return len(sessions)
 
     def close_token_sessions(self, token_id: str) -> int:
@@ -313,13 +279,11 @@ class Dispatcher:
         Workers are told a deadline ``drain_reserve_s`` (at most half the timeout) shorter,
         so what they interrupt then is still reported and written (R-12).
         """
-        from coordinator.api import protocol
-
         self.draining = True
         notice_s = timeout_s - min(self.config.drain_reserve_s, timeout_s / 2)
         for session in self.sessions:
             session.draining = True
-            session.send(protocol.drain(notice_s))
+            session.deliver(DrainNotice(notice_s))
         if self.sessions:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout_s)
@@ -334,6 +298,3 @@ class Dispatcher:
     def close_sessions(self) -> None:
         for session in list(self.sessions):
             session.close()
-
-
-__all__ = ["Claimed", "Dispatcher", "HeartbeatAnswer", "ResultAnswer", "StartAnswer", "WorkerSession"]

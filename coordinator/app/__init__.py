@@ -1,0 +1,8 @@
+"""The facade: one object that owns the store, executors, dispatcher, services and
+background loops, and exposes every operation with its follow-ups. Transports (the gRPC
+API, the CLI's in-process commands, the dashboard) call only it."""
+
+from coordinator.app.facade import Coordinator
+from coordinator.app.offline import SchemaNotCurrent, migrate_database, open_scratch_store
+
+__all__ = ["Coordinator", "SchemaNotCurrent", "migrate_database", "open_scratch_store"]

@@ -1,0 +1,334 @@
+"""``Coordinator``: the store, executors, dispatcher, services and background loops of
+one coordinator process, and every operation transports may call, each with its
+follow-ups (waking the dispatcher, pushing a cancel, closing a revoked token's streams,
+waking waiters, counting metrics) done here, once, whatever the transport.
+
+``await Coordinator.open(config)`` builds it; ``start()`` runs the dispatcher and the
+loops; ``drain()``, ``stop_background()`` and ``close()`` take it down in that order
+(``coordinator.process`` does so around its servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any
+
+from coordinator.app.watch import TerminalWatch
+from coordinator.config import CoordinatorConfig
+from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
+from coordinator.domain.access import Actor, Principal
+from coordinator.domain.bounds import StoreBounds
+from coordinator.domain.clock import Clock, OffsetClock, SystemClock
+from coordinator.domain.records import AttemptRecord, AuditEvent, Enqueued, JobRecord, NewJobSpec, TokenRecord
+from coordinator.domain.states import JobState
+from coordinator.errors import InvalidArgument, Unavailable
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.scheduler.clock import DatabaseClock, database_offset_ms
+from coordinator.scheduler.due import DuePromotion
+from coordinator.scheduler.leases import LeaseExpiry
+from coordinator.scheduler.stats import QueueStatistics
+from coordinator.service.audit import AuditLog
+from coordinator.service.batch import WorkerOps
+from coordinator.service.effects import Effects
+from coordinator.service.executors import Executors
+from coordinator.service.jobs import JobsService
+from coordinator.service.manage import ManagementService
+from coordinator.service.tokens import NewToken, TokenService
+from coordinator.store import Store
+from coordinator.store.notify import listen_for_jobs
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WAIT_MS = 30_000
+MAX_WAIT_MS = 3_600_000
+ReadinessListener = Callable[[bool], Awaitable[None]]
+
+
+class Coordinator:
+    """One coordinator process's core. Build it with ``await Coordinator.open(config)``."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: Store,
+        clock: Clock,
+        rng: random.Random,
+        bootstrap_token: str | None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.bootstrap_token = bootstrap_token
+        """The admin token created on this first start (show it once), else None."""
+        self.metrics = CoordinatorMetrics()
+        """The registry behind ``/metrics`` (also readable in-process)."""
+        store.on_transaction = self.metrics.transaction
+        self.executors = Executors(postgres=store.postgres)
+        self.watch = TerminalWatch()
+        self.tokens = TokenService(store, clock, config.auth_cache_ttl_s)
+        self.jobs = JobsService(store, clock, config, rng)
+        self.ops = WorkerOps(store, clock, config, rng)
+        self.manage = ManagementService(store, clock)
+        self.audit_log = AuditLog(store, config)
+        self.dispatcher = Dispatcher(
+            self.ops.process,
+            config,
+            clock,
+            self.executors,
+            self._absorb,
+            on_sessions_changed=lambda sessions: self.metrics.workers(s.queues for s in sessions),
+        )
+        interval = config.maintenance_interval_s
+        self.lease_expiry = LeaseExpiry(self.ops, self.executors, self._absorb, interval)
+        self.due_promotion = DuePromotion(self.ops, self.executors, self._absorb, interval)
+        self.queue_statistics = QueueStatistics(
+            store,
+            clock,
+            config.health_check_interval_s,
+            config.health_check_timeout_s,
+            self.metrics.queue_stats,
+            self._database_checked,
+        )
+        self._readiness_listeners: list[ReadinessListener] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._dispatch_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        config: CoordinatorConfig,
+        *,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        rng: random.Random | None = None,
+    ) -> Coordinator:
+        """Opens the store (creating SQLite on first start) and, with authentication on,
+        creates the bootstrap admin token when there is no token yet."""
+        if store is None:
+            store = await asyncio.to_thread(Store.open, config.database_url, bounds=config.bounds)
+        elif store.bounds != config.bounds:
+            raise ValueError(
+                "the store's bounds differ from config.bounds; open it with bounds=config.bounds"
+            )
+        try:
+            if clock is None:
+                # R-13: with PostgreSQL every replica reads time as the database tells it.
+                clock = (
+                    OffsetClock(await asyncio.to_thread(database_offset_ms, store))
+                    if store.postgres
+                    else SystemClock()
+                )
+            bootstrap_token = None
+            if config.auth_enabled:
+                probe = TokenService(store, clock, config.auth_cache_ttl_s)
+                bootstrap_token = await asyncio.to_thread(probe.bootstrap)
+        except BaseException:
+            store.close()
+            raise
+        return cls(config, store, clock, rng or random.Random(), bootstrap_token)
+
+    @property
+    def bounds(self) -> StoreBounds:
+        return self.store.bounds
+
+    # -- running ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Runs the dispatcher and the background loops on the running event loop."""
+        stop = self._stop
+        self._dispatch_task = asyncio.create_task(self.dispatcher.run(), name="runwick-dispatch")
+        loops: list[tuple[str, Callable[[asyncio.Event], Coroutine[Any, Any, None]]]] = [
+            ("leases", self.lease_expiry.run),
+            ("due", self.due_promotion.run),
+            ("stats", self.queue_statistics.run),
+        ]
+        if isinstance(self.clock, OffsetClock):
+            refresh = DatabaseClock(
+                self.store, self.clock, self.executors, self.config.clock_refresh_interval_s
+            )
+            loops.append(("clock", refresh.run))
+        self._tasks = [asyncio.create_task(run(stop), name=f"runwick-{name}") for name, run in loops]
+        if self.store.postgres:
+            listen = listen_for_jobs(self.store.url, self.dispatcher.jobs_available)
+            self._tasks.append(asyncio.create_task(listen, name="runwick-listen"))
+
+    def on_readiness(self, listener: ReadinessListener) -> None:
+        """Calls ``listener(ok)`` after every database check."""
+        self._readiness_listeners.append(listener)
+
+    async def _database_checked(self, ok: bool) -> None:
+        self.metrics.database_up.set(1 if ok else 0)
+        for listener in self._readiness_listeners:
+            await listener(ok)
+
+    async def check_database(self) -> bool:
+        """One database check now (readiness and the queue gauges)."""
+        return await self.queue_statistics.run_once()
+
+    async def run_maintenance(self) -> None:
+        """One pass of lease expiry and due-job promotion (tests with a fake clock call it
+        after advancing the clock)."""
+        await self.lease_expiry.run_once()
+        await self.due_promotion.run_once()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Asks every worker to finish and go, and waits until they have or time is up."""
+        await self.dispatcher.drain(timeout_s)
+
+    async def stop_background(self) -> None:
+        """Ends the dispatcher (after the batch in hand) and the loops, then every stream."""
+        self.dispatcher.stop()
+        self._stop.set()
+        for task in self._tasks:
+            if task.get_name() == "runwick-listen":
+                task.cancel()
+        for task in [*self._tasks, *([self._dispatch_task] if self._dispatch_task else [])]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.dispatcher.close_sessions()
+
+    def close(self) -> None:
+        """Releases threads and the database; call after ``stop_background``."""
+        self.executors.shutdown()
+        self.queue_statistics.close()
+        self.store.close()
+
+    # -- effects ------------------------------------------------------------------------
+
+    def _absorb(self, effects: Effects) -> None:
+        """Hands on what a committed transaction changed: metrics, waiters, the
+        dispatcher (claimable jobs, due retries) and cancels for running attempts."""
+        self.metrics.observe(effects)
+        self.watch.finished(effects.terminal_job_ids)
+        self.dispatcher.absorb(effects)
+        for push in effects.cancel_pushes:
+            self.dispatcher.cancel_attempt(push.worker_id, push.attempt_id)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    async def enqueue(self, specs: Sequence[NewJobSpec]) -> list[Enqueued]:
+        """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``)."""
+        enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
+        for spec, item in zip(specs, enqueued, strict=True):
+            if not item.existing:
+                self.metrics.enqueued(spec.queue, spec.wire_name)
+                self.dispatcher.jobs_available(spec.run_at_ms)
+        return enqueued
+
+    async def get_job(self, job_id: str) -> JobRecord:
+        return await self.executors.read(self.jobs.get_job, job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None,
+        state: JobState | None,
+        wire_name: str | None,
+        page_size: int,
+        page_token: str,
+    ) -> tuple[list[JobRecord], str]:
+        return await self.executors.read(
+            self.jobs.list_jobs,
+            queue=queue,
+            state=state,
+            wire_name=wire_name,
+            page_size=page_size,
+            page_token=page_token,
+        )
+
+    async def list_attempts(self, job_id: str) -> list[AttemptRecord]:
+        return await self.executors.read(self.jobs.list_attempts, job_id)
+
+    async def wait_job(self, job_id: str, timeout_ms: int | None) -> JobRecord:
+        """The job once it is terminal, or as it is when ``timeout_ms`` (default 30 s, at
+        most 1 h) has passed. Woken by this replica's writes; a periodic re-read covers
+        the others."""
+        timeout_ms = DEFAULT_WAIT_MS if timeout_ms is None else timeout_ms
+        if not 0 <= timeout_ms <= MAX_WAIT_MS:
+            raise InvalidArgument(
+                "timeout", f"must be 0 to 1 h, got {timeout_ms} ms", reason="INVALID_DURATION"
+            )
+        job = await self.get_job(job_id)
+        event = self.watch.register(job.id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        try:
+            while not job.state.terminal and loop.time() < deadline:
+                remaining = min(deadline - loop.time(), self.config.idle_recheck_interval_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), max(remaining, 0))
+                job = await self.get_job(job.id)
+                if event.is_set():
+                    self.watch.unregister(job.id, event)
+                    event = self.watch.register(job.id)
+        finally:
+            self.watch.unregister(job.id, event)
+        return job
+
+    async def cancel(self, job_id: str, actor: Actor) -> JobRecord:
+        """R-8 (audited): the job after the write, cancelled or running with the request."""
+        managed = await self.executors.write(self.manage.cancel, job_id, actor)
+        self._absorb(managed.effects)
+        return managed.job
+
+    async def retry(self, job_id: str, actor: Actor) -> JobRecord:
+        """R-9 (audited): the job's next generation, available now."""
+        managed = await self.executors.write(self.manage.retry, job_id, actor)
+        self._absorb(managed.effects)
+        return managed.job
+
+    async def reveal_error(self, attempt_id: str, actor: Actor) -> AttemptRecord:
+        """R-22 (audited): the attempt with its exception message and full text."""
+        return await self.executors.write(self.manage.reveal_error, attempt_id, actor)
+
+    # -- tokens and the audit log -------------------------------------------------------
+
+    def cached_principal(self, token: str) -> tuple[bool, Principal | None]:
+        """Answers from the token cache when it can (see ``TokenService``)."""
+        return self.tokens.cached_principal(token)
+
+    async def authenticate(self, token: str) -> Principal | None:
+        return await self.executors.read(self.tokens.authenticate, token)
+
+    async def create_token(
+        self, name: str, scopes: Iterable[str], queues: Iterable[str], actor: Actor
+    ) -> NewToken:
+        return await self.executors.write(self.tokens.create, name, list(scopes), list(queues), actor)
+
+    async def list_tokens(self, *, include_revoked: bool) -> list[TokenRecord]:
+        return await self.executors.read(self.tokens.list, include_revoked=include_revoked)
+
+    async def revoke_token(self, token_id: str, actor: Actor) -> TokenRecord:
+        """Revokes the token (audited); streams opened with it end now (here; other
+        replicas' at their next reconnect)."""
+        record = await self.executors.write(self.tokens.revoke, token_id, actor)
+        self.dispatcher.close_token_sessions(record.id)
+        return record
+
+    async def list_audit_events(
+        self, *, action: str | None, target: str | None, page_size: int, page_token: str
+    ) -> tuple[list[AuditEvent], str]:
+        return await self.executors.read(
+            self.audit_log.list, action=action, target=target, page_size=page_size, page_token=page_token
+        )
+
+    # -- worker streams -----------------------------------------------------------------
+
+    def check_accepting_workers(self) -> None:
+        """Raises Unavailable while shutting down: the worker should go to another
+        replica (or to our successor)."""
+        if self.dispatcher.draining:
+            raise Unavailable("coordinator is shutting down; connect again", reason="SHUTTING_DOWN")
+
+    def connect_worker(self, hello: WorkerHello) -> WorkerSession:
+        """Opens a session for a worker stream; raises Unavailable while shutting down."""
+        self.check_accepting_workers()
+        return self.dispatcher.open(hello)
+
+    def disconnect_worker(self, session: WorkerSession) -> None:
+        self.dispatcher.close(session)

@@ -1,0 +1,21 @@
+"""The hot path: worker sessions, credit, and the batch loop that pushes work."""
+
+from coordinator.dispatch.dispatcher import Dispatcher
+from coordinator.dispatch.sessions import (
+    Assignments,
+    CancelNotice,
+    Delivery,
+    DrainNotice,
+    WorkerHello,
+    WorkerSession,
+)
+
+__all__ = [
+    "Assignments",
+    "CancelNotice",
+    "Delivery",
+    "Dispatcher",
+    "DrainNotice",
+    "WorkerHello",
+    "WorkerSession",
+]

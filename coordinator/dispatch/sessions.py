@@ -1,0 +1,104 @@
+"""Worker sessions and what the dispatcher delivers to them.
+
+A session's outbox holds domain deliveries, never protobuf: the transport
+(``coordinator.api.protocol``) decides how they are framed on the wire, for example how
+many assignments ride in one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
+
+from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, ResultReport, StartAnswer
+
+if TYPE_CHECKING:
+    from coordinator.dispatch.dispatcher import Dispatcher
+
+_session_numbers = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignments:
+    """Jobs claimed for the session in one batch."""
+
+    claimed: tuple[Claimed, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelNotice:
+    """R-8: the worker should cancel the handler's run of the attempt."""
+
+    attempt_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DrainNotice:
+    """The coordinator is stopping: finish within ``timeout_s`` and go."""
+
+    timeout_s: float
+
+
+Delivery: TypeAlias = StartAnswer | HeartbeatAnswer | ResultAnswer | Assignments | CancelNotice | DrainNotice
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHello:
+    """A worker's Hello, checked."""
+
+    worker_id: str
+    queues: tuple[str, ...]
+    wire_names: tuple[str, ...]
+    capacity: int
+    lease_ms: int
+    token_id: str | None = None
+    """The token the stream was opened with (None with auth off)."""
+
+
+@dataclass(eq=False)
+class WorkerSession:
+    """One connected worker stream. The transport calls its methods for each message
+    and reads ``outbox`` (a ``None`` ends the stream)."""
+
+    dispatcher: Dispatcher = field(repr=False)
+    worker_id: str
+    queues: tuple[str, ...]
+    wire_names: tuple[str, ...]
+    capacity: int
+    lease_ms: int
+    token_id: str | None = None
+    credit: int = 0
+    draining: bool = False
+    number: int = field(default_factory=lambda: next(_session_numbers))
+    outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)
+
+    def deliver(self, delivery: Delivery) -> None:
+        self.outbox.put_nowait(delivery)
+
+    def close(self) -> None:
+        """Ends the session's outgoing stream (a ``None`` in the outbox)."""
+        self.outbox.put_nowait(None)
+
+    # -- messages from the worker ------------------------------------------------------
+
+    def add_credit(self, count: int) -> None:
+        self.dispatcher.add_credit(self, count)
+
+    def start(self, attempt_id: str) -> None:
+        self.dispatcher.start(self, attempt_id)
+
+    def heartbeat(self, attempt_ids: list[str], lease_ms: int) -> None:
+        self.dispatcher.heartbeat(self, attempt_ids, lease_ms)
+
+    def result(self, report: ResultReport) -> None:
+        self.dispatcher.result(self, report)
+
+    def release(self, attempt_id: str) -> None:
+        self.dispatcher.release(self, attempt_id)
+
+    def retire(self) -> None:
+        """The stream reached its maximum age: end it cleanly (see ``Dispatcher.retire``)."""
+        self.dispatcher.retire(self)

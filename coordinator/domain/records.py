@@ -1,0 +1,189 @@
+"""The values the coordinator's layers pass each other: jobs, attempts, tokens, audit
+events, and an enqueue request. Plain frozen dataclasses; the store turns them into rows
+and back, the API into messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coordinator.domain.access import Scope
+from coordinator.domain.lifecycle import JobView
+from coordinator.domain.settings import JobSettings, SettingsLayer
+from coordinator.domain.states import JobState, Outcome
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the store holds it."""
+
+    id: str
+    wire_name: str
+    queue: str
+    state: JobState
+    priority: int
+    run_at_ms: int
+    payload: bytes
+    payload_version: int
+    idempotency_key: str | None
+    max_executions: int
+    retry_initial_delay_ms: int
+    retry_max_delay_ms: int
+    execution_timeout_ms: int | None
+    max_unstarted_abandonments: int
+    unstarted_initial_delay_ms: int
+    unstarted_max_delay_ms: int
+    generation: int
+    executions: int
+    unstarted_streak: int
+    current_attempt_id: str | None
+    worker_id: str | None
+    lease_expires_at_ms: int | None
+    created_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None
+    last_error_code: str | None
+    output: bytes | None
+    history_seq: int
+    """How many transitions the job has made; every write is guarded by it (R-11)."""
+    cancel_requested: bool
+
+    @property
+    def settings(self) -> JobSettings:
+        return JobSettings(
+            max_executions=self.max_executions,
+            retry_initial_delay_ms=self.retry_initial_delay_ms,
+            retry_max_delay_ms=self.retry_max_delay_ms,
+            execution_timeout_ms=self.execution_timeout_ms,
+            max_unstarted_abandonments=self.max_unstarted_abandonments,
+            unstarted_initial_delay_ms=self.unstarted_initial_delay_ms,
+            unstarted_max_delay_ms=self.unstarted_max_delay_ms,
+        )
+
+    def view(self) -> JobView:
+        return JobView(
+            state=self.state,
+            settings=self.settings,
+            executions=self.executions,
+            unstarted_streak=self.unstarted_streak,
+            current_attempt_id=self.current_attempt_id,
+            cancel_requested=self.cancel_requested,
+            generation=self.generation,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One claim of a job by a worker, and how it ended."""
+
+    id: str
+    job_id: str
+    generation: int
+    worker_id: str
+    execution_number: int
+    claimed_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    outcome: Outcome | None
+    error_code: str | None
+    exception_type: str | None
+    message: str | None
+    detail: str | None
+    retry_delay_ms: int | None
+    job_state_after: JobState | None
+    reported: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewAttempt:
+    """An attempt as a claim creates it."""
+
+    id: str
+    job_id: str
+    generation: int
+    worker_id: str
+    claimed_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """How an attempt ended, written once (an attempt that has an outcome keeps it)."""
+
+    attempt_id: str
+    finished_at_ms: int
+    outcome: Outcome
+    job_state_after: JobState
+    reported: bool
+    """The worker reported it (a result or a release), rather than the coordinator."""
+    error_code: str | None = None
+    exception_type: str | None = None
+    message: str | None = None
+    detail: str | None = None
+    retry_delay_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One entry of a job's history."""
+
+    job_id: str
+    seq: int
+    at_ms: int
+    from_state: JobState | None
+    to_state: JobState
+    attempt_id: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: str
+    name: str
+    secret_sha256: str
+    scopes: frozenset[Scope]
+    queues: frozenset[str] | None
+    created_at_ms: int
+    created_by: str | None
+    revoked_at_ms: int | None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    at_ms: int
+    actor_token_id: str | None
+    actor_name: str
+    action: str
+    target: str
+    peer: str
+    detail: str | None = None
+    id: int | None = None
+    """Assigned by the database; None before the insert."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewJobSpec:
+    """An enqueue request for one job, already decoded from the wire."""
+
+    wire_name: str
+    payload: bytes
+    queue: str = DEFAULT_QUEUE
+    payload_version: int = 1
+    priority: int = 0
+    run_at_ms: int | None = None
+    idempotency_key: str | None = None
+    settings: SettingsLayer = field(default_factory=SettingsLayer)
+    parent_ids: tuple[str, ...] = ()
+    """Jobs that must succeed first (R-15), as the client sent them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    job_id: str
+    state: JobState
+    existing: bool

@@ -1,0 +1,143 @@
+"""The coordinator process: the facade (``coordinator.app``) with its transports — the
+gRPC API and health port, the Prometheus ``/metrics`` endpoint — started and stopped in
+the right order. The composition root; ``runwick serve`` and the tests start it.
+
+``start_coordinator(config) -> RunningCoordinator`` binds (port 0 picks a free port,
+which ``.port`` reports) and ``await running.stop()`` shuts down gracefully: readiness
+NOT_SERVING, Drain to every worker, then the servers stop with a grace period, and the
+database is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.api.server import GrpcServers, serve_grpc, tls_credentials
+from coordinator.app import Coordinator
+from coordinator.config import CoordinatorConfig, check_security
+from coordinator.domain.clock import Clock
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningCoordinator:
+    app: Coordinator
+    grpc: GrpcServers
+    metrics_port: int | None = None
+    """The HTTP port of ``/metrics``, when it is served."""
+    stopped: bool = False
+
+    @property
+    def config(self) -> CoordinatorConfig:
+        return self.app.config
+
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    @property
+    def clock(self) -> Clock:
+        return self.app.clock
+
+    @property
+    def metrics(self) -> CoordinatorMetrics:
+        """The registry behind ``/metrics`` (also readable in-process)."""
+        return self.app.metrics
+
+    @property
+    def bootstrap_token(self) -> str | None:
+        """The admin token created on this first start (show it once), else None."""
+        return self.app.bootstrap_token
+
+    @property
+    def port(self) -> int:
+        return self.grpc.port
+
+    @property
+    def health_port(self) -> int | None:
+        return self.grpc.health_port
+
+    @property
+    def target(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    async def check_database(self) -> bool:
+        return await self.app.check_database()
+
+    async def run_maintenance(self) -> None:
+        await self.app.run_maintenance()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Graceful shutdown: not serving, drain workers, stop with grace, close the store."""
+        if self.stopped:
+            return
+        self.stopped = True
+        await self.grpc.health.draining()  # first, so no new traffic is routed here
+        drain_s = self.config.drain_timeout_s if grace_s is None else grace_s
+        await self.app.drain(drain_s)
+        await self.app.stop_background()
+        await self.grpc.stop(grace_s=min(drain_s, 5.0))
+        await asyncio.to_thread(self.app.metrics.close)
+        self.app.close()
+        log.info("coordinator stopped")
+
+
+def _write_token_file(path: str, token: str) -> None:
+    """Writes the token readable by this user only, replacing the file atomically."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(token + "\n")
+    os.replace(partial, target)
+
+
+async def start_coordinator(
+    config: CoordinatorConfig,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    rng: random.Random | None = None,
+) -> RunningCoordinator:
+    """Opens the store (creating SQLite on first start), binds and starts serving.
+
+    Raises ConfigError for an unsafe configuration (authentication off on a non-loopback
+    address, half-configured TLS) and OSError when a TLS file cannot be read or a port
+    cannot be bound.
+    """
+    check_security(config)
+    tls = tls_credentials(config)  # read first: a bad path fails before anything starts
+    app = await Coordinator.open(config, clock=clock, store=store, rng=rng)
+    try:
+        if app.bootstrap_token is not None and config.admin_token_file:
+            await asyncio.to_thread(_write_token_file, config.admin_token_file, app.bootstrap_token)
+        servers = await serve_grpc(app, tls)
+    except BaseException:
+        app.close()
+        raise
+    try:
+        metrics_port = None
+        if config.metrics_port is not None:
+            metrics_port = app.metrics.serve(config.host, config.metrics_port)
+    except OSError:
+        await servers.stop(grace_s=0)
+        app.close()
+        raise
+    app.start()
+    log.info(
+        "coordinator listening on %s:%d (%s); health port %s, metrics port %s",
+        config.host,
+        servers.port,
+        "postgresql" if app.store.postgres else "sqlite",
+        servers.health_port if servers.health_port is not None else "off",
+        metrics_port if metrics_port is not None else "off",
+    )
+    return RunningCoordinator(app, servers, metrics_port)

@@ -1,0 +1,75 @@
+"""Queue statistics and readiness: a background read of the queue depths and the oldest
+due job per queue; whether it worked decides readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from coordinator.domain.clock import Clock
+from coordinator.scheduler.loop import sleep_or_stop
+from coordinator.store import Store
+
+log = logging.getLogger(__name__)
+
+QueueStats = tuple[dict[tuple[str, str], int], dict[str, int], int]
+"""Depth per (queue, state), oldest due run-at per queue, and the time they were read."""
+OnStats = Callable[[Mapping[tuple[str, str], int], Mapping[str, int], int], None]
+OnChecked = Callable[[bool], Awaitable[None]]
+
+
+def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
+    now_ms = clock.now_ms()
+    return store.queue_depths(), store.oldest_due_by_queue(now_ms), now_ms
+
+
+class QueueStatistics:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        interval_s: float,
+        timeout_s: float,
+        on_stats: OnStats,
+        on_checked: OnChecked,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.on_stats = on_stats
+        self.on_checked = on_checked
+        # Its own thread: a check hanging on a dead database must not hold up reads.
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="runwick-check")
+        self._check: asyncio.Future[QueueStats] | None = None
+
+    async def run_once(self) -> bool:
+        """Reads the statistics; whether that worked decides readiness. A check still
+        hanging from before counts as a failure and no second one is started."""
+        loop = asyncio.get_running_loop()
+        ok = False
+        if self._check is None or self._check.done():
+            self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
+        try:
+            depths, oldest, now_ms = await asyncio.wait_for(asyncio.shield(self._check), self.timeout_s)
+        except TimeoutError:
+            log.warning("database check took over %.1f s", self.timeout_s)
+        except Exception as exc:
+            log.warning("database check failed: %s", type(exc).__name__)
+            log.debug("database check failure", exc_info=exc)
+        else:
+            ok = True
+            self.on_stats(depths, oldest, now_ms)
+        await self.on_checked(ok)
+        return ok
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.run_once()
+            if await sleep_or_stop(stop, self.interval_s):
+                return
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

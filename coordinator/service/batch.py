@@ -1,0 +1,261 @@
+"""The worker protocol's writes, batched: claims, starts, heartbeats, results, releases
+and lease expiry, each batch in one transaction (SPEC §8, STYLE 10).
+
+Every job write is conditional on the state and history sequence read in the same
+transaction (R-11); rows are locked on PostgreSQL, and SQLite has a single writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import replace
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain import changes
+from coordinator.domain.clock import Clock
+from coordinator.domain.ids import parse_id, uuid7
+from coordinator.domain.lifecycle import (
+    Report,
+    decide_lease_expiry,
+    decide_release,
+    decide_result,
+    decide_start,
+)
+from coordinator.domain.records import AttemptRecord, JobRecord
+from coordinator.domain.states import JobState, Outcome
+from coordinator.errors import CoordinatorError, InvalidArgument, JobOutputTooLarge, NotFound
+from coordinator.service.effects import RunStarted
+from coordinator.service.work import (
+    BatchAnswers,
+    Claimed,
+    ClaimRequest,
+    HeartbeatAnswer,
+    ResultAnswer,
+    ResultReport,
+    StartAnswer,
+    WorkBatch,
+)
+from coordinator.service.writes import JobWrites
+from coordinator.store import Store, Tx
+from coordinator.validation import quote
+
+log = logging.getLogger(__name__)
+
+
+class WorkerOps:
+    def __init__(
+        self, store: Store, clock: Clock, config: CoordinatorConfig, rng: random.Random | None = None
+    ):
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.rng = rng or random.Random()
+
+    def process(self, batch: WorkBatch) -> BatchAnswers:
+        """Carries out a whole batch in one transaction, retried whole on a conflict."""
+        return self.store.transact(
+            lambda tx: _BatchRun(tx, self, self.clock.now_ms()).run(batch), what="a worker batch"
+        )
+
+    def expire_leases(self) -> BatchAnswers:
+        """R-4/R-5: recovers jobs whose lease lapsed. Safe with any number of replicas:
+        rows are taken with SKIP LOCKED and every write is conditional."""
+
+        def expire(tx: Tx) -> BatchAnswers:
+            run = _BatchRun(tx, self, self.clock.now_ms())
+            for job in tx.expired_leases(run.now, self.config.maintenance_batch):
+                decision = decide_lease_expiry(job.view(), run.now, self.rng)
+                run.writes.end_attempt(job, decision, reported=False, lease_lapsed=True)
+            run.writes.flush()
+            return run.answers
+
+        return self.store.transact(expire, what="lease expiry")
+
+    def promote_due(self) -> BatchAnswers:
+        """Moves scheduled jobs whose run-at has come to ``available``.
+
+        Claims take due scheduled jobs directly, so this only keeps states truthful for
+        readers; it also tells the dispatcher that work is there.
+        """
+
+        def promote(tx: Tx) -> BatchAnswers:
+            run = _BatchRun(tx, self, self.clock.now_ms())
+            due = tx.due_scheduled(run.now, self.config.maintenance_batch)
+            for job in due:
+                run.writes.change(job, changes.due(job), "due", None)
+            run.answers.available_changed = bool(due)
+            run.writes.flush()
+            return run.answers
+
+        return self.store.transact(promote, what="due-job promotion")
+
+
+class _BatchRun:
+    """One batch inside one transaction; finds each attempt's job through its row and
+    keeps the freshest copy of each job it touched (by job ID)."""
+
+    def __init__(self, tx: Tx, ops: WorkerOps, now: int) -> None:
+        self.tx = tx
+        self.ops = ops
+        self.now = now
+        self.answers = BatchAnswers()
+        self.writes = JobWrites(tx, now, self.answers)
+        self._jobs: dict[str, JobRecord] = {}
+        self._attempts: dict[str, AttemptRecord] = {}
+
+    def run(self, batch: WorkBatch) -> BatchAnswers:
+        ids = batch.releases + batch.starts + [r.attempt_id for r in batch.results]
+        self._attempts = self.tx.attempts_by_ids(filter(_well_formed, ids))
+        self._jobs = self.tx.jobs_by_ids(a.job_id for a in self._attempts.values())
+        for attempt_id in batch.releases:
+            self._release(attempt_id)
+        self.answers.starts = [self._start(attempt_id) for attempt_id in batch.starts]
+        for attempt_ids, lease_ms in batch.heartbeats:
+            renewed = self.tx.renew_leases(list(filter(_well_formed, attempt_ids)), self.now + lease_ms)
+            self.answers.heartbeats.append(
+                HeartbeatAnswer(
+                    lost=set(attempt_ids) - set(renewed),
+                    lease_expires_at_ms=self.now + lease_ms,
+                    cancels=frozenset(a for a, cancel_requested in renewed.items() if cancel_requested),
+                )
+            )
+        self.answers.results = [self._result(r) for r in batch.results]
+        if batch.claims:
+            self.writes.flush()  # claims read the database: it must see this batch's releases
+        self.answers.claims = [self._claim(request) for request in batch.claims]
+        self.writes.flush()
+        return self.answers
+
+    def _current(self, attempt_id: str) -> JobRecord | None:
+        """The job of ``attempt_id`` while that attempt is still its current one."""
+        attempt = self._attempts.get(attempt_id)
+        job = self._jobs.get(attempt.job_id) if attempt is not None else None
+        return job if job is not None and job.current_attempt_id == attempt_id else None
+
+    def _keep(self, job: JobRecord) -> JobRecord:
+        self._jobs[job.id] = job
+        return job
+
+    def _release(self, attempt_id: str) -> None:
+        job = self._current(attempt_id)
+        if job is None or job.state is not JobState.RESERVED:
+            return  # already recovered or never ours: nothing to give back
+        self._keep(self.writes.end_attempt(job, decide_release(job.view(), self.now), reported=True))
+
+    def _start(self, attempt_id: str) -> StartAnswer:
+        attempt = self._attempts.get(attempt_id)
+        if attempt is None:
+            return StartAnswer(attempt_id, False, reason="unknown attempt")
+        if attempt.started_at_ms is not None:
+            # R-14: a repeated start gets the first answer.
+            return StartAnswer(attempt_id, True, attempt.execution_number)
+        job = self._current(attempt_id)
+        if job is None:
+            return StartAnswer(attempt_id, False, reason="superseded attempt")
+        decision = decide_start(job.view(), attempt_id)
+        if not decision.granted:
+            return StartAnswer(attempt_id, False, reason=decision.reason)
+        self._keep(self.writes.start(job, attempt_id, decision.execution_number))
+        self.answers.started.append(RunStarted(job.queue, job.wire_name, max(self.now - job.run_at_ms, 0)))
+        self._attempts[attempt_id] = replace(
+            attempt, started_at_ms=self.now, execution_number=decision.execution_number
+        )
+        return StartAnswer(attempt_id, True, decision.execution_number)
+
+    def _result(self, result: ResultReport) -> ResultAnswer:
+        attempt_id = result.attempt_id
+        attempt = self._attempts.get(attempt_id)
+        if attempt is None:
+            return _refused(attempt_id, _unknown_attempt("result.attempt_id", attempt_id))
+        if attempt.outcome is not None:
+            # R-14: a repeat gets the first answer and changes nothing. A release is
+            # reported too, but it was no result: a result after it is stale (R-11).
+            if attempt.reported and attempt.outcome is not Outcome.RELEASED:
+                return ResultAnswer(attempt_id, True, attempt.job_state_after, attempt.retry_delay_ms)
+            return ResultAnswer(attempt_id, False, reason=f"attempt already ended {attempt.outcome.value}")
+        job = self._current(attempt_id)
+        if job is None or job.state is not JobState.RUNNING:
+            return ResultAnswer(attempt_id, False, reason="superseded attempt")  # R-11
+        bounds = self.tx.bounds
+        if (
+            result.report.outcome is Outcome.SUCCEEDED
+            and result.output is not None
+            and len(result.output) > bounds.max_output_bytes
+        ):
+            # SPEC §5: rejected before anything is written; the worker then reports
+            # output_too_large as a permanent failure.
+            return _refused(
+                attempt_id, JobOutputTooLarge(job.id, len(result.output), bounds.max_output_bytes)
+            )
+        report = _without_nul(result.report)
+        decision = decide_result(
+            job.view(),
+            report,
+            self.now,
+            bounds.max_failure_detail_bytes,
+            self.ops.rng,
+            max_message_bytes=bounds.max_failure_message_bytes,
+        )
+        output = result.output if decision.job_state is JobState.SUCCEEDED else None
+        ran_ms = None if attempt.started_at_ms is None else max(self.now - attempt.started_at_ms, 0)
+        self._keep(
+            self.writes.end_attempt(job, decision, reported=True, output=output, report=report, ran_ms=ran_ms)
+        )
+        # A repeat of this result later in the same batch must see it (R-14).
+        self._attempts[attempt_id] = replace(
+            attempt,
+            outcome=decision.attempt_outcome,
+            retry_delay_ms=decision.retry_delay_ms,
+            job_state_after=decision.job_state,
+            reported=True,
+        )
+        return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
+
+    def _claim(self, request: ClaimRequest) -> list[Claimed]:
+        limit = self.tx.bounds.clamp_claim_batch(request.count)  # SPEC §5: clamp silently
+        if limit <= 0 or not request.wire_names:
+            return []
+        claimed = []
+        lease_until = self.now + request.lease_ms
+        for job in self.tx.claimable(request.queues, request.wire_names, self.now, limit):
+            attempt_id = uuid7(self.now)
+            updated = self._keep(self.writes.claim(job, attempt_id, request.worker_id, lease_until))
+            claimed.append(Claimed(updated, attempt_id, lease_until))
+        # The next request's query must not see these jobs as claimable.
+        self.writes.flush()
+        return claimed
+
+
+def _refused(attempt_id: str, error: CoordinatorError) -> ResultAnswer:
+    return ResultAnswer(attempt_id, False, reason=str(error), error=error)
+
+
+def _unknown_attempt(field: str, attempt_id: str) -> CoordinatorError:
+    if not _well_formed(attempt_id):
+        return InvalidArgument(
+            field, f"{quote(attempt_id)} is not an attempt ID (a lowercase UUID)", reason="INVALID_ID"
+        )
+    return NotFound(
+        f"attempt {attempt_id} does not exist (never assigned, or removed by retention)",
+        reason="ATTEMPT_NOT_FOUND",
+        metadata={"attempt_id": attempt_id},
+    )
+
+
+def _well_formed(attempt_id: str) -> bool:
+    """Only IDs in the stored form can name an attempt; anything else (a NUL, which
+    PostgreSQL refuses outright and would fail the whole batch) is unknown."""
+    return parse_id(attempt_id) == attempt_id
+
+
+def _without_nul(report: Report) -> Report:
+    """PostgreSQL text cannot hold NUL; replace it on both engines so they store alike."""
+    if "\x00" not in report.exception_type + report.message + report.detail:
+        return report
+    return replace(
+        report,
+        exception_type=report.exception_type.replace("\x00", "\ufffd"),
+        message=report.message.replace("\x00", "\ufffd"),
+        detail=report.detail.replace("\x00", "\ufffd"),
+    )

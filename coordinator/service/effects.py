@@ -1,0 +1,80 @@
+"""What a transaction changed that others must hear of once it committed: jobs that
+ended (waiters, metrics, later dependents), runs that started or ended (metrics), jobs
+that became claimable (the dispatcher), cancels to push to a worker's stream.
+
+The service gathers them while it writes; the facade (``coordinator.app``) hands them
+to their listeners after the commit, the same way whatever the transport.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coordinator.domain.states import JobState, Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """A start granted: how long the job had been due when it started."""
+
+    queue: str
+    wire_name: str
+    waited_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """An attempt that ended, and what became of its job."""
+
+    queue: str
+    wire_name: str
+    outcome: Outcome
+    job_state: JobState
+    ran_ms: int | None
+    """From start to the reported result; None when no run ended here (release, lapse)."""
+    lease_lapsed: bool = False
+    """The coordinator ended it because its lease lapsed (R-4, R-5 abandoned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    """A job that reached a terminal state (every way a job ends produces one)."""
+
+    job_id: str
+    queue: str
+    wire_name: str
+    state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class CancelPush:
+    """A cancel to send over the stream of the worker running the attempt (R-8)."""
+
+    worker_id: str
+    attempt_id: str
+
+
+@dataclass(slots=True)
+class Effects:
+    finished: list[JobFinished] = field(default_factory=list)
+    terminal_job_ids: set[str] = field(default_factory=set)
+    """The IDs of ``finished``, for waiters."""
+    started: list[RunStarted] = field(default_factory=list)
+    ended: list[AttemptEnded] = field(default_factory=list)
+    available_changed: bool = False
+    """Jobs became claimable now: dispatchers should claim."""
+    next_run_at_ms: int | None = None
+    """The earliest run-at this transaction scheduled (a retry), so the dispatcher can wake."""
+    cancel_pushes: list[CancelPush] = field(default_factory=list)
+
+    def stale_result_count(self) -> int:
+        """Results refused as stale (R-11); only worker batches have results."""
+        return 0
+
+    def job_finished(self, job_id: str, queue: str, wire_name: str, state: JobState) -> None:
+        self.finished.append(JobFinished(job_id, queue, wire_name, state))
+        self.terminal_job_ids.add(job_id)
+
+    def scheduled(self, run_at_ms: int) -> None:
+        current = self.next_run_at_ms
+        self.next_run_at_ms = run_at_ms if current is None else min(current, run_at_ms)

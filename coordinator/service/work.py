@@ -1,0 +1,107 @@
+"""The worker protocol's values as the service sees them: what arrived in one batch
+window (``WorkBatch``) and the answers to each message (``BatchAnswers``). The
+transport decodes messages into these and frames the answers; the dispatcher routes
+them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import JobRecord
+from coordinator.domain.states import JobState
+from coordinator.errors import CoordinatorError
+from coordinator.service.effects import Effects
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    worker_id: str
+    queues: tuple[str, ...]
+    wire_names: tuple[str, ...]
+    count: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    job: JobRecord
+    attempt_id: str
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResultReport:
+    attempt_id: str
+    report: Report
+    output: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartAnswer:
+    attempt_id: str
+    granted: bool
+    execution_number: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResultAnswer:
+    attempt_id: str
+    accepted: bool
+    job_state: JobState | None = None
+    retry_delay_ms: int | None = None
+    reason: str = ""
+    error: CoordinatorError | None = None
+    """Set when the result itself was refused (unknown attempt, output over
+    ``max_output_bytes``, invalid field): nothing was written, and resending the same
+    result cannot succeed. Without it, a refused result is stale (R-11)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    lost: set[str]
+    """The attempts no longer recognised (R-10)."""
+    lease_expires_at_ms: int
+    cancels: frozenset[str] = frozenset()
+    """The attempts whose job a user cancelled (R-8): repeated until the run ends."""
+
+
+@dataclass(slots=True)
+class WorkBatch:
+    """What arrived from all streams in one batch window."""
+
+    releases: list[str] = field(default_factory=list)
+    starts: list[str] = field(default_factory=list)
+    heartbeats: list[tuple[list[str], int]] = field(default_factory=list)
+    results: list[ResultReport] = field(default_factory=list)
+    claims: list[ClaimRequest] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.releases or self.starts or self.heartbeats or self.results or self.claims)
+
+
+@dataclass(slots=True)
+class BatchAnswers(Effects):
+    """The answers to one batch, in the order of its messages, and its effects."""
+
+    starts: list[StartAnswer] = field(default_factory=list)
+    heartbeats: list[HeartbeatAnswer] = field(default_factory=list)
+    results: list[ResultAnswer] = field(default_factory=list)
+    claims: list[list[Claimed]] = field(default_factory=list)
+
+    @property
+    def lost(self) -> list[set[str]]:
+        return [answer.lost for answer in self.heartbeats]
+
+    @property
+    def lease_expires_at_ms(self) -> list[int]:
+        return [answer.lease_expires_at_ms for answer in self.heartbeats]
+
+    @property
+    def cancels(self) -> list[frozenset[str]]:
+        return [answer.cancels for answer in self.heartbeats]
+
+    def stale_result_count(self) -> int:
+        """Results refused as stale (R-11); refused results carry an error instead."""
+        return sum(1 for result in self.results if not result.accepted and result.error is None)

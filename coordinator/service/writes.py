@@ -1,0 +1,128 @@
+"""The writes of one transaction over jobs and attempts, and the one terminal path.
+
+``JobWrites`` keeps the freshest copy of each job it touched (several messages about
+one job in a batch see each other's effect), gathers the writes and sends them as few
+statements as possible at ``flush()``, and records the effects the facade hands on
+after the commit. Every way a job ends (a result, a cancel, a lapsed lease, unstarted
+exhaustion; later a parent's failure) goes through ``end_job``: that is where waiters,
+metrics and dependent jobs hear of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from coordinator.domain import changes
+from coordinator.domain.changes import JobChange
+from coordinator.domain.lifecycle import Decision, Report
+from coordinator.domain.records import AttemptEnd, JobRecord, NewAttempt
+from coordinator.domain.states import JobState, Outcome
+from coordinator.service.effects import AttemptEnded, Effects
+from coordinator.store import Tx
+
+
+class JobWrites:
+    def __init__(self, tx: Tx, now_ms: int, effects: Effects | None = None) -> None:
+        self.tx = tx
+        self.now = now_ms
+        self.effects = effects if effects is not None else Effects()
+        self._changes: list[JobChange] = []
+        self._new_attempts: list[NewAttempt] = []
+        self._started: list[tuple[str, int]] = []
+        self._ends: list[AttemptEnd] = []
+        self._notified = False
+
+    def flush(self) -> None:
+        """Sends the gathered writes: job updates first (attempt rows refer to them)."""
+        self.tx.apply(self._changes, self.now)
+        self.tx.insert_attempts(self._new_attempts)
+        self.tx.mark_started(self._started, self.now)
+        self.tx.finish_attempts(self._ends)
+        self._changes, self._new_attempts, self._started, self._ends = [], [], [], []
+        if self.effects.available_changed and not self._notified:
+            # Other replicas hear it at commit; once per transaction is enough.
+            self.tx.notify_jobs_available()
+            self._notified = True
+
+    def change(
+        self, job: JobRecord, after: JobRecord, reason: str | None, attempt_id: str | None
+    ) -> JobRecord:
+        """Gathers one guarded write (checked against the transition table) and returns
+        the job as it will be once written."""
+        self._changes.append(JobChange(job, after, reason=reason, attempt_id=attempt_id))
+        return replace(after, history_seq=job.history_seq + 1, updated_at_ms=self.now)
+
+    def end_job(
+        self,
+        job: JobRecord,
+        after: JobRecord,
+        *,
+        reason: str | None,
+        attempt_id: str | None = None,
+        attempt_end: AttemptEnd | None = None,
+    ) -> JobRecord:
+        """THE terminal path: writes a job's end (and its attempt's, if one ends with it)
+        and records it for waiters and metrics."""
+        if not after.state.terminal:
+            raise changes.IllegalTransition(f"end_job with a non-terminal state {after.state.value}")
+        updated = self.change(job, after, reason, attempt_id)
+        if attempt_end is not None:
+            self._ends.append(attempt_end)
+        self.effects.job_finished(job.id, job.queue, job.wire_name, after.state)
+        return updated
+
+    def end_attempt(
+        self,
+        job: JobRecord,
+        decision: Decision,
+        *,
+        reported: bool,
+        output: bytes | None = None,
+        report: Report | None = None,
+        ran_ms: int | None = None,
+        lease_lapsed: bool = False,
+    ) -> JobRecord:
+        """Writes an attempt's end and the job's next state from one decision."""
+        attempt_id = job.current_attempt_id
+        assert attempt_id is not None
+        after = changes.attempt_ended(job, decision, self.now, output)
+        end = AttemptEnd(
+            attempt_id=attempt_id,
+            finished_at_ms=self.now,
+            outcome=decision.attempt_outcome,
+            job_state_after=decision.job_state,
+            reported=reported,
+            error_code=decision.error_code,
+            exception_type=(report.exception_type or None) if report else None,
+            message=decision.message or None,
+            detail=decision.detail or None,
+            retry_delay_ms=decision.retry_delay_ms,
+        )
+        reason = decision.job_error_code or decision.error_code or decision.attempt_outcome.value
+        if decision.job_state.terminal:
+            updated = self.end_job(job, after, reason=reason, attempt_id=attempt_id, attempt_end=end)
+        else:
+            updated = self.change(job, after, reason, attempt_id)
+            self._ends.append(end)
+        effects = self.effects
+        if decision.attempt_outcome is Outcome.RELEASED or decision.job_state is JobState.AVAILABLE:
+            effects.available_changed = True
+        effects.ended.append(
+            AttemptEnded(
+                job.queue, job.wire_name, decision.attempt_outcome, decision.job_state, ran_ms, lease_lapsed
+            )
+        )
+        if decision.job_state is JobState.SCHEDULED and decision.run_at_ms is not None:
+            effects.scheduled(decision.run_at_ms)
+        return updated
+
+    def claim(self, job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int) -> JobRecord:
+        updated = self.change(
+            job, changes.claimed(job, attempt_id, worker_id, lease_until_ms), "claimed", attempt_id
+        )
+        self._new_attempts.append(NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now))
+        return updated
+
+    def start(self, job: JobRecord, attempt_id: str, execution_number: int) -> JobRecord:
+        self._started.append((attempt_id, execution_number))
+        return self.change(job, changes.started(job, execution_number), "started", attempt_id)

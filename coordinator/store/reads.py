@@ -1,0 +1,155 @@
+"""The store's reads: each a named query over a read connection, returning domain values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, select
+
+from coordinator.domain.records import AttemptRecord, AuditEvent, JobRecord, TokenRecord, Transition
+from coordinator.domain.states import CLAIMABLE_STATES, JobState
+from coordinator.store.rows import (
+    attempt_from_row,
+    event_from_row,
+    job_from_mapping,
+    job_from_row,
+    token_from_row,
+    transition_from_row,
+)
+from coordinator.store.schema import attempts, audit_events, jobs, tokens, transitions
+
+_LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
+
+
+@dataclass(frozen=True, slots=True)
+class RunTimings:
+    """When each job was created and started, and when the last one finished (bench)."""
+
+    created_at_ms: dict[str, int]
+    started_at_ms: list[tuple[str, int]]
+    """``(job_id, started_at_ms)`` of every started attempt."""
+    last_finished_at_ms: int | None
+
+
+def get_job(conn: Connection, job_id: str) -> JobRecord | None:
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    return job_from_row(row) if row is not None else None
+
+
+def get_jobs(conn: Connection, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+    if not job_ids:
+        return {}
+    rows = conn.execute(select(jobs).where(jobs.c.id.in_(sorted(set(job_ids)))))
+    return {r.id: r for r in map(job_from_row, rows)}
+
+
+def list_jobs(
+    conn: Connection,
+    *,
+    queue: str | None,
+    state: JobState | None,
+    wire_name: str | None,
+    after_id: str | None,
+    limit: int,
+) -> list[JobRecord]:
+    conditions = []
+    if queue is not None:
+        conditions.append(jobs.c.queue == queue)
+    if state is not None:
+        conditions.append(jobs.c.state == state.value)
+    if wire_name is not None:
+        conditions.append(jobs.c.wire_name == wire_name)
+    if after_id is not None:
+        conditions.append(jobs.c.id < after_id)
+    query = select(*_LIST_COLUMNS).where(*conditions).order_by(jobs.c.id.desc()).limit(limit)
+    rows = conn.execute(query).all()
+    return [job_from_mapping({**row._mapping, "payload": b"", "output": None}) for row in rows]
+
+
+def get_attempt(conn: Connection, attempt_id: str) -> AttemptRecord | None:
+    row = conn.execute(select(attempts).where(attempts.c.id == attempt_id)).first()
+    return attempt_from_row(row) if row is not None else None
+
+
+def list_attempts(conn: Connection, job_id: str) -> list[AttemptRecord]:
+    rows = conn.execute(
+        select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.claimed_at_ms, attempts.c.id)
+    )
+    return [attempt_from_row(r) for r in rows]
+
+
+def list_transitions(conn: Connection, job_id: str) -> list[Transition]:
+    rows = conn.execute(select(transitions).where(transitions.c.job_id == job_id).order_by(transitions.c.seq))
+    return [transition_from_row(r) for r in rows]
+
+
+def next_due_ms(conn: Connection, queues: Sequence[str], after_ms: int) -> int | None:
+    value = conn.execute(
+        select(func.min(jobs.c.run_at_ms)).where(
+            jobs.c.queue.in_(list(queues)),
+            jobs.c.state == JobState.SCHEDULED.value,
+            jobs.c.run_at_ms > after_ms,
+        )
+    ).scalar()
+    return int(value) if value is not None else None
+
+
+def queue_depths(conn: Connection) -> dict[tuple[str, str], int]:
+    open_states = [state.value for state in JobState if not state.terminal]
+    query = (
+        select(jobs.c.queue, jobs.c.state, func.count())
+        .where(jobs.c.state.in_(open_states))
+        .group_by(jobs.c.queue, jobs.c.state)
+    )
+    return {(queue, state): int(count) for queue, state, count in conn.execute(query)}
+
+
+def oldest_due_by_queue(conn: Connection, now_ms: int) -> dict[str, int]:
+    query = (
+        select(jobs.c.queue, func.min(jobs.c.run_at_ms))
+        .where(jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]), jobs.c.run_at_ms <= now_ms)
+        .group_by(jobs.c.queue)
+    )
+    return {queue: int(run_at) for queue, run_at in conn.execute(query)}
+
+
+def count_by_state(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+    return {state: int(count) for state, count in rows}
+
+
+def run_timings(conn: Connection) -> RunTimings:
+    created = {job_id: int(at) for job_id, at in conn.execute(select(jobs.c.id, jobs.c.created_at_ms))}
+    finished = conn.execute(select(func.max(jobs.c.finished_at_ms))).scalar()
+    starts = conn.execute(
+        select(attempts.c.job_id, attempts.c.started_at_ms).where(attempts.c.started_at_ms.is_not(None))
+    ).all()
+    return RunTimings(created, [(job_id, int(at)) for job_id, at in starts], finished)
+
+
+def get_token(conn: Connection, token_id: str) -> TokenRecord | None:
+    row = conn.execute(select(tokens).where(tokens.c.id == token_id)).first()
+    return token_from_row(row) if row is not None else None
+
+
+def list_tokens(conn: Connection, *, include_revoked: bool) -> list[TokenRecord]:
+    query = select(tokens).order_by(tokens.c.created_at_ms, tokens.c.id)
+    if not include_revoked:
+        query = query.where(tokens.c.revoked_at_ms.is_(None))
+    return [token_from_row(row) for row in conn.execute(query)]
+
+
+def list_audit_events(
+    conn: Connection, *, action: str | None, target: str | None, before_id: int | None, limit: int
+) -> list[AuditEvent]:
+    """Newest first, keyset-paged before ``before_id``."""
+    conditions = []
+    if action is not None:
+        conditions.append(audit_events.c.action == action)
+    if target is not None:
+        conditions.append(audit_events.c.target == target)
+    if before_id is not None:
+        conditions.append(audit_events.c.id < before_id)
+    query = select(audit_events).where(*conditions).order_by(audit_events.c.id.desc()).limit(limit)
+    return [event_from_row(row) for row in conn.execute(query)]

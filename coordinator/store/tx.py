@@ -1,0 +1,317 @@
+"""One write transaction's named operations (``Store.transact``/``Store.write`` hand it
+out). Every job update is conditional on the state and history sequence the caller read
+(R-11); rows are locked on PostgreSQL (``FOR UPDATE [SKIP LOCKED]``), SQLite has a single
+writer. Operations take and return domain values; SQL stays here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select, bindparam, func, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from coordinator.domain.bounds import StoreBounds
+from coordinator.domain.changes import JobChange
+from coordinator.domain.records import (
+    AttemptEnd,
+    AttemptRecord,
+    AuditEvent,
+    JobRecord,
+    NewAttempt,
+    TokenRecord,
+)
+from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
+from coordinator.store.errors import DuplicateKey, WriteConflict
+from coordinator.store.rows import (
+    FINISH_COLUMNS,
+    attempt_end_params,
+    attempt_from_row,
+    changed_columns,
+    event_row,
+    job_from_row,
+    job_row,
+    new_attempt_row,
+    token_from_row,
+    token_row,
+)
+from coordinator.store.schema import attempts, audit_events, jobs, tokens, transitions
+
+NOTIFY_CHANNEL = "runwick_jobs_available"
+"""The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
+_IN_CHUNK = 1_000
+"""Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
+
+_FINISH_ATTEMPT = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("g_id"), attempts.c.outcome.is_(None))
+    .values({c: bindparam(f"v_{c}") for c in FINISH_COLUMNS})
+)
+_MARK_STARTED = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("g_id"))
+    .values(execution_number=bindparam("v_execution_number"), started_at_ms=bindparam("v_started_at_ms"))
+)
+
+
+@functools.cache
+def _job_update(columns: tuple[str, ...]) -> Any:
+    """One prepared guarded UPDATE per set of columns, built once (statement building
+    costs more than SQLite's execution of it)."""
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id == bindparam("g_id"),
+            jobs.c.state == bindparam("g_state"),
+            jobs.c.history_seq == bindparam("g_seq"),
+        )
+        .values({c: bindparam(f"v_{c}") for c in (*columns, "history_seq", "updated_at_ms")})
+    )
+
+
+def chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
+class Tx:
+    """The operations of one write transaction."""
+
+    def __init__(self, conn: Connection, postgres: bool, bounds: StoreBounds) -> None:
+        self._conn = conn
+        self._postgres = postgres
+        self.bounds = bounds
+
+    # -- reads that lock -------------------------------------------------------------
+
+    def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
+        if self._postgres:
+            return query.with_for_update(skip_locked=skip_locked)
+        return query
+
+    def jobs_by_ids(self, ids: Iterable[str]) -> dict[str, JobRecord]:
+        ordered = sorted(set(ids))
+        found: dict[str, JobRecord] = {}
+        for chunk in chunks(ordered):
+            # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
+            query = self._locked(select(jobs).where(jobs.c.id.in_(chunk)).order_by(jobs.c.id))
+            found.update((r.id, r) for r in map(job_from_row, self._conn.execute(query)))
+        return found
+
+    def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
+        found: dict[str, AttemptRecord] = {}
+        for chunk in chunks(sorted(set(ids))):
+            rows = self._conn.execute(select(attempts).where(attempts.c.id.in_(chunk)))
+            found.update((r.id, r) for r in map(attempt_from_row, rows))
+        return found
+
+    def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
+        ordered = sorted(set(keys))
+        if not ordered:
+            return {}
+        rows = self._conn.execute(select(jobs).where(jobs.c.idempotency_key.in_(ordered)))
+        return {r.idempotency_key: r for r in map(job_from_row, rows) if r.idempotency_key}
+
+    def claimable(
+        self, queues: Sequence[str], wire_names: Sequence[str], now_ms: int, limit: int
+    ) -> list[JobRecord]:
+        """Claimable jobs in claim order: priority desc, run-at, id (R-17)."""
+        query = (
+            select(jobs)
+            .where(
+                jobs.c.queue.in_(list(queues)),
+                jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]),
+                jobs.c.run_at_ms <= now_ms,
+                jobs.c.wire_name.in_(list(wire_names)),
+            )
+            .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
+            .limit(limit)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+
+    def expired_leases(self, now_ms: int, limit: int) -> list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.state.in_([s.value for s in LEASED_STATES]), jobs.c.lease_expires_at_ms <= now_ms)
+            .order_by(jobs.c.id)
+            .limit(limit)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+
+    def due_scheduled(self, now_ms: int, limit: int) -> list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.state == JobState.SCHEDULED.value, jobs.c.run_at_ms <= now_ms)
+            .order_by(jobs.c.run_at_ms, jobs.c.id)
+            .limit(limit)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+
+    # -- job writes ------------------------------------------------------------------
+
+    def notify_jobs_available(self) -> None:
+        """Wakes idle dispatchers on every replica when this transaction commits.
+
+        One NOTIFY per transaction (PostgreSQL folds repeats of the same payload): NOTIFY
+        takes a global lock at commit, so it must never be one per row. No-op on SQLite,
+        which has one coordinator process.
+        """
+        if self._postgres:
+            self._conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+
+    def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
+        """Inserts new jobs and their first transitions; raises DuplicateKey when an
+        idempotency key is taken."""
+        if not new_jobs:
+            return
+        try:
+            self._conn.execute(insert(jobs), [job_row(job) for job in new_jobs])
+        except IntegrityError as exc:
+            raise DuplicateKey(str(exc.orig)) from exc
+        self._conn.execute(
+            insert(transitions),
+            [
+                {
+                    "job_id": job.id,
+                    "seq": job.history_seq,
+                    "at_ms": now_ms,
+                    "from_state": None,
+                    "to_state": job.state.value,
+                    "attempt_id": None,
+                    "reason": "enqueued",
+                }
+                for job in new_jobs
+            ],
+        )
+
+    def apply(self, changes: Sequence[JobChange], now_ms: int) -> None:
+        """Writes the changes, each job guarded by the state and history sequence its
+        first change was read with (R-11), and records one transition per change.
+
+        Several changes to one job are folded into one UPDATE; updates that set the
+        same columns go out as one executemany. Raises WriteConflict when any guard
+        fails; the caller's transaction then rolls back whole.
+        """
+        if not changes:
+            return
+        folded: dict[str, list[JobChange]] = {}
+        for change in changes:
+            folded.setdefault(change.before.id, []).append(change)
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        history: list[dict[str, Any]] = []
+        for job_changes in folded.values():
+            first, last = job_changes[0].before, job_changes[-1].after
+            seq = first.history_seq
+            for change in job_changes:
+                seq += 1
+                history.append(
+                    {
+                        "job_id": first.id,
+                        "seq": seq,
+                        "at_ms": now_ms,
+                        "from_state": change.before.state.value,
+                        "to_state": change.after.state.value,
+                        "attempt_id": change.attempt_id,
+                        "reason": change.reason,
+                    }
+                )
+            values = changed_columns(first, last)
+            row = {f"v_{key}": value for key, value in values.items()}
+            row.update(v_history_seq=seq, v_updated_at_ms=now_ms, g_id=first.id)
+            row.update(g_state=first.state.value, g_seq=first.history_seq)
+            groups.setdefault(tuple(sorted(values)), []).append(row)
+        for columns, rows in groups.items():
+            self._execute_guarded(_job_update(columns), rows, "job changed under a write")
+        self._conn.execute(insert(transitions), history)
+        keep = self.bounds.max_history_per_job
+        cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}
+        if cuts:
+            self._conn.execute(
+                transitions.delete().where(
+                    transitions.c.job_id == bindparam("job_id"), transitions.c.seq <= bindparam("cut")
+                ),
+                [{"job_id": job_id, "cut": cut} for job_id, cut in cuts.items()],
+            )
+
+    def _execute_guarded(self, statement: Any, rows: list[dict[str, Any]], what: str) -> None:
+        """Runs a guarded UPDATE for many rows; every row must match exactly once."""
+        if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
+            if self._conn.execute(statement, rows).rowcount != len(rows):
+                raise WriteConflict(what)
+            return
+        for row in rows:
+            if self._conn.execute(statement, row).rowcount != 1:
+                raise WriteConflict(what)
+
+    def insert_attempts(self, new_attempts: Sequence[NewAttempt]) -> None:
+        if new_attempts:
+            self._conn.execute(insert(attempts), [new_attempt_row(a) for a in new_attempts])
+
+    def finish_attempts(self, ends: Sequence[AttemptEnd]) -> None:
+        """Records attempts' ends; raises WriteConflict if any already has an outcome."""
+        if ends:
+            params = [attempt_end_params(end) for end in ends]
+            self._execute_guarded(_FINISH_ATTEMPT, params, "attempt already has an outcome")
+
+    def mark_started(self, started: Sequence[tuple[str, int]], now_ms: int) -> None:
+        """Records the start of each ``(attempt_id, execution_number)``."""
+        if started:
+            self._conn.execute(
+                _MARK_STARTED,
+                [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started],
+            )
+
+    def renew_leases(self, attempt_ids: Sequence[str], lease_until_ms: int) -> dict[str, bool]:
+        """R-10: extends the leases of the current attempts among ``attempt_ids``.
+
+        One statement for the whole heartbeat. Returns the attempt IDs renewed, each with
+        its job's cancel-requested flag (R-8: the heartbeat answer repeats the cancel, so
+        it reaches a worker connected to another replica); the rest are lost to the worker.
+        """
+        renewed: dict[str, bool] = {}
+        for chunk in chunks(sorted(set(attempt_ids))):
+            statement = (
+                update(jobs)
+                .where(
+                    jobs.c.current_attempt_id.in_(chunk),
+                    jobs.c.state.in_([s.value for s in LEASED_STATES]),
+                )
+                .values(lease_expires_at_ms=lease_until_ms)
+                .returning(jobs.c.current_attempt_id, jobs.c.cancel_requested)
+            )
+            renewed.update((row[0], bool(row[1])) for row in self._conn.execute(statement))
+        return renewed
+
+    # -- tokens and the audit log (R-20, R-22) -----------------------------------------
+
+    def lock_tokens(self) -> None:
+        """Serialises token bootstrap between replicas starting together (PostgreSQL;
+        SQLite's write transactions are serial already)."""
+        if self._postgres:
+            self._conn.execute(text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
+
+    def has_tokens(self) -> bool:
+        return int(self._conn.execute(select(func.count()).select_from(tokens)).scalar_one()) > 0
+
+    def insert_token(self, token: TokenRecord) -> None:
+        self._conn.execute(insert(tokens), [token_row(token)])
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        row = self._conn.execute(select(tokens).where(tokens.c.id == token_id)).first()
+        return token_from_row(row) if row is not None else None
+
+    def revoke_token(self, token_id: str, now_ms: int) -> bool:
+        """Marks the token revoked; False when it does not exist or already was."""
+        statement = (
+            update(tokens)
+            .where(tokens.c.id == token_id, tokens.c.revoked_at_ms.is_(None))
+            .values(revoked_at_ms=now_ms)
+        )
+        return bool(self._conn.execute(statement).rowcount == 1)
+
+    def insert_audit_event(self, event: AuditEvent) -> None:
+        """Audit events commit or roll back with the change they record; the database
+        refuses updates and deletes of them."""
+        self._conn.execute(insert(audit_events), [event_row(event)])
