@@ -21,8 +21,9 @@ from coordinator.api.convert import duration_ms
 from coordinator.dispatch import Dispatcher, WorkerSession
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument, Unavailable
 from coordinator.service import DEFAULT_QUEUE
-from coordinator.validation import MAX_NAME_UTF16_UNITS, check_name, check_worker_id
+from coordinator.validation import check_name, check_worker_id
 from coordinator.worker_ops import ResultAnswer
+from worker_sdk.grammar import MAX_NAME_UTF16_UNITS
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
