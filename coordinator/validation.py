@@ -8,19 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.domain.bounds import DEFAULT_BOUNDS
 from coordinator.domain.ids import parse_id
 from coordinator.errors import InvalidArgument
+from worker_sdk.grammar import MAX_NAME_UTF16_UNITS, NameFault, name_problem
 
-MAX_NAME_UTF16_UNITS = DEFAULT_BOUNDS.max_wire_name_length
 MAX_WORKER_ID_LENGTH = 256
 """The ``worker_id`` columns' size, in characters."""
 _QUOTE_CHARS = 64
-
-
-def utf16_length(text: str) -> int:
-    """Length in UTF-16 code units: a character outside the BMP counts 2 (SPEC §5)."""
-    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
 
 
 def quote(text: str) -> str:
@@ -35,11 +29,14 @@ def check_name(
 ) -> None:
     """Wire names and queues: letters and digits of any script, ``.``, ``_``, ``-``, at
     most ``max_length`` UTF-16 code units (wire names: ``StoreBounds.max_wire_name_length``;
-    queues: 128)."""
-    if not name:
+    queues: 128). The rule is ``worker_sdk.grammar.name_problem``, the SDK's too."""
+    problem = name_problem(name, max_length)
+    if problem is None:
+        return
+    if problem.fault is NameFault.EMPTY:
         raise InvalidArgument(field, "must not be empty", index=index, reason="NAME_EMPTY")
-    units = utf16_length(name)
-    if units > max_length:
+    if problem.fault is NameFault.TOO_LONG:
+        units = problem.length_utf16
         raise InvalidArgument(
             field,
             f"{quote(name)} is {units} UTF-16 code units, over the limit of {max_length} "
@@ -48,14 +45,13 @@ def check_name(
             reason="NAME_TOO_LONG",
             metadata={"length_utf16": units, "limit": max_length},
         )
-    bad = [ch for ch in name if not (ch.isalnum() or ch in "._-")]
-    if bad:
-        raise InvalidArgument(
-            field,
-            f"{quote(name)} holds {bad[0]!r}; allowed are letters and digits of any script, '.', '_', '-'",
-            index=index,
-            reason="NAME_INVALID",
-        )
+    raise InvalidArgument(
+        field,
+        f"{quote(name)} holds {problem.bad_characters[0]!r}; allowed are letters and digits of any "
+        "script, '.', '_', '-'",
+        index=index,
+        reason="NAME_INVALID",
+    )
 
 
 def require_id(field: str, text: str, *, index: int | None = None) -> str:

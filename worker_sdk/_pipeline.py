@@ -33,7 +33,7 @@ from worker_sdk._errors import PayloadUndecodable, PermanentJobFailure
 from worker_sdk._jobs import JobSpec, decode_payload
 from worker_sdk._middleware import Middleware, build_chain
 from worker_sdk._results import JobResult, Outcome, Retry, Success
-from worker_sdk._text import (
+from worker_sdk.grammar import (
     MAX_FAILURE_DETAIL_BYTES,
     MAX_FAILURE_MESSAGE_BYTES,
     TRUNCATION_MARKER,

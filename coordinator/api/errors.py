@@ -26,8 +26,8 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from coordinator.domain.text import TRUNCATION_MARKER, truncate_utf8
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from worker_sdk.grammar import TRUNCATION_MARKER, truncate_utf8
 
 log = logging.getLogger(__name__)
 

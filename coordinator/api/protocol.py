@@ -10,9 +10,9 @@ from coordinator.api.errors import MAX_STATUS_MESSAGE_BYTES
 from coordinator.dispatch import Assignments, CancelNotice, Delivery, DrainNotice
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.states import WORKER_OUTCOMES
-from coordinator.domain.text import TRUNCATION_MARKER, truncate_utf8
 from coordinator.errors import InvalidArgument
 from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, ResultReport, StartAnswer
+from worker_sdk.grammar import TRUNCATION_MARKER, truncate_utf8
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 Message = pb.CoordinatorMessage

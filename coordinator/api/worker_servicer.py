@@ -24,7 +24,8 @@ from coordinator.dispatch import WorkerHello, WorkerSession
 from coordinator.domain.records import DEFAULT_QUEUE
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
 from coordinator.service.work import ResultAnswer
-from coordinator.validation import MAX_NAME_UTF16_UNITS, check_name, check_worker_id
+from coordinator.validation import check_name, check_worker_id
+from worker_sdk.grammar import MAX_NAME_UTF16_UNITS
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 

@@ -21,7 +21,7 @@ from coordinator.domain.states import (
     JobState,
     Outcome,
 )
-from coordinator.domain.text import (
+from worker_sdk.grammar import (
     MAX_FAILURE_MESSAGE_BYTES,
     TRUNCATION_MARKER,
     coerce_code,

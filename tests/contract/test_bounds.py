@@ -12,10 +12,10 @@ import pytest
 
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.states import JobState, Outcome
-from coordinator.domain.text import TRUNCATION_MARKER
 from coordinator.errors import CoordinatorError, InvalidArgument, JobOutputTooLarge, NotFound
 from coordinator.service import NewJobSpec
 from coordinator.worker_ops import ResultReport, WorkBatch
+from worker_sdk.grammar import TRUNCATION_MARKER
 
 from .harness import WIRE, Harness
 

@@ -46,12 +46,11 @@ from coordinator.domain.clock import OffsetClock
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.settings import MAX_EXECUTIONS_RANGE, MAX_UNSTARTED_RANGE
 from coordinator.domain.states import LEASED_STATES, JobState, Outcome
-from coordinator.domain.text import is_valid_code
 from coordinator.service import NewJobSpec
 from coordinator.store.schema import attempts, jobs, transitions
-from coordinator.validation import utf16_length
 from coordinator.worker_ops import ClaimRequest, ResultReport, WorkBatch
 from worker_sdk._errors import _rich_details
+from worker_sdk.grammar import is_valid_code, utf16_length
 from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2,
     job_pb2,

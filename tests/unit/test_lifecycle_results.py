@@ -16,7 +16,7 @@ from coordinator.domain.states import (
     Outcome,
     can_transition,
 )
-from coordinator.domain.text import MAX_FAILURE_MESSAGE_BYTES, TRUNCATION_MARKER, is_valid_code
+from worker_sdk.grammar import MAX_FAILURE_MESSAGE_BYTES, TRUNCATION_MARKER, is_valid_code
 
 DETAIL_CAP = 16_384
 SECOND = 1_000

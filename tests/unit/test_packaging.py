@@ -68,3 +68,40 @@ sys.exit(main(['jobs', 'get', 'not-a-uuid', '--target', '127.0.0.1:1']))
     assert "ImportError" not in result.stderr, result.stderr
     assert result.returncode == 1, result.stdout + result.stderr
     assert "runwick: UNAVAILABLE" in result.stderr
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules ``path`` imports (absolute names; relative imports are not used)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            names.add(node.module or "")
+    return names
+
+
+def _is_stdlib(module: str) -> bool:
+    import sys
+
+    return module.split(".", maxsplit=1)[0] in sys.stdlib_module_names or module == "__future__"
+
+
+def test_the_wire_grammar_imports_only_the_standard_library() -> None:
+    """``worker_sdk.grammar`` is the rule both sides share: pure, stdlib only."""
+    imported = _imports(ROOT / "worker_sdk" / "grammar.py")
+    assert {m for m in imported if not _is_stdlib(m)} == set()
+
+
+def test_the_domain_imports_only_the_standard_library_and_the_wire_grammar() -> None:
+    """``coordinator.domain`` stays pure: stdlib, itself, and the shared wire grammar."""
+    for path in sorted((ROOT / "coordinator" / "domain").glob("*.py")):
+        others = {
+            m
+            for m in _imports(path)
+            if not (_is_stdlib(m) or m.startswith("coordinator.domain") or m == "worker_sdk.grammar")
+        }
+        assert others == set(), path.name

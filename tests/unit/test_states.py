@@ -14,7 +14,7 @@ from coordinator.domain.states import (
     Outcome,
     can_transition,
 )
-from coordinator.domain.text import is_valid_code
+from worker_sdk.grammar import is_valid_code
 
 
 def test_states_match_the_spec_glossary() -> None:

@@ -1,4 +1,5 @@
-"""Codes (R-5 name grammar) and UTF-8-safe truncation (R-6, SPEC §5)."""
+"""Codes (R-5 name grammar) and UTF-8-safe truncation (R-6, SPEC §5), from the wire grammar
+both the coordinator and the SDK use (``worker_sdk.grammar``; names: test_names.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from coordinator.domain.text import (
+from coordinator.domain.bounds import DEFAULT_BOUNDS
+from worker_sdk.grammar import (
     MAX_CODE_LENGTH,
+    MAX_FAILURE_DETAIL_BYTES,
     MAX_FAILURE_MESSAGE_BYTES,
     TRUNCATION_MARKER,
     coerce_code,
@@ -181,3 +184,53 @@ def test_r6_failure_message_cap_is_1024_bytes(width: int, kept: int) -> None:
     char = CHARS_BY_WIDTH[width]
     message = char * 2_000
     assert truncate_utf8(message, MAX_FAILURE_MESSAGE_BYTES) == char * kept
+
+
+def test_the_failure_caps_are_the_coordinator_default_bounds() -> None:
+    """The SDK cuts before sending what the coordinator would cut by default."""
+    assert DEFAULT_BOUNDS.max_failure_message_bytes == MAX_FAILURE_MESSAGE_BYTES
+    assert MAX_FAILURE_DETAIL_BYTES == DEFAULT_BOUNDS.max_failure_detail_bytes == 16_384
+
+
+# --- lone surrogates: never raise, always valid UTF-8 -----------------------------------
+
+LONE_SURROGATES = ["\ud800", "\udbff", "\udc00", "\udfff"]
+
+
+@pytest.mark.parametrize("surrogate", LONE_SURROGATES)
+@pytest.mark.parametrize("marker", MARKERS, ids=["no-marker", "marker", "ellipsis", "tilde"])
+def test_truncate_utf8_replaces_a_lone_surrogate_in_text_that_fits(surrogate: str, marker: str) -> None:
+    text = "before" + surrogate + "after"
+    assert truncate_utf8(text, 10_000, marker) == "before?after"
+
+
+@pytest.mark.parametrize("surrogate", LONE_SURROGATES)
+def test_truncate_utf8_replaces_a_lone_surrogate_when_it_cuts(surrogate: str) -> None:
+    text = (surrogate + "é") * 50
+    for max_bytes in range(40):
+        result = truncate_utf8(text, max_bytes, TRUNCATION_MARKER)
+        encoded = result.encode("utf-8")  # strict: no surrogate survived
+        assert len(encoded) <= max_bytes
+        replaced = ("?é" * 50).encode("utf-8")
+        assert result == truncate_utf8(replaced.decode("utf-8"), max_bytes, TRUNCATION_MARKER)
+
+
+def test_truncate_utf8_replaces_a_lone_surrogate_in_the_marker() -> None:
+    assert truncate_utf8("x" * 10, 5, "\ud800!") == "xxx?!"
+
+
+@given(
+    text=st.text(alphabet=st.characters(codec=None, exclude_categories=())),
+    max_bytes=st.integers(min_value=0, max_value=300),
+    marker=st.sampled_from(MARKERS),
+)
+@example(text="a\ud800b", max_bytes=2, marker="")
+@example(text="\udfff" * 400, max_bytes=MAX_FAILURE_MESSAGE_BYTES, marker=TRUNCATION_MARKER)
+def test_truncate_utf8_never_raises_and_acts_on_the_replaced_text(
+    text: str, max_bytes: int, marker: str
+) -> None:
+    """Any str, lone surrogates included: the answer is the one for the text with each
+    lone surrogate replaced by ``?`` (what a protobuf string can carry)."""
+    result = truncate_utf8(text, max_bytes, marker)
+    replaced = text.encode("utf-8", errors="replace").decode("utf-8")
+    assert_truncated_correctly(replaced, max_bytes, marker, result)

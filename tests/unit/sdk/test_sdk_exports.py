@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import worker_sdk
+import worker_sdk.grammar
 import worker_sdk.testing
 
 EXPECTED = [
@@ -57,7 +58,7 @@ def test_package_exports() -> None:
 
 def test_public_names_have_no_private_siblings() -> None:
     public = {name for name in dir(worker_sdk) if not name.startswith("_")}
-    assert public - set(worker_sdk.__all__) <= {"proto", "testing", "annotations"}
+    assert public - set(worker_sdk.__all__) <= {"proto", "testing", "grammar", "annotations"}
 
 
 def test_testing_exports() -> None:
@@ -67,6 +68,29 @@ def test_testing_exports() -> None:
         "run_handler",
         "run_handler_sync",
     ]
+
+
+def test_grammar_exports() -> None:
+    """The wire grammar the coordinator shares (names, codes, truncation)."""
+    assert sorted(worker_sdk.grammar.__all__) == [
+        "CODE_PATTERN",
+        "MAX_CODE_LENGTH",
+        "MAX_FAILURE_DETAIL_BYTES",
+        "MAX_FAILURE_MESSAGE_BYTES",
+        "MAX_NAME_UTF16_UNITS",
+        "NAME_PUNCTUATION",
+        "NameFault",
+        "NameProblem",
+        "TRUNCATION_MARKER",
+        "coerce_code",
+        "is_name_character",
+        "is_valid_code",
+        "name_problem",
+        "truncate_utf8",
+        "utf16_length",
+    ]
+    public = {name for name in vars(worker_sdk.grammar) if not name.startswith("_")}
+    assert public - set(worker_sdk.grammar.__all__) <= {"annotations", "dataclass", "re", "StrEnum"}
 
 
 def test_exceptions_share_one_root() -> None:

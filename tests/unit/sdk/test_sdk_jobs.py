@@ -156,6 +156,9 @@ def test_wire_names_of_any_script_are_accepted(name: str) -> None:
         ("slash/name", "outside letters"),
         ("x" * 129, "129 UTF-16 code units"),
         ("𝔘" * 65, "130 UTF-16 code units"),
+        ("lone\ud800surrogate", "outside letters"),
+        ("x" * 128 + "\udfff", "129 UTF-16 code units"),  # counted, not raised on
+        ("a b" * 50, "150 UTF-16 code units"),  # too long before bad characters, as the coordinator
     ],
 )
 def test_bad_wire_names_are_rejected_at_decoration(name: str, reason: str) -> None:
