@@ -19,11 +19,11 @@ from sqlalchemy.pool import NullPool
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec
 from coordinator.domain.states import Outcome
-from coordinator.service import Enqueued, JobsService, NewJobSpec
-from coordinator.store import AttemptRecord, JobRecord, Store
-from coordinator.store.schema import attempts, jobs, transitions
-from coordinator.worker_ops import (
+from coordinator.service.batch import WorkerOps
+from coordinator.service.jobs import JobsService
+from coordinator.service.work import (
     BatchAnswers,
     Claimed,
     ClaimRequest,
@@ -31,8 +31,9 @@ from coordinator.worker_ops import (
     ResultReport,
     StartAnswer,
     WorkBatch,
-    WorkerOps,
 )
+from coordinator.store import Store
+from coordinator.store.schema import attempts, jobs, transitions
 
 WIRE = "payments.capture"
 OTHER_WIRE = "emails.send"
@@ -165,7 +166,7 @@ class Harness:
         return self.store.list_attempts(job_id)
 
     def transitions(self, job_id: str) -> list[dict[str, Any]]:
-        return self.store.list_transitions(job_id)
+        return [dataclasses.asdict(t) for t in self.store.list_transitions(job_id)]
 
     def snapshot(self, job_id: str) -> Snapshot:
         return Snapshot(self.job(job_id), self.attempts(job_id), self.transitions(job_id))

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from coordinator.domain.bounds import StoreBounds
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import CoordinatorError, InvalidArgument, JobOutputTooLarge, NotFound
-from coordinator.service import NewJobSpec
-from coordinator.worker_ops import ResultReport, WorkBatch
+from coordinator.service.work import ResultReport, WorkBatch
 from worker_sdk.grammar import TRUNCATION_MARKER
 
 from .harness import WIRE, Harness

@@ -12,10 +12,10 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState
-from coordinator.service import NewJobSpec
+from coordinator.service.work import ClaimRequest, WorkBatch
 from coordinator.store import Store
-from coordinator.worker_ops import ClaimRequest, WorkBatch
 
 from .harness import LEASE_MS, OTHER_WIRE, QUEUE, SECOND, WIRE, WORKER, Harness
 

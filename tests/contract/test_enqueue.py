@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.settings import JobSettings, SettingsLayer
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
-from coordinator.service import NewJobSpec
 
 from .harness import QUEUE, SECOND, WIRE, Harness
 
@@ -236,7 +236,7 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
 
     from coordinator.config import CoordinatorConfig
     from coordinator.domain.clock import FakeClock
-    from coordinator.service import JobsService
+    from coordinator.service.jobs import JobsService
     from coordinator.store import Store
     from tests.conftest import _truncate
 
@@ -249,8 +249,8 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
     outcome: list[object] = []
     try:
         with first.write() as tx:
-            winner_row = winner_service._row(0, spec, clock.now_ms())
-            tx.insert_jobs([winner_row], clock.now_ms())  # not committed yet
+            winner = winner_service._new_job(0, spec, clock.now_ms())
+            tx.insert_jobs([winner], clock.now_ms())  # not committed yet
             loser = threading.Thread(target=lambda: outcome.append(loser_service.enqueue([spec])))
             loser.start()
             # Commit only once the loser's insert waits on our uncommitted key.
@@ -268,4 +268,4 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
         second.close()
 
     [enqueued] = outcome[0]  # type: ignore[misc]
-    assert (enqueued.job_id, enqueued.existing) == (winner_row["id"], True)
+    assert (enqueued.job_id, enqueued.existing) == (winner.id, True)

@@ -11,11 +11,11 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
-from coordinator.service import NewJobSpec
+from coordinator.service.work import BatchAnswers, WorkBatch
 from coordinator.store import Store
-from coordinator.worker_ops import BatchAnswers, WorkBatch
 
 from .harness import LEASE_MS, SECOND, WIRE, Harness, r2_range
 

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from coordinator.audit import AuditLog
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import ALL_SCOPES, Actor, Principal, Scope
+from coordinator.domain.records import AuditEvent, TokenRecord
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
-from coordinator.manage import ManagementService
+from coordinator.service.audit import AuditLog
+from coordinator.service.manage import ManagementService
+from coordinator.service.tokens import TokenService, hash_token, parse_token
+from coordinator.service.work import WorkBatch
 from coordinator.store import StoreError
-from coordinator.store.access import AuditEvent, list_audit_events
-from coordinator.tokens import TokenService, hash_token, parse_token
-from coordinator.worker_ops import WorkBatch
+from coordinator.store.engine import create_write_engine
 
 from .harness import LEASE_MS, SECOND, Harness
 
@@ -37,8 +39,7 @@ def tokens(harness: Harness) -> TokenService:
 
 
 def events(harness: Harness, target: str | None = None) -> list[AuditEvent]:
-    with harness.store.read() as conn:
-        return list_audit_events(conn, action=None, target=target, before_id=None, limit=1_000)
+    return harness.store.list_audit_events(action=None, target=target, before_id=None, limit=1_000)
 
 
 # -- cancel (R-8) ----------------------------------------------------------------------
@@ -52,7 +53,7 @@ def test_r8_cancel_ends_a_queued_job_at_once_and_is_audited(
 
     cancelled = manage.cancel(job_id, OPERATOR)
 
-    assert cancelled.push is None
+    assert cancelled.effects.cancel_pushes == []
     job = harness.job(job_id)
     assert (job.state, job.last_error_code, job.finished_at_ms) == (
         JobState.CANCELLED,
@@ -96,8 +97,8 @@ def test_r8_cancel_of_a_running_job_flags_it_and_names_the_worker_to_tell(
 
     cancelled = manage.cancel(job_id, OPERATOR)
 
-    assert cancelled.push is not None
-    assert (cancelled.push.worker_id, cancelled.push.attempt_id) == ("worker-7", claimed.attempt_id)
+    pushes = [(push.worker_id, push.attempt_id) for push in cancelled.effects.cancel_pushes]
+    assert pushes == [("worker-7", claimed.attempt_id)]
     job = harness.job(job_id)
     assert (job.state, job.cancel_requested) == (JobState.RUNNING, True)
     # The heartbeat answer repeats the cancel (a worker on another replica hears it too).
@@ -178,7 +179,7 @@ def test_r9_retry_of_a_failed_job_starts_a_new_generation_with_fresh_budgets(
     assert harness.job(job_id).state is JobState.FAILED
     harness.clock.advance(5 * SECOND)
 
-    retried = manage.retry(job_id, OPERATOR)
+    retried = manage.retry(job_id, OPERATOR).job
 
     now = harness.clock.now_ms()
     assert (retried.state, retried.generation, retried.executions, retried.unstarted_streak) == (
@@ -207,7 +208,7 @@ def test_r9_a_cancelled_job_can_be_retried_and_its_flag_is_cleared(
     manage.cancel(job_id, OPERATOR)
     harness.lapse(LEASE_MS)
 
-    retried = manage.retry(job_id, OPERATOR)
+    retried = manage.retry(job_id, OPERATOR).job
 
     assert (retried.state, retried.cancel_requested, retried.generation) == (JobState.AVAILABLE, False, 2)
 
@@ -282,9 +283,13 @@ def test_r20_tokens_are_stored_as_hashes_only(harness: Harness, tokens: TokenSer
 
     assert bootstrap is not None and tokens.bootstrap() is None  # only on an empty table
     secrets = [bootstrap, created.token, created.token.split("_", 2)[2], bootstrap.split("_", 2)[2]]
-    with harness.store.read() as conn:
-        cells = [str(cell) for row in conn.execute(text("SELECT * FROM tokens")) for cell in row]
-        cells += [str(cell) for row in conn.execute(text("SELECT * FROM audit_events")) for cell in row]
+    engine = create_write_engine(harness.store.url)
+    try:
+        with engine.connect() as conn:
+            cells = [str(cell) for row in conn.execute(text("SELECT * FROM tokens")) for cell in row]
+            cells += [str(cell) for row in conn.execute(text("SELECT * FROM audit_events")) for cell in row]
+    finally:
+        engine.dispose()
     assert len(cells) > 0
     assert not [cell for cell in cells for secret in secrets if secret in cell]
     assert hash_token(created.token) in cells and parse_token(created.token) == created.record.id
@@ -330,9 +335,15 @@ def test_r21_token_creation_checks_scopes_queues_and_names(tokens: TokenService)
 
 def test_r22_the_audit_log_is_append_only_in_the_database(harness: Harness, tokens: TokenService) -> None:
     tokens.create("x", ["read"], [], OPERATOR)
-    for statement in ("UPDATE audit_events SET actor_name = 'someone else'", "DELETE FROM audit_events"):
-        with pytest.raises(StoreError, match="append-only"), harness.store.write() as tx:
-            tx.conn.execute(text(statement))
+    # The store has no operation that changes an event; the database itself refuses, to
+    # anyone holding a connection.
+    engine = create_write_engine(harness.store.url)
+    try:
+        for statement in ("UPDATE audit_events SET actor_name = 'someone else'", "DELETE FROM audit_events"):
+            with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+                conn.execute(text(statement))
+    finally:
+        engine.dispose()
     assert [e.actor_name for e in events(harness)] == ["ops"]
 
 
@@ -353,15 +364,10 @@ def test_the_audit_log_pages_newest_first(harness: Harness, tokens: TokenService
 def test_r22_a_failed_statement_does_not_carry_the_values_it_wrote(harness: Harness) -> None:
     """Exceptions (and the log lines that print them) never show statement parameters."""
     secret = "card 4242 in a message"
+    token = TokenRecord("00000000000000aa", secret, secret, frozenset({Scope.READ}), None, 0, None, None)
     with pytest.raises(StoreError) as failed, harness.store.write() as tx:
         for _ in range(2):  # the same primary key twice
-            tx.conn.execute(
-                text(
-                    "INSERT INTO tokens (id, name, secret_sha256, scopes, created_at_ms) "
-                    "VALUES (:i, :n, :h, 'read', 0)"
-                ),
-                {"i": "00000000000000aa", "n": secret, "h": secret},
-            )
+            tx.insert_token(token)
     cause = failed.value.__cause__
     assert cause is not None and "parameters hidden" in str(cause)
     assert secret not in str(failed.value) + str(cause)

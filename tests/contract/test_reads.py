@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument, NotFound
-from coordinator.service import NewJobSpec
 from coordinator.store.store import HISTORY_LIMIT
 
 from .harness import LEASE_MS, OTHER_WIRE, WIRE, Harness
@@ -203,7 +203,7 @@ def test_reads_of_an_unreachable_database_are_unavailable_not_internal() -> None
     from coordinator.config import CoordinatorConfig
     from coordinator.domain.clock import FakeClock
     from coordinator.errors import Unavailable
-    from coordinator.service import JobsService
+    from coordinator.service.jobs import JobsService
     from coordinator.store import Store, StoreError
 
     unreachable = Store("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2")

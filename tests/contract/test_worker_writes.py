@@ -9,7 +9,7 @@ from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
-from coordinator.worker_ops import ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
 from worker_sdk.grammar import TRUNCATION_MARKER
 
 from .harness import LEASE_MS, QUEUE, SECOND, WIRE, Harness, r2_range

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import OffsetClock
+from coordinator.process import RunningCoordinator, start_coordinator
 from worker_sdk import AsyncClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ class Coordinator:
         await self.running.run_maintenance()
 
     def connected_workers(self) -> set[str]:
-        return {session.worker_id for session in self.running.dispatcher.sessions}
+        return {session.worker_id for session in self.running.app.dispatcher.sessions}
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.api.auth import METHOD_SCOPES, OPEN_SERVICES
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import ConfigError, CoordinatorConfig
 from coordinator.domain.access import Scope
 from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import Outcome
-from coordinator.service import NewJobSpec
-from coordinator.worker_ops import ClaimRequest, ResultReport, WorkBatch
+from coordinator.process import RunningCoordinator, start_coordinator
+from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
 from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
@@ -114,14 +114,14 @@ async def _failed_attempt(running: RunningCoordinator) -> str:
     """A job whose one attempt failed with SECRET_TEXT, made through the store directly."""
 
     def work() -> str:
-        [enqueued] = running.service.enqueue([NewJobSpec("tests.secret", b"{}", queue="secrets")])
+        [enqueued] = running.app.jobs.enqueue([NewJobSpec("tests.secret", b"{}", queue="secrets")])
         claim = ClaimRequest("w", ("secrets",), ("tests.secret",), 1, 60_000)
-        [claimed] = running.ops.process(WorkBatch(claims=[claim])).claims[0]
-        running.ops.process(WorkBatch(starts=[claimed.attempt_id]))
+        [claimed] = running.app.ops.process(WorkBatch(claims=[claim])).claims[0]
+        running.app.ops.process(WorkBatch(starts=[claimed.attempt_id]))
         report = Report(
             Outcome.PERMANENT_FAILURE, "boom", "app.Boom", SECRET_TEXT, f"Traceback\n{SECRET_TEXT}"
         )
-        running.ops.process(WorkBatch(results=[ResultReport(claimed.attempt_id, report)]))
+        running.app.ops.process(WorkBatch(results=[ResultReport(claimed.attempt_id, report)]))
         assert enqueued.job_id == claimed.job.id
         return claimed.attempt_id
 

@@ -17,9 +17,9 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.bounds import StoreBounds
+from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo

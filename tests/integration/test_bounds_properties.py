@@ -39,16 +39,16 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.pool import NullPool
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import OffsetClock
 from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.settings import MAX_EXECUTIONS_RANGE, MAX_UNSTARTED_RANGE
 from coordinator.domain.states import LEASED_STATES, JobState, Outcome
-from coordinator.service import NewJobSpec
+from coordinator.process import RunningCoordinator, start_coordinator
+from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
 from coordinator.store.schema import attempts, jobs, transitions
-from coordinator.worker_ops import ClaimRequest, ResultReport, WorkBatch
 from worker_sdk._errors import _rich_details
 from worker_sdk.grammar import is_valid_code, utf16_length
 from worker_sdk.proto.runwick.v1 import (
@@ -363,7 +363,7 @@ def _seed(running: RunningCoordinator) -> None:
     """Jobs in every state a read or a write may meet: available, scheduled, reserved,
     running, succeeded (with output), failed (with failure text)."""
     now = running.clock.now_ms()
-    service, ops = running.service, running.ops
+    service, ops = running.app.jobs, running.app.ops
     service.enqueue([NewJobSpec(WIRE, b"{}", queue=f"seed{n}") for n in range(5)])
     service.enqueue([NewJobSpec(WIRE, b"later", run_at_ms=now + 3_600_000)])
     claims = ops.process(
@@ -720,7 +720,7 @@ async def test_s5_the_worker_stream_answers_any_message_sequence_with_a_status(
     assert all(ack.reason for ack in acks if ack.status == pb.ResultAck.STATUS_REJECTED)
     await fuzz.recover_leases()
     check_invariants(fuzz)
-    assert fuzz.running.dispatcher.sessions == set() or code is grpc.StatusCode.OK
+    assert fuzz.running.app.dispatcher.sessions == set() or code is grpc.StatusCode.OK
 
 
 def test_the_generated_requests_cover_every_field_type() -> None:

@@ -21,8 +21,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import CoordinatorConfig
+from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.conftest import Coordinator, eventually
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import CoordinatorConfig
+from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.conftest import ROOT, WorkerProcess, eventually
 from tests.integration.worker_app import Echo, Permanent
 from worker_sdk import AsyncClient, JobState

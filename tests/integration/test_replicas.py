@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import OffsetClock
+from coordinator.process import RunningCoordinator, start_coordinator
 from tests.conftest import _truncate
 from tests.integration.conftest import eventually
 from tests.integration.rawstream import RawWorker
@@ -41,7 +41,7 @@ async def test_a_job_enqueued_on_one_replica_wakes_a_worker_on_another(replicas)
         worker.send(credit=pb.Credit(count=1))
         # The first replica has looked for work and found none: from here only a
         # notification can wake it.
-        await eventually(lambda: first.dispatcher.claim_rounds >= 1)
+        await eventually(lambda: first.app.dispatcher.claim_rounds >= 1)
         async with AsyncClient(second.target) as client:
             job_id = await client.enqueue(Echo("across replicas"))
             assignment = await worker.next("assignment", timeout=20)

@@ -10,8 +10,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from coordinator.api.server import start_coordinator
 from coordinator.config import CoordinatorConfig
+from coordinator.process import start_coordinator
 from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo
@@ -136,6 +136,6 @@ async def test_a_stream_that_never_says_hello_is_ended(database_url: str) -> Non
                     pass
             silent.set()
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert running.dispatcher.sessions == set()
+        assert running.app.dispatcher.sessions == set()
     finally:
         await running.stop(grace_s=1)

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from coordinator.api.server import RunningCoordinator, start_coordinator
 from coordinator.config import ConfigError, CoordinatorConfig
+from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.worker_app import Echo
 from worker_sdk import AsyncClient, CoordinatorUnavailable, JobContext, JobState, Worker
 

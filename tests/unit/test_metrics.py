@@ -14,7 +14,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.worker_ops import AttemptEnded, BatchAnswers, ResultAnswer, RunStarted
+from coordinator.service.effects import AttemptEnded, JobFinished, RunStarted
+from coordinator.service.work import BatchAnswers, ResultAnswer
 from worker_sdk._logging import JsonFormatter, configure_logging, job_log_context
 from worker_sdk._metrics import WorkerMetrics
 
@@ -39,6 +40,11 @@ def test_a_batch_records_waits_completions_runs_expiries_and_stale_results() -> 
                 "mail", "mail.send", Outcome.UNSTARTED_ABANDONED, JobState.SCHEDULED, None, lease_lapsed=True
             ),
             AttemptEnded("mail", "mail.send", Outcome.RELEASED, JobState.AVAILABLE, None),
+        ],
+        # Jobs are counted as completed from the terminal path's facts, one per job.
+        finished=[
+            JobFinished("j1", "mail", "mail.send", JobState.SUCCEEDED),
+            JobFinished("j3", "mail", "mail.send", JobState.FAILED),
         ],
         results=[
             ResultAnswer("a1", True),
