@@ -52,4 +52,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The layers are a contract (pyproject.toml [tool.importlinter]): a broken one fails the run.
+.venv/bin/lint-imports --no-cache
+
 exec .venv/bin/python -m pytest "$@"

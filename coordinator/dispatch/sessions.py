@@ -10,12 +10,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import Protocol, TypeAlias
 
 from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, ResultReport, StartAnswer
-
-if TYPE_CHECKING:
-    from coordinator.dispatch.dispatcher import Dispatcher
 
 _session_numbers = itertools.count(1)
 
@@ -58,12 +55,23 @@ class WorkerHello:
     """The token the stream was opened with (None with auth off)."""
 
 
+class SessionHost(Protocol):
+    """What a session hands its worker's messages to (the ``Dispatcher``)."""
+
+    def add_credit(self, session: WorkerSession, count: int) -> None: ...
+    def start(self, session: WorkerSession, attempt_id: str) -> None: ...
+    def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None: ...
+    def result(self, session: WorkerSession, report: ResultReport) -> None: ...
+    def release(self, session: WorkerSession, attempt_id: str) -> None: ...
+    def retire(self, session: WorkerSession) -> None: ...
+
+
 @dataclass(eq=False)
 class WorkerSession:
     """One connected worker stream. The transport calls its methods for each message
     and reads ``outbox`` (a ``None`` ends the stream)."""
 
-    dispatcher: Dispatcher = field(repr=False)
+    dispatcher: SessionHost = field(repr=False)
     worker_id: str
     queues: tuple[str, ...]
     wire_names: tuple[str, ...]

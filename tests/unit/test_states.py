@@ -92,3 +92,33 @@ def test_r5_default_codes_from_the_table(outcome: Outcome, code: str) -> None:
 
 def test_r5_every_default_code_follows_the_grammar() -> None:
     assert all(is_valid_code(code) for code in DEFAULT_CODES.values())
+
+
+def test_every_named_change_of_the_domain_stays_inside_the_transition_table() -> None:
+    """``domain.changes`` builds each write; ``JobChange`` refuses what TRANSITIONS does
+    not allow, so the table is enforced on every store write."""
+    import dataclasses
+
+    from coordinator.domain import changes
+    from coordinator.domain.records import JobRecord
+
+    settings = [3, 1, 2, None, 5, 1, 2]
+    lifecycle = [1, 0, 0, None, None, None, 0, 0, None, None, None, 1, False]
+    job = JobRecord("j", "w", "q", JobState.AVAILABLE, 0, 0, b"", 1, None, *settings, *lifecycle)
+    claimed = changes.claimed(job, "a", "worker", 10)
+    assert changes.JobChange(job, claimed).after.state is JobState.RESERVED
+    running = changes.started(claimed, 1)
+    assert changes.JobChange(claimed, running).after.state is JobState.RUNNING
+    cancelled = changes.cancelled(running, 5)
+    assert changes.JobChange(running, cancelled).after.state is JobState.CANCELLED
+    retried = changes.retried(cancelled, 2, 6)
+    assert changes.JobChange(cancelled, retried).after.state is JobState.AVAILABLE
+    for source, target in [
+        (JobState.SUCCEEDED, JobState.AVAILABLE),
+        (JobState.AVAILABLE, JobState.RUNNING),
+        (JobState.AVAILABLE, JobState.SUCCEEDED),
+        (JobState.SCHEDULED, JobState.FAILED),
+    ]:
+        before = dataclasses.replace(job, state=source)
+        with pytest.raises(changes.IllegalTransition):
+            changes.JobChange(before, dataclasses.replace(job, state=target))

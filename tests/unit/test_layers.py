@@ -1,0 +1,79 @@
+"""The layers are a checked contract: ``lint-imports`` (import-linter, configured in
+pyproject.toml) passes on the tree and fails when a lower layer imports a higher one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--config", str(tree / "pyproject.toml")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _copy_of_the_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in ("coordinator", "worker_sdk"):
+        shutil.copytree(ROOT / package, tree / package, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def _add_import(module: Path, statement: str) -> None:
+    module.write_text(module.read_text() + f"\n{statement}  # noqa: E402, F401\n")
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    linted = _lint(ROOT)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    assert "0 broken" in linted.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "statement", "contract"),
+    [
+        ("coordinator/store/tx.py", "import coordinator.app", "Coordinator layers BROKEN"),
+        ("coordinator/domain/states.py", "import coordinator.store", "Coordinator layers BROKEN"),
+        ("coordinator/scheduler/due.py", "import coordinator.dispatch", "Coordinator layers BROKEN"),
+        (
+            "coordinator/api/job_servicer.py",
+            "import coordinator.store",
+            "Transports reach the store only through the facade BROKEN",
+        ),
+        (
+            "worker_sdk/_client.py",
+            "import coordinator.errors",
+            "The SDK stands alone: worker_sdk imports nothing of the coordinator BROKEN",
+        ),
+    ],
+)
+def test_an_import_against_the_layers_fails_the_check(
+    tmp_path: Path, module: str, statement: str, contract: str
+) -> None:
+    tree = _copy_of_the_tree(tmp_path)
+    _add_import(tree / module, statement)
+
+    linted = _lint(tree)
+
+    assert linted.returncode != 0
+    assert contract in linted.stdout, linted.stdout
+    importer = module.removesuffix(".py").replace("/", ".")
+    assert importer in linted.stdout
