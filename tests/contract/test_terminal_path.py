@@ -94,9 +94,9 @@ def test_a_change_outside_the_transition_table_is_refused_and_writes_nothing(har
     before = harness.rows()
     succeeded = harness.job(job_id)
 
-    with pytest.raises(changes.IllegalTransition, match="succeeded -> available"):
-        with harness.store.write() as tx:
-            JobWrites(tx, harness.clock.now_ms()).change(succeeded, changes.due(succeeded), "due", None)
+    illegal = pytest.raises(changes.IllegalTransition, match="succeeded -> available")
+    with illegal, harness.store.write() as tx:
+        JobWrites(tx, harness.clock.now_ms()).change(succeeded, changes.due(succeeded), "due", None)
 
     assert harness.rows() == before
 
