@@ -28,8 +28,8 @@ from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.scheduler.clock import DatabaseClock, database_offset_ms
-from coordinator.scheduler.due import DuePromotion
-from coordinator.scheduler.leases import LeaseExpiry
+from coordinator.scheduler.due import due_promotion
+from coordinator.scheduler.leases import lease_expiry
 from coordinator.scheduler.stats import QueueStatistics
 from coordinator.service.audit import AuditLog
 from coordinator.service.batch import WorkerOps
@@ -83,8 +83,8 @@ class Coordinator:
             on_sessions_changed=lambda sessions: self.metrics.workers(s.queues for s in sessions),
         )
         interval = config.maintenance_interval_s
-        self.lease_expiry = LeaseExpiry(self.ops, self.executors, self._absorb, interval)
-        self.due_promotion = DuePromotion(self.ops, self.executors, self._absorb, interval)
+        self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, interval)
+        self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, interval)
         self.queue_statistics = QueueStatistics(
             store,
             clock,

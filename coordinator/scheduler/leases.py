@@ -1,27 +1,17 @@
-"""Lease expiry (R-4, R-5): recovers jobs whose worker stopped heartbeating."""
+"""Lease expiry (R-4, R-5): recovers jobs whose worker stopped heartbeating. Safe with
+any number of replicas (``WorkerOps.expire_leases`` takes rows with SKIP LOCKED)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
-from coordinator.scheduler.loop import every
+from coordinator.scheduler.loop import WritePass
 from coordinator.service.batch import WorkerOps
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 
 
-class LeaseExpiry:
-    def __init__(
-        self, ops: WorkerOps, executors: Executors, on_effects: Callable[[Effects], None], interval_s: float
-    ) -> None:
-        self.ops = ops
-        self.executors = executors
-        self.on_effects = on_effects
-        self.interval_s = interval_s
-
-    async def run_once(self) -> None:
-        self.on_effects(await self.executors.write(self.ops.expire_leases))
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await every(self.interval_s, stop, self.run_once, "lease expiry")
+def lease_expiry(
+    ops: WorkerOps, executors: Executors, on_effects: Callable[[Effects], None], interval_s: float
+) -> WritePass:
+    return WritePass(ops.expire_leases, executors, on_effects, interval_s, "lease expiry")

@@ -7,6 +7,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from coordinator.service.effects import Effects
+from coordinator.service.executors import Executors
+
 log = logging.getLogger(__name__)
 
 
@@ -27,3 +30,28 @@ async def every(
             await one_pass()
         except Exception:
             log.exception("%s failed; retrying next interval", what)
+
+
+class WritePass:
+    """A service write run every interval on the writer (``Executors.write``), whose
+    effects are handed on as a worker batch's are."""
+
+    def __init__(
+        self,
+        operation: Callable[[], Effects],
+        executors: Executors,
+        on_effects: Callable[[Effects], None],
+        interval_s: float,
+        what: str,
+    ) -> None:
+        self.operation = operation
+        self.executors = executors
+        self.on_effects = on_effects
+        self.interval_s = interval_s
+        self.what = what
+
+    async def run_once(self) -> None:
+        self.on_effects(await self.executors.write(self.operation))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await every(self.interval_s, stop, self.run_once, self.what)

@@ -6,6 +6,7 @@ run on executor threads, so the asyncio loop never waits on the database.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -112,13 +113,7 @@ class JobsService:
             payload=spec.payload,
             payload_version=spec.payload_version,
             idempotency_key=spec.idempotency_key or None,
-            max_executions=settings.max_executions,
-            retry_initial_delay_ms=settings.retry_initial_delay_ms,
-            retry_max_delay_ms=settings.retry_max_delay_ms,
-            execution_timeout_ms=settings.execution_timeout_ms,
-            max_unstarted_abandonments=settings.max_unstarted_abandonments,
-            unstarted_initial_delay_ms=settings.unstarted_initial_delay_ms,
-            unstarted_max_delay_ms=settings.unstarted_max_delay_ms,
+            **dataclasses.asdict(settings),  # the effective settings, copied
             generation=1,
             executions=0,
             unstarted_streak=0,

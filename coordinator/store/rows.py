@@ -17,7 +17,6 @@ from coordinator.domain.records import (
     TokenRecord,
     Transition,
 )
-from coordinator.domain.settings import JobSettings
 from coordinator.domain.states import JobState, Outcome
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
@@ -57,10 +56,6 @@ def changed_columns(before: JobRecord, after: JobRecord) -> dict[str, Any]:
         for name in WRITTEN_JOB_FIELDS
         if getattr(after, name) != getattr(before, name)
     }
-
-
-def settings_columns(settings: JobSettings) -> dict[str, int | None]:
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
 
 
 def attempt_from_row(row: Any) -> AttemptRecord:
