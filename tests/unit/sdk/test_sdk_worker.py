@@ -17,6 +17,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 import worker_sdk
+from tests.support import read_log, reap, start_process, wait_exit
 from worker_sdk import CallNext, JobContext, JobResult, Retry, Worker, job
 from worker_sdk.proto.runwick.v1 import job_pb2, worker_service_pb2
 
@@ -529,12 +530,11 @@ worker.run()
 
 
 async def test_run_drains_on_sigterm(coordinator: FakeCoordinator, tmp_path: Path) -> None:
-    script = tmp_path / "worker_main.py"
+    script, log = tmp_path / "worker_main.py", tmp_path / "worker_main.log"
     script.write_text(WORKER_SCRIPT)
     root = Path(worker_sdk.__file__).resolve().parent.parent
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), coordinator.target, env={**os.environ, "PYTHONPATH": str(root)}
-    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    process = start_process([sys.executable, str(script), coordinator.target], log, env=env)
     try:
         stream, hello = await coordinator.accept()
         assert hello.worker_id == "w-process"
@@ -546,8 +546,6 @@ async def test_run_drains_on_sigterm(coordinator: FakeCoordinator, tmp_path: Pat
         result = await stream.next("result")
         assert (result.outcome, result.error_code) == (job_pb2.OUTCOME_INTERRUPTED, "worker_shutdown")
         stream.ack("att-1")
-        assert await asyncio.wait_for(process.wait(), 5) == 0
+        assert await wait_exit(process, 5) == 0, read_log(log)
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        reap(process)
