@@ -230,7 +230,6 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
     returns the job that won (PostgreSQL: two coordinators can race; SQLite has one)."""
     import random
     import threading
-    import time
 
     from sqlalchemy import create_engine, text
 
@@ -239,6 +238,7 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
     from coordinator.service.jobs import JobsService
     from coordinator.store import Store
     from tests.conftest import _truncate
+    from tests.support import wait_until
 
     _truncate(postgres_url)
     first, second = Store.open(postgres_url), Store.open(postgres_url)
@@ -255,12 +255,13 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
             loser.start()
             # Commit only once the loser's insert waits on our uncommitted key.
             probe = create_engine(postgres_url)
-            deadline = time.monotonic() + 20
             with probe.connect() as conn:
                 waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                while conn.execute(text(waiting)).scalar() == 0:
-                    assert time.monotonic() < deadline, "the racing insert never waited on the key"
-                    time.sleep(0.01)
+                wait_until(
+                    lambda: conn.execute(text(waiting)).scalar(),
+                    interval=0.01,
+                    what="the racing insert to wait on the key",
+                )
             probe.dispose()
         loser.join(20)
     finally:

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from coordinator.cli import build_parser
 from coordinator.metrics import CoordinatorMetrics
+from tests.support import ROOT, tool
 from worker_sdk._metrics import WorkerMetrics
 
-ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZE = DEPLOY / "kubernetes"
 SCHEMA_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
@@ -33,13 +33,6 @@ SERVER_STOP_GRACE_S = 5
 """``RunningCoordinator.stop`` gives the gRPC server at most this long after the drain."""
 
 Doc = dict[str, Any]
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: tests/run.sh installs it (Debian packages)")
-    return path
 
 
 def render(directory: Path) -> list[Doc]:

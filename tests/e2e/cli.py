@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 
-from tests.integration.conftest import ROOT
+from tests.support import ROOT, runwick_command
 
 
 async def runwick(
@@ -23,7 +22,7 @@ async def runwick(
         env["RUNWICK_TOKEN"] = token
     result = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "coordinator.cli", *args],
+        runwick_command(*args),
         cwd=ROOT,
         env=env,
         input=stdin,

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT, eventually
 from tests.integration.worker_app import Echo
+from tests.support import serve, stop, wait_listening
 from worker_sdk import ArgumentError, AsyncClient, PayloadTooLarge
 from worker_sdk.proto.runwick.v1 import job_service_pb2, job_service_pb2_grpc
 
@@ -25,23 +21,15 @@ async def test_s5_serve_applies_bounds_from_file_environment_and_flags(
     config = tmp_path / "runwick.toml"
     config.write_text("[bounds]\nmax_payload_bytes = 100\nmax_page_size = 50\n")
     log = tmp_path / "serve.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", database_url),
-                *("--insecure", "--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
-                *("--config", str(config), "--max-enqueue-batch", "4"),
-            ],
-            cwd=ROOT,
-            env={**os.environ, "RUNWICK_MAX_PAGE_SIZE": "3"},  # over the file's 50
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    process = serve(
+        log,
+        *("--database-url", database_url),
+        *("--insecure", "--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
+        *("--config", str(config), "--max-enqueue-batch", "4"),
+        env={**os.environ, "RUNWICK_MAX_PAGE_SIZE": "3"},  # over the file's 50
+    )
     try:
-        await eventually(lambda: "runwick coordinator listening on" in log.read_text(), timeout=30)
-        line = next(x for x in log.read_text().splitlines() if x.startswith("runwick coordinator listening"))
-        target = line.split()[-1]
+        target = await wait_listening(process, log)
         async with AsyncClient(target) as client:
             with pytest.raises(PayloadTooLarge) as too_large:  # the file
                 await client.enqueue(Echo("x" * 100))
@@ -51,8 +39,7 @@ async def test_s5_serve_applies_bounds_from_file_environment_and_flags(
             stub = job_service_pb2_grpc.JobServiceStub(client._channel)
             page = await stub.ListJobs(job_service_pb2.ListJobsRequest(page_size=100))  # the environment
     finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(process.wait, 30)
+        await stop(process)
     assert too_large.value.limit_bytes == 100
     assert too_many.value.reason == "BATCH_TOO_LARGE"
     assert len(page.jobs) == 3

@@ -4,11 +4,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +16,7 @@ from sqlalchemy import create_engine, text
 from coordinator.cli_admin import BOOTSTRAP_BANNER
 from coordinator.store.engine import normalize_url
 from tests.e2e.cli import runwick
-from tests.integration.conftest import ROOT, WorkerProcess, eventually
+from tests.support import WorkerProcess, eventually_async, serve, stop, wait_listening
 
 pytestmark = pytest.mark.slow
 
@@ -36,29 +33,19 @@ class Served:
 @pytest.fixture
 async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
     log, token_file = tmp_path / "serve.log", tmp_path / "admin-token"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", database_url),
-                *("--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
-                *("--admin-token-file", str(token_file), "--maintenance-interval", "0.2"),
-            ],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    process = serve(
+        log,
+        *("--database-url", database_url),
+        *("--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
+        *("--admin-token-file", str(token_file), "--maintenance-interval", "0.2"),
+    )
     try:
-        await eventually(lambda: "runwick coordinator listening on" in log.read_text(), timeout=30)
+        target = await wait_listening(process, log)
         lines = log.read_text().splitlines()
         token = lines[lines.index(BOOTSTRAP_BANNER) + 1].strip()
-        target = next(line for line in lines if line.startswith("runwick coordinator listening on")).split()[
-            -1
-        ]
         yield Served(process, target, token, token_file, log)
     finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(process.wait, 30)
+        await stop(process)
 
 
 async def test_serve_prints_the_bootstrap_token_once_and_stores_only_its_hash(
@@ -135,7 +122,7 @@ async def test_management_commands_end_to_end(
         current = (await job())["job"]
         return current["state"] == "JOB_STATE_FAILED" and current["generation"] == generation  # type: ignore[index]
 
-    await _until(lambda: failed_in(1))
+    await eventually_async(lambda: failed_in(1), timeout=30, interval=0.1)
     shown = await runwick("jobs", "get", job_id, *target, token=ops_token)
     assert "order_not_found" in shown.stdout and "o-77" not in shown.stdout  # no text in reads
     attempt_id = (await job())["attempts"][0]["id"]  # type: ignore[index]
@@ -148,7 +135,7 @@ async def test_management_commands_end_to_end(
 
     retried = await runwick("jobs", "retry", job_id, *target, token=ops_token)
     assert "generation 2" in retried.stdout
-    await _until(lambda: failed_in(2))
+    await eventually_async(lambda: failed_in(2), timeout=30, interval=0.1)
     declined = await runwick(
         "jobs",
         "retry",
@@ -175,7 +162,7 @@ async def test_management_commands_end_to_end(
         token=ops_token,
     )
     assert bulk.stdout.startswith("retried 1, skipped 0, failed 0") and "1/1 retried" in bulk.stderr
-    await _until(lambda: failed_in(3))
+    await eventually_async(lambda: failed_in(3), timeout=30, interval=0.1)
 
     late = [
         json.loads(
@@ -238,11 +225,3 @@ async def test_serve_refuses_insecure_off_loopback(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2 and "refused" in result.stderr and "loopback" in result.stderr
-
-
-async def _until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():  # type: ignore[misc]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(0.1)

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from coordinator.api.auth import METHOD_SCOPES, OPEN_SERVICES
 from coordinator.config import ConfigError, CoordinatorConfig
@@ -22,6 +22,7 @@ from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import Outcome
 from coordinator.process import RunningCoordinator, start_coordinator
 from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
+from tests.support import health_status
 from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
@@ -283,9 +284,7 @@ async def test_r20_revoking_a_work_token_ends_its_open_streams(secured: RunningC
 
 
 async def test_r20_health_and_reflection_stay_open(secured: RunningCoordinator) -> None:
-    async with grpc.aio.insecure_channel(secured.target) as channel:
-        health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
-    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    assert await health_status(secured.target) == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_r20_the_bootstrap_token_is_made_once_and_written_to_the_file(

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Coordinator, eventually
+from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import BlockUntil, Echo, FailsUntilFile
+from tests.support import eventually
 from worker_sdk import AsyncClient, FailedPrecondition, JobNotFound, JobState, Outcome
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Coordinator, eventually
+from tests.integration.conftest import Coordinator
 from tests.integration.worker_app import (
     AlwaysFails,
     BlockUntil,
@@ -17,6 +17,7 @@ from tests.integration.worker_app import (
     Permanent,
     StubbornSleep,
 )
+from tests.support import eventually
 from worker_sdk import AsyncClient, JobState, Outcome
 
 pytestmark = pytest.mark.slow

@@ -6,20 +6,31 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import socket
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from coordinator.store import Store
-from tests.integration.conftest import ROOT, Coordinator, eventually, eventually_async
+from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import BlockUntil, CooperativeSleep, Echo
+from tests.support import (
+    eventually_async,
+    free_port,
+    health_status,
+    kill9,
+    reap,
+    serve,
+    start_process,
+    stop,
+    wait_exit,
+    wait_for_line,
+    wait_listening,
+)
 from worker_sdk import AsyncClient, JobState, Outcome
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
@@ -30,23 +41,18 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 async def test_r4_kill_9_before_start_charges_no_execution(
-    coordinator: Coordinator, client: AsyncClient, spawn_worker
+    coordinator: Coordinator, client: AsyncClient, spawn_worker, tmp_path: Path
 ):
     job_id = await client.enqueue(Echo("after a crash"))
-    hanging = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.rawstream", coordinator.target, "tests.echo"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "rawstream.log"
+    command = [sys.executable, "-m", "tests.integration.rawstream", coordinator.target, "tests.echo"]
+    hanging = start_process(command, log)
     try:
-        line = await asyncio.to_thread(hanging.stdout.readline)  # type: ignore[union-attr]
+        line = await wait_for_line(hanging, log, "claimed ")
         assert line.startswith(f"claimed {job_id}")
-        hanging.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(hanging.wait, 10)
+        await kill9(hanging)
     finally:
-        hanging.kill()
-        hanging.stdout.close()  # type: ignore[union-attr]
+        reap(hanging)
 
     assert (await client.get(job_id)).state is JobState.RESERVED
     await coordinator.jump(60_001)  # the claim's lease lapses, unstarted
@@ -99,71 +105,41 @@ async def test_r11_stale_result_after_reclaim_is_rejected(coordinator: Coordinat
     assert [a.outcome for a in attempts] == [Outcome.ABANDONED, Outcome.SUCCEEDED]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _serve(database_url: str, port: int, log: Path, *extra: str) -> subprocess.Popen[str]:
-    with log.open("a") as log_file:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "coordinator.cli",
-                "serve",
-                "--database-url",
-                database_url,
-                "--port",
-                str(port),
-                "--maintenance-interval",
-                "0.2",
-                # No fixed side ports: a restart on the same port must not collide.
-                *("--health-port", "-1", "--metrics-port", "-1"),
-                "--insecure",  # loopback only; the test's workers and clients send no token
-                *extra,
-            ],
-            cwd=ROOT,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    return serve(
+        log,
+        *("--database-url", database_url, "--port", str(port), "--maintenance-interval", "0.2"),
+        # No fixed side ports: a restart on the same port must not collide.
+        *("--health-port", "-1", "--metrics-port", "-1"),
+        "--insecure",  # loopback only; the test's workers and clients send no token
+        *extra,
+    )
 
 
 async def test_coordinator_kill_9_with_jobs_in_flight_loses_nothing(
     database_url: str, spawn_worker, tmp_path: Path
 ):
-    port = _free_port()
+    port = free_port()
     target = f"127.0.0.1:{port}"
     log = tmp_path / "coordinator.log"
     server = _serve(database_url, port, log)
     try:
         async with AsyncClient(target) as client:
-            await eventually(lambda: "runwick coordinator listening" in log.read_text(), timeout=30)
+            await wait_listening(server, log)
             spawn_worker(target, test_lease_ms=2_000, test_heartbeat_ms=300, test_concurrency=4)
             job_ids = [await client.enqueue(CooperativeSleep(0.2)) for _ in range(30)]
             # Kill the coordinator once some jobs are done, with others in flight.
             await client.wait(job_ids[0], WAIT)
-            server.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(server.wait, 10)
+            await kill9(server)
             server = _serve(database_url, port, log)
-            await eventually(lambda: log.read_text().count("runwick coordinator listening") >= 2, timeout=30)
+            await wait_listening(server, log, count=2)
 
             results = [await client.wait(job_id, timedelta(seconds=60)) for job_id in job_ids]
     finally:
-        server.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(server.wait, 30)
+        await stop(server)
 
     assert [r.state for r in results] == [JobState.SUCCEEDED] * len(job_ids), log.read_text()[-3000:]
     assert {r.output for r in results} == {b"slept"}
-
-
-async def _health_status(port: int, service: str) -> int:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
-        return int(response.status)
 
 
 def _job_state(database_url: str, job_id: str) -> str:
@@ -183,17 +159,17 @@ async def test_coordinator_sigterm_flips_readiness_first_then_drains_workers(
     that ends within the drain finishes, one that does not is interrupted and recorded
     (R-12); the process exits within drain + server grace."""
     drain_s = 4.0  # workers are told 2 s (drain_reserve_s keeps 2 s for their results)
-    port = _free_port()
+    port = free_port()
     target = f"127.0.0.1:{port}"
     log = tmp_path / "coordinator.log"
     server = _serve(
         database_url, port, log, "--insecure", "--drain-timeout", str(drain_s), "--health-port", "0"
     )
     try:
-        await eventually(lambda: "runwick coordinator listening" in log.read_text(), timeout=30)
+        await wait_listening(server, log)
         [health_port] = re.findall(r"runwick health port (\d+),", log.read_text())
         health_port_number = int(health_port)
-        assert await _health_status(health_port_number, "readiness") == SERVING
+        assert await health_status(health_port_number, "readiness") == SERVING
         spawn_worker(target, test_drain_ms=20_000, test_grace_ms=2_000)
         started = tmp_path / "started"
         async with AsyncClient(target) as client:
@@ -209,18 +185,18 @@ async def test_coordinator_sigterm_flips_readiness_first_then_drains_workers(
         server.send_signal(signal.SIGTERM)
 
         async def not_ready() -> bool:
-            return await _health_status(health_port_number, "readiness") == NOT_SERVING
+            return await health_status(health_port_number, "readiness") == NOT_SERVING
 
         await eventually_async(not_ready, timeout=5)
         # Readiness flipped first: the process still serves liveness and the long run goes on.
         assert server.poll() is None
-        assert await _health_status(health_port_number, "liveness") == SERVING
+        assert await health_status(health_port_number, "liveness") == SERVING
         assert await asyncio.to_thread(_job_state, database_url, long_id) == "running"
 
-        exit_code = await asyncio.to_thread(server.wait, 60)
+        exit_code = await wait_exit(server, 60)
         exited_after_s = asyncio.get_running_loop().time() - signalled
     finally:
-        server.kill()
+        reap(server)
     assert exit_code == 0, log.read_text()[-3000:]
     assert "shutting down: draining workers" in log.read_text()
     assert exited_after_s < drain_s + min(drain_s, 5.0) + 3.0, log.read_text()[-3000:]

@@ -18,14 +18,15 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
 from coordinator.config import CoordinatorConfig
 from coordinator.process import RunningCoordinator, start_coordinator
-from tests.integration.conftest import Coordinator, eventually
+from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo
+from tests.support import eventually, health_status
 from worker_sdk import AsyncClient, JobContext, JobNotFound, JobState, Worker, job
 from worker_sdk._logging import JsonFormatter
 
@@ -128,12 +129,6 @@ async def test_a_cancel_outside_any_worker_batch_is_counted_as_completed(
     assert sample(coordinator.running, "runwick_jobs_completed_total", **labels) == before + 1
 
 
-async def _health(port: int, service: str) -> int:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        return int((await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)).status)
-
-
 async def test_readiness_follows_the_database_and_draining_while_liveness_stays(database_url: str):
     running = await start_coordinator(
         CoordinatorConfig(
@@ -144,7 +139,7 @@ async def test_readiness_follows_the_database_and_draining_while_liveness_stays(
     port = running.health_port
     try:
         for service in ("", "liveness", "readiness"):
-            assert await _health(port, service) == SERVING
+            assert await health_status(port, service) == SERVING
 
         def unreachable() -> dict[tuple[str, str], int]:
             raise OSError("connection refused")
@@ -153,27 +148,27 @@ async def test_readiness_follows_the_database_and_draining_while_liveness_stays(
         reads = running.store.queue_depths
         running.store.queue_depths = unreachable  # type: ignore[method-assign]
         assert not await running.check_database()
-        assert await _health(port, "readiness") == NOT_SERVING
-        assert await _health(port, "liveness") == SERVING
-        assert await _health(port, "") == SERVING  # the probe port's default is liveness
+        assert await health_status(port, "readiness") == NOT_SERVING
+        assert await health_status(port, "liveness") == SERVING
+        assert await health_status(port, "") == SERVING  # the probe port's default is liveness
         assert running.metrics.registry.get_sample_value("runwick_database_up") == 0
         running.store.queue_depths = reads  # type: ignore[method-assign]
         assert await running.check_database()
-        assert await _health(port, "readiness") == SERVING
+        assert await health_status(port, "readiness") == SERVING
 
         worker = RawWorker(running.target, "draining-worker", ["tests.echo"])
         await worker.next("welcome")
         stopping = asyncio.create_task(running.stop())
         await worker.next("drain")
-        assert await _health(port, "readiness") == NOT_SERVING  # before the drain ends
-        assert await _health(port, "liveness") == SERVING
+        assert await health_status(port, "readiness") == NOT_SERVING  # before the drain ends
+        assert await health_status(port, "liveness") == SERVING
         assert not stopping.done()
         await worker.close()
         await asyncio.wait_for(stopping, 10)
     finally:
         await running.stop(grace_s=1)
     with pytest.raises(grpc.aio.AioRpcError):
-        await _health(port, "liveness")  # the health port closed with the rest
+        await health_status(port, "liveness")  # the health port closed with the rest
 
 
 @job("tests.observe.tick")

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -26,8 +24,17 @@ import yaml
 
 from coordinator.config import CoordinatorConfig
 from coordinator.process import RunningCoordinator, start_coordinator
-from tests.integration.conftest import ROOT, WorkerProcess, eventually
 from tests.integration.worker_app import Echo, Permanent
+from tests.support import (
+    ROOT,
+    WorkerProcess,
+    eventually_async,
+    free_port,
+    start_process,
+    stop,
+    tool,
+    wait_for_line,
+)
 from worker_sdk import AsyncClient, JobState
 
 pytestmark = pytest.mark.slow
@@ -37,19 +44,6 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "runwick-dashboard.json"
 ECHO_JOBS = 8
 PERMANENT = 'wire_name="tests.permanent", outcome="permanent_failure"'
 ENQUEUE_OK = 'grpc_method="runwick.v1.JobService/Enqueue", grpc_code="OK"'
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: tests/run.sh installs Debian's prometheus package")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str) -> bytes:
@@ -67,7 +61,7 @@ def promtool_check_metrics(exposition: bytes) -> None:
 
 @dataclass
 class Prometheus:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[str]
     url: str
 
     def query(self, promql: str) -> dict[str, Any]:
@@ -96,8 +90,7 @@ async def prometheus_factory(tmp_path: Path) -> AsyncIterator[Callable[[dict[str
         config_path = tmp_path / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config))
         port = free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        process = subprocess.Popen(
+        process = start_process(
             [
                 tool("prometheus"),
                 f"--config.file={config_path}",
@@ -105,18 +98,15 @@ async def prometheus_factory(tmp_path: Path) -> AsyncIterator[Callable[[dict[str
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--log.level=warn",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            tmp_path / "prometheus.log",
         )
-        log.close()
         server = Prometheus(process, f"http://127.0.0.1:{port}")
         started.append(server)
         return server
 
     yield start
     for server in started:
-        server.process.terminate()
-        await asyncio.to_thread(server.process.wait, 20)
+        await stop(server.process, grace_s=20)
 
 
 async def wait_ready(prometheus: Prometheus) -> None:
@@ -128,10 +118,7 @@ async def wait_ready(prometheus: Prometheus) -> None:
             return False
         return True
 
-    deadline = asyncio.get_running_loop().time() + 30
-    while not await ready():
-        assert asyncio.get_running_loop().time() < deadline, "prometheus not ready within 30 s"
-        await asyncio.sleep(0.1)
+    await eventually_async(ready, timeout=30, interval=0.1, what="prometheus to be ready")
 
 
 def dashboard_queries() -> list[str]:
@@ -157,7 +144,7 @@ async def test_prometheus_scrapes_coordinator_and_worker(
     )
     try:
         worker = spawn_worker(running.target, test_metrics_port=0, runwick_log_format="json")
-        await eventually(lambda: "worker metrics on" in worker.log(), timeout=30)
+        await wait_for_line(worker.process, worker.log_path, "worker metrics on")
         [worker_port] = re.findall(r"worker metrics on http://127\.0\.0\.1:(\d+)/metrics", worker.log())
         coordinator_metrics = f"127.0.0.1:{running.metrics_port}"
         worker_metrics = f"127.0.0.1:{worker_port}"
@@ -183,10 +170,9 @@ async def test_prometheus_scrapes_coordinator_and_worker(
             ran = await asyncio.to_thread(prometheus.values, "sum(runwick_worker_jobs_total)")
             return done == [ECHO_JOBS] and ran == [ECHO_JOBS + 1]
 
-        deadline = asyncio.get_running_loop().time() + 30
-        while not await scraped_final_counts():
-            assert asyncio.get_running_loop().time() < deadline, "series not scraped within 30 s"
-            await asyncio.sleep(0.25)
+        await eventually_async(
+            scraped_final_counts, timeout=30, interval=0.25, what="the final counts to be scraped"
+        )
 
         expected = {
             'up{job="runwick-coordinator"}': [1],

@@ -10,9 +10,9 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import OffsetClock
 from coordinator.process import RunningCoordinator, start_coordinator
 from tests.conftest import _truncate
-from tests.integration.conftest import eventually
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo
+from tests.support import eventually
 from worker_sdk import AsyncClient, JobState
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator.config import CoordinatorConfig
@@ -15,21 +15,16 @@ from coordinator.process import start_coordinator
 from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo
+from tests.support import health_status
 from worker_sdk import ArgumentError, AsyncClient, JobNotFound, JobState
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 
-async def _health(target: str, service: str = "") -> int:
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
-        return int(response.status)
-
-
 async def test_health_and_reflection_are_served(coordinator: Coordinator) -> None:
-    assert await _health(coordinator.target) == health_pb2.HealthCheckResponse.SERVING
+    assert await health_status(coordinator.target) == health_pb2.HealthCheckResponse.SERVING
     assert (
-        await _health(coordinator.target, "runwick.v1.JobService") == health_pb2.HealthCheckResponse.SERVING
+        await health_status(coordinator.target, "runwick.v1.JobService")
+        == health_pb2.HealthCheckResponse.SERVING
     )
     async with grpc.aio.insecure_channel(coordinator.target) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -50,7 +45,7 @@ async def test_graceful_shutdown_turns_not_serving_and_drains_workers(database_u
 
     drain = await worker.next("drain")
     assert isinstance(drain, pb.Drain)
-    assert await _health(running.target) == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert await health_status(running.target) == health_pb2.HealthCheckResponse.NOT_SERVING
     assert not stopping.done()  # it waits for the worker to leave
     await worker.close()
     await asyncio.wait_for(stopping, 10)

@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from coordinator.cli_bounds import bounds_from_options, env_of, flag_of, load_bo
 from coordinator.config import ConfigError, CoordinatorConfig
 from coordinator.domain import bounds as bounds_module
 from coordinator.domain.bounds import MESSAGE_HEADROOM_BYTES, RANGES, BoundsError, StoreBounds
+from tests.support import ROOT, runwick_command
 
 SPEC_DEFAULTS = {
     "max_payload_bytes": 65_536,
@@ -207,9 +207,9 @@ def test_s5_wrong_environment_and_flag_values_name_their_source(tmp_path: Path) 
 
 def test_s5_serve_refuses_bad_bounds_before_starting(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "serve", "--max-page-size", "0", "--port", "0"],
+        runwick_command("serve", "--max-page-size", "0", "--port", "0"),
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=60,

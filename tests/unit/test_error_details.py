@@ -8,7 +8,6 @@ import base64
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import grpc
 import pytest
@@ -28,6 +27,7 @@ from coordinator.errors import (
     NotFound,
     Unavailable,
 )
+from tests.support import ROOT
 from worker_sdk import (
     ArgumentError,
     CoordinatorUnavailable,
@@ -41,8 +41,6 @@ from worker_sdk import (
 )
 from worker_sdk import FailedPrecondition as SdkFailedPrecondition
 from worker_sdk._errors import translate_rpc_error
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeRpcError(grpc.RpcError):

@@ -62,6 +62,25 @@ class FakeStream:
                 if message.WhichOneof("kind") == kind:
                     return getattr(message, kind)
 
+    async def next_where(self, kind: str, matches: Callable[[Any], bool], timeout_s: float = WAIT_S) -> Any:
+        """The next message of ``kind`` that ``matches`` (skipping others)."""
+        async with asyncio.timeout(timeout_s):
+            while not matches(message := await self.next(kind, timeout_s)):
+                pass
+        return message
+
+    async def round_trip(self, payload: object, attempt_id: str = "att-marker") -> None:
+        """Assigns a marker claim and waits for the worker's StartRequest for it.
+
+        The worker handles coordinator messages one at a time, answers an assignment
+        at once, and sends on one ordered stream: once this returns, everything it sent
+        before it handled the marker has arrived. Check an absence after this, not after
+        a sleep. The marker stays reserved (a slot, named in heartbeats) until the test
+        ``refuse``s it.
+        """
+        self.assign(payload, attempt_id)
+        await self.next_where("start", lambda start: start.attempt_id == attempt_id)
+
     def kinds(self, kind: str) -> list[Any]:
         """Every message of ``kind`` received so far, oldest first."""
         return [getattr(m, kind) for m in self.received if m.WhichOneof("kind") == kind]

@@ -17,6 +17,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 import worker_sdk
+from tests.support import read_log, reap, start_process, wait_exit
 from worker_sdk import CallNext, JobContext, JobResult, Retry, Worker, job
 from worker_sdk.proto.runwick.v1 import job_pb2, worker_service_pb2
 
@@ -72,10 +73,12 @@ async def test_hello_credit_assignment_start_result_ack(
     )
     assert seen == [("att-1", 2, "job-att-1")]
 
-    await asyncio.sleep(0.05)
+    await stream.round_trip(Resize("marker.png"))  # a credit sent before it has arrived
     assert len(stream.kinds("credit")) == 1, "the slot stays used until the result is acknowledged"
     stream.ack("att-1")
     assert (await stream.next("credit")).count == 1
+    stream.refuse("att-marker")
+    await stream.next("credit")
 
 
 async def test_refused_start_drops_the_claim_and_gives_the_credit_back(
@@ -145,9 +148,13 @@ async def test_heartbeats_name_runs_and_a_lost_attempt_is_cancelled_without_resu
     assert (await stream.next("credit")).count == 1, "the slot is freed once the lost run stops"
     beats_before = len(stream.kinds("heartbeat"))
     assert causes == ["lost"]
-    await asyncio.sleep(0.1)
+    # A heartbeat round after the run ended: it names every attempt the worker still holds.
+    await stream.round_trip(Resize("marker.png"))
+    await stream.next_where("heartbeat", lambda hb: "att-marker" in hb.attempt_ids)
     assert stream.kinds("result") == []
     assert all("att-1" not in hb.attempt_ids for hb in stream.kinds("heartbeat")[beats_before:])
+    stream.refuse("att-marker")
+    await stream.next("credit")
 
 
 async def test_coordinator_cancel_ends_the_run_cancelled(
@@ -187,10 +194,15 @@ async def test_timeout_ignored_past_grace_sends_no_result_and_frees_the_slot(
     stream.grant("att-1")
     assert (await stream.next("credit")).count == 1
     beats_before = len(stream.kinds("heartbeat"))
-    await asyncio.sleep(0.1)
+    # A heartbeat round while the abandoned handler still runs: it names every attempt
+    # the worker still holds.
+    await stream.round_trip(Resize("marker.png"))
+    await stream.next_where("heartbeat", lambda hb: "att-marker" in hb.attempt_ids)
     release.set()
     assert stream.kinds("result") == []
     assert all("att-1" not in hb.attempt_ids for hb in stream.kinds("heartbeat")[beats_before:])
+    stream.refuse("att-marker")
+    await stream.next("credit")
 
 
 async def test_unacknowledged_result_is_resent_after_the_stream_drops(
@@ -212,7 +224,11 @@ async def test_unacknowledged_result_is_resent_after_the_stream_drops(
     assert hello.worker_id == "w-test"
     resent = await second.next("result")
     assert (resent.attempt_id, resent.output) == ("att-1", b"done")
+    # The marker goes beyond the credit (the worker takes it anyway) and is refused before
+    # the ack, so the slot accounting is as it was.
+    await second.round_trip(Resize("marker.png"))
     assert second.kinds("credit") == [], "no credit while the only slot awaits its ack"
+    second.refuse("att-marker")
     second.ack("att-1")
     assert (await second.next("credit")).count == 1
 
@@ -529,12 +545,11 @@ worker.run()
 
 
 async def test_run_drains_on_sigterm(coordinator: FakeCoordinator, tmp_path: Path) -> None:
-    script = tmp_path / "worker_main.py"
+    script, log = tmp_path / "worker_main.py", tmp_path / "worker_main.log"
     script.write_text(WORKER_SCRIPT)
     root = Path(worker_sdk.__file__).resolve().parent.parent
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), coordinator.target, env={**os.environ, "PYTHONPATH": str(root)}
-    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    process = start_process([sys.executable, str(script), coordinator.target], log, env=env)
     try:
         stream, hello = await coordinator.accept()
         assert hello.worker_id == "w-process"
@@ -546,8 +561,6 @@ async def test_run_drains_on_sigterm(coordinator: FakeCoordinator, tmp_path: Pat
         result = await stream.next("result")
         assert (result.outcome, result.error_code) == (job_pb2.OUTCOME_INTERRUPTED, "worker_shutdown")
         stream.ack("att-1")
-        assert await asyncio.wait_for(process.wait(), 5) == 0
+        assert await wait_exit(process, 5) == 0, read_log(log)
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        reap(process)
