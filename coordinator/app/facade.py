@@ -57,12 +57,11 @@ class Coordinator:
         store: Store,
         clock: Clock,
         rng: random.Random,
-        bootstrap_token: str | None,
     ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
-        self.bootstrap_token = bootstrap_token
+        self.bootstrap_token: str | None = None
         """The admin token created on this first start (show it once), else None."""
         self.metrics = CoordinatorMetrics()
         """The registry behind ``/metrics`` (also readable in-process)."""
@@ -123,14 +122,17 @@ class Coordinator:
                     if store.postgres
                     else SystemClock()
                 )
-            bootstrap_token = None
-            if config.auth_enabled:
-                probe = TokenService(store, clock, config.auth_cache_ttl_s)
-                bootstrap_token = await asyncio.to_thread(probe.bootstrap)
         except BaseException:
             store.close()
             raise
-        return cls(config, store, clock, rng or random.Random(), bootstrap_token)
+        app = cls(config, store, clock, rng or random.Random())
+        if config.auth_enabled:
+            try:
+                app.bootstrap_token = await app.executors.write(app.tokens.bootstrap)
+            except BaseException:
+                app.close()
+                raise
+        return app
 
     @property
     def bounds(self) -> StoreBounds:
