@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from worker_sdk._logging import configure_logging
+from worker_sdk import configure_logging
 
 DEFAULT_TARGET = "127.0.0.1:7233"
 

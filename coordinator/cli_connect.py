@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from worker_sdk._client_base import auth_metadata
-from worker_sdk._errors import ArgumentError
-from worker_sdk._tls import channel_credentials
+from worker_sdk import ArgumentError, ConnectionOptions
 
 DEFAULT_TARGET = "127.0.0.1:7233"
 
@@ -72,14 +70,18 @@ class _Bearer(_Interceptor):
 def open_channel(options: argparse.Namespace) -> grpc.Channel:
     """The channel the flags describe; raises ValueError for inconsistent TLS flags."""
     try:
-        credentials = channel_credentials(ca=options.ca, cert=options.cert, key=options.key, tls=options.tls)
-        metadata = auth_metadata(options.token) if options.token else ()
+        connection = ConnectionOptions(
+            options.target,
+            token=options.token or None,
+            ca=options.ca,
+            cert=options.cert,
+            key=options.key,
+            tls=options.tls,
+        )
     except ArgumentError as exc:
         raise ValueError(str(exc)) from exc
-    if credentials is None:
-        channel = grpc.insecure_channel(options.target)
-    else:
-        channel = grpc.secure_channel(options.target, credentials)
+    channel = connection.open_channel()
+    metadata = connection.metadata
     return grpc.intercept_channel(channel, _Bearer(metadata)) if metadata else channel
 
 

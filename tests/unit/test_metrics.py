@@ -15,7 +15,8 @@ from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.worker_ops import AttemptEnded, BatchAnswers, ResultAnswer, RunStarted
-from worker_sdk._logging import JsonFormatter, configure_logging, job_log_context
+from worker_sdk import configure_logging
+from worker_sdk._logging import JsonFormatter, job_log_context
 from worker_sdk._metrics import WorkerMetrics
 
 BOUNDED_LABELS = {"queue", "wire_name", "outcome", "state", "grpc_method", "grpc_code", "reason"}
