@@ -53,7 +53,6 @@ class ClientBase:
     """Settings levels and request building shared by both clients."""
 
     def __init__(self, connection: ConnectionOptions, *, rpc_timeout: timedelta | None) -> None:
-        self._connection = connection
         self._metadata = connection.metadata
         self._rpc_timeout_s = None if rpc_timeout is None else rpc_timeout.total_seconds()
         self._defaults = SettingsLayer()
