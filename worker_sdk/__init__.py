@@ -1,13 +1,19 @@
 """Runwick's worker SDK: declare job types, enqueue and read jobs, run handlers.
 
 - ``@job(...)`` declares a dataclass as a job type.
-- ``Client`` / ``AsyncClient`` enqueue jobs and read them back.
+- ``Client`` / ``AsyncClient`` enqueue jobs and read them back, cancel and retry them,
+  and administer API tokens and the audit log.
+- ``ConnectionOptions`` says how to reach the coordinator (target, token, TLS); the
+  clients and the worker take its fields as arguments, or one ready-made.
 - ``Worker`` runs handlers for jobs the coordinator pushes over one gRPC stream.
 - ``worker_sdk.testing`` runs a handler through the same pipeline without a coordinator.
+- ``configure_logging`` sets up a standalone worker process's logs (text or JSON lines).
 """
 
-from worker_sdk._client import AsyncClient, Client
+from worker_sdk._async_client import AsyncClient
+from worker_sdk._client import Client
 from worker_sdk._client_base import EnqueueItem
+from worker_sdk._connection import ConnectionOptions
 from worker_sdk._context import CancelCause, JobContext
 from worker_sdk._errors import (
     AlreadyExists,
@@ -25,8 +31,18 @@ from worker_sdk._errors import (
     RunwickError,
     Unauthenticated,
 )
-from worker_sdk._info import AttemptInfo, JobInfo, JobState, RevealedError
+from worker_sdk._info import (
+    AttemptInfo,
+    AuditEvent,
+    CreatedToken,
+    EnqueuedJob,
+    JobInfo,
+    JobState,
+    RevealedError,
+    TokenInfo,
+)
 from worker_sdk._jobs import Upgrader, job
+from worker_sdk._logging import configure_logging
 from worker_sdk._middleware import CallNext, Middleware
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
 from worker_sdk._settings import JobConfig, JobSettings
@@ -37,12 +53,16 @@ __all__ = [
     "ArgumentError",
     "AsyncClient",
     "AttemptInfo",
+    "AuditEvent",
     "CallNext",
     "CancelCause",
     "Client",
+    "ConnectionOptions",
     "CoordinatorError",
     "CoordinatorUnavailable",
+    "CreatedToken",
     "EnqueueItem",
+    "EnqueuedJob",
     "Failed",
     "FailedPrecondition",
     "FieldViolation",
@@ -64,8 +84,10 @@ __all__ = [
     "RevealedError",
     "RunwickError",
     "Success",
+    "TokenInfo",
     "Unauthenticated",
     "Upgrader",
     "Worker",
+    "configure_logging",
     "job",
 ]

@@ -9,25 +9,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from worker_sdk._convert import duration, state_to_proto
+from worker_sdk._connection import ConnectionOptions
+from worker_sdk._convert import duration, enqueued_from_proto, state_to_proto
 from worker_sdk._errors import ArgumentError, CoordinatorError
-from worker_sdk._info import JobState
+from worker_sdk._info import EnqueuedJob, JobState
 from worker_sdk._jobs import encode_payload, spec_of
 from worker_sdk._settings import JobConfig, SettingsLayer, pair
 from worker_sdk.proto.runwick.v1 import job_service_pb2
 
+DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
+"""Deadline of each client call except ``wait``, unless the client says otherwise."""
 MAX_WAIT_CHUNK = timedelta(seconds=30)
 """Longest single WaitJob call; longer waits loop (proxies dislike very long calls)."""
 WAIT_CALL_MARGIN_S = 10.0
 """Extra gRPC deadline over a WaitJob call's own timeout."""
-DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    # No client-side size limits (-1): the coordinator sizes its own from its bounds
-    # (SPEC §5), so a request is judged there, with the bound's clear error.
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.max_send_message_length", -1),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,22 +35,6 @@ class EnqueueItem:
     queue: str | None = None
     parents: Sequence[str] = ()
     idempotency_key: str | None = None
-
-
-def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
-    """The call metadata carrying ``token`` as a bearer token (R-20)."""
-    if token is None:
-        return ()
-    if not isinstance(token, str) or not token or any(ch in token for ch in "\r\n"):
-        raise ArgumentError("token must be a non-empty str on one line")
-    return (("authorization", f"Bearer {token}"),)
-
-
-def channel_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The default channel options, overridden by ``extra``."""
-    merged = dict(DEFAULT_CHANNEL_OPTIONS)
-    merged.update(dict(extra))
-    return list(merged.items())
 
 
 def check_job_id(job_id: object) -> str:
@@ -73,8 +52,8 @@ def check_id(name: str, value: object) -> str:
 class ClientBase:
     """Settings levels and request building shared by both clients."""
 
-    def __init__(self, *, token: str | None, rpc_timeout: timedelta | None) -> None:
-        self._metadata = auth_metadata(token)
+    def __init__(self, connection: ConnectionOptions, *, rpc_timeout: timedelta | None) -> None:
+        self._metadata = connection.metadata
         self._rpc_timeout_s = None if rpc_timeout is None else rpc_timeout.total_seconds()
         self._defaults = SettingsLayer()
         self._configs: dict[type[Any], JobConfig] = {}
@@ -166,11 +145,49 @@ class ClientBase:
             settings=layer.to_proto(),
             parent_ids=_parents(item.parents),
         )
-        if item.run_at is not None:
-            if not isinstance(item.run_at, datetime) or item.run_at.utcoffset() is None:
-                raise ArgumentError("run_at must be a timezone-aware datetime")
-            message.run_at.FromDatetime(item.run_at)
+        _set_run_at(message, item.run_at)
         return message
+
+    def _raw_enqueue_request(
+        self,
+        wire_name: str,
+        payload: bytes,
+        *,
+        payload_version: int,
+        queue: str,
+        priority: int,
+        run_at: datetime | None,
+        idempotency_key: str | None,
+        max_executions: int | None,
+        parents: Sequence[str],
+    ) -> job_service_pb2.EnqueueRequest:
+        """One NewJob as given: only types are checked here, values by the coordinator."""
+        if not isinstance(wire_name, str) or not isinstance(queue, str):
+            raise ArgumentError("wire_name and queue must be str")
+        if not isinstance(payload, bytes):
+            raise ArgumentError(f"payload must be bytes, got {type(payload).__name__}")
+        _check_int("payload_version", payload_version)
+        _check_int("priority", priority)
+        if max_executions is not None:
+            _check_int("max_executions", max_executions)
+        message = job_service_pb2.NewJob(
+            wire_name=wire_name,
+            queue=queue,
+            payload=payload,
+            payload_version=payload_version,
+            priority=priority,
+            idempotency_key=_idempotency_key(idempotency_key),
+            settings=SettingsLayer(max_executions=max_executions).over(self._defaults).to_proto(),
+            parent_ids=_parents(parents),
+        )
+        _set_run_at(message, run_at)
+        return job_service_pb2.EnqueueRequest(jobs=[message])
+
+    @staticmethod
+    def _enqueued_one(response: job_service_pb2.EnqueueResponse) -> EnqueuedJob:
+        if len(response.jobs) != 1:
+            raise CoordinatorError(f"coordinator answered {len(response.jobs)} jobs for 1 enqueued")
+        return enqueued_from_proto(response.jobs[0])
 
     def _enqueue_request(self, items: Iterable[EnqueueItem | object]) -> job_service_pb2.EnqueueRequest:
         entries = [item if isinstance(item, EnqueueItem) else EnqueueItem(item) for item in items]
@@ -231,6 +248,18 @@ class ClientBase:
 
     def _call_kwargs(self, timeout_s: float | None = None) -> dict[str, Any]:
         return {"metadata": self._metadata, "timeout": timeout_s or self._rpc_timeout_s}
+
+
+def _check_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentError(f"{name} must be an int, got {type(value).__name__}")
+
+
+def _set_run_at(message: job_service_pb2.NewJob, run_at: datetime | None) -> None:
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.utcoffset() is None:
+            raise ArgumentError("run_at must be a timezone-aware datetime")
+        message.run_at.FromDatetime(run_at)
 
 
 def _idempotency_key(key: str | None) -> str:

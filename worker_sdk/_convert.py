@@ -8,11 +8,20 @@ from typing import Any, cast
 from google.protobuf import duration_pb2
 
 from worker_sdk._errors import CoordinatorError
-from worker_sdk._info import AttemptInfo, JobInfo, JobState, RevealedError
+from worker_sdk._info import (
+    AttemptInfo,
+    AuditEvent,
+    CreatedToken,
+    EnqueuedJob,
+    JobInfo,
+    JobState,
+    RevealedError,
+    TokenInfo,
+)
 from worker_sdk._pipeline import RunReport
 from worker_sdk._results import Outcome
 from worker_sdk._settings import JobSettings
-from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2, worker_service_pb2
+from worker_sdk.proto.runwick.v1 import admin_service_pb2, job_pb2, job_service_pb2, worker_service_pb2
 
 _STATE_PREFIX = "JOB_STATE_"
 _OUTCOME_PREFIX = "OUTCOME_"
@@ -151,6 +160,43 @@ def revealed_from_proto(message: job_service_pb2.RevealErrorResponse) -> Reveale
         exception_type=message.exception_type or None,
         message=message.message,
         detail=message.detail,
+    )
+
+
+def enqueued_from_proto(message: job_service_pb2.EnqueuedJob) -> EnqueuedJob:
+    """An EnqueuedJob from one entry of an Enqueue answer."""
+    return EnqueuedJob(id=message.id, existing=message.existing, state=state_from_proto(message.state))
+
+
+def token_from_proto(message: admin_service_pb2.Token) -> TokenInfo:
+    """A TokenInfo from a wire Token."""
+    return TokenInfo(
+        id=message.id,
+        name=message.name,
+        scopes=tuple(message.scopes),
+        queues=tuple(message.queues),
+        created_at=optional_datetime(message, "created_at"),
+        created_by=message.created_by or None,
+        revoked_at=optional_datetime(message, "revoked_at"),
+    )
+
+
+def created_token_from_proto(message: admin_service_pb2.CreateTokenResponse) -> CreatedToken:
+    """A CreatedToken from a CreateToken answer."""
+    return CreatedToken(token=token_from_proto(message.token), secret=message.secret)
+
+
+def audit_event_from_proto(message: admin_service_pb2.AuditEvent) -> AuditEvent:
+    """An AuditEvent from a wire AuditEvent."""
+    return AuditEvent(
+        id=message.id,
+        action=message.action,
+        target=message.target,
+        actor_name=message.actor_name,
+        actor_token_id=message.actor_token_id or None,
+        at=optional_datetime(message, "at"),
+        peer=message.peer,
+        detail=message.detail or None,
     )
 
 

@@ -105,3 +105,68 @@ class RevealedError:
     """The exception message; empty when the attempt recorded none."""
     detail: str
     """The full exception text (traceback), capped with a truncation marker."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedJob:
+    """What the coordinator answered for one job of ``enqueue_raw``."""
+
+    id: str
+    existing: bool
+    """True when the idempotency key matched an earlier job, returned instead (R-14)."""
+    state: JobState
+    """The job's state right after the enqueue (or the existing job's state)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """An API token as the coordinator lists it: never its secret (R-20, R-21)."""
+
+    id: str
+    name: str
+    """A label for people, e.g. ``billing-worker``."""
+    scopes: tuple[str, ...]
+    """Any of ``enqueue``, ``read``, ``manage``, ``reveal``, ``work``, ``admin``."""
+    queues: tuple[str, ...] = ()
+    """For ``work`` tokens: the only queues a worker may take jobs from; empty = any."""
+    created_at: datetime | None = None
+    created_by: str | None = None
+    """The ID of the token that created this one; None for the bootstrap token."""
+    revoked_at: datetime | None = None
+    """None while the token is valid."""
+
+    @property
+    def revoked(self) -> bool:
+        """True once the token was revoked."""
+        return self.revoked_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedToken:
+    """A token just created by ``create_token``, with its secret."""
+
+    token: TokenInfo
+    secret: str
+    """The bearer token to send (``token=`` of the clients and the worker). The
+    coordinator keeps only its hash: this is the only time it is shown."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One audited action (R-22): who, what, on which target, when and from where."""
+
+    id: int
+    """Increases with every event."""
+    action: str
+    """E.g. ``job.cancel``, ``job.retry``, ``attempt.reveal_error``, ``token.create``."""
+    target: str
+    """The job, attempt or token ID the action was about."""
+    actor_name: str
+    """The acting token's name (``coordinator`` for the coordinator itself)."""
+    actor_token_id: str | None = None
+    """None when authentication is off or for the coordinator itself."""
+    at: datetime | None = None
+    peer: str = ""
+    """The caller's address as gRPC reports it, e.g. ``ipv4:10.0.0.7:51234``."""
+    detail: str | None = None
+    """What changed; never error text."""

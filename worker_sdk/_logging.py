@@ -65,10 +65,18 @@ LOG_FORMATS = ("text", "json")
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
-    """Sets up the root logger for a command-line process (``runwick serve``/``worker``).
+    """Sets up the root logger of a standalone process (``runwick serve``/``worker``, or
+    a script that calls ``Worker.run()``); replaces any handlers already configured.
+
+    Args:
+        level: The lowest level logged, e.g. ``"INFO"`` or ``"debug"``.
+        log_format: ``"text"`` for one readable line per record, or ``"json"`` for one
+            JSON object per line: ``time``, ``level``, ``logger``, ``message`` and, on
+            lines about a run, ``job_id``, ``attempt_id``, ``wire_name``, ``queue``.
 
     Raises:
-        ValueError: ``log_format`` is neither ``text`` nor ``json``.
+        ValueError: ``log_format`` is neither ``text`` nor ``json``, or ``level`` is
+            not a level name.
     """
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")

@@ -17,15 +17,14 @@ import grpc
 import grpc.aio
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from worker_sdk._client_base import auth_metadata, channel_options
 from worker_sdk._config import WorkerConfig, build_config
+from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._middleware import Middleware
 from worker_sdk._pipeline import HandlerDef
 from worker_sdk._session import Session
-from worker_sdk._tls import PemSource, channel_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +48,9 @@ class Worker:
     it standalone with ``worker.run()``, which drains on SIGTERM/SIGINT.
 
     Args:
-        target: The coordinator address, e.g. ``"runwick:7233"``.
+        target: The coordinator address, e.g. ``"runwick:7233"``; or a
+            ``ConnectionOptions`` holding it with the token and TLS settings (then pass
+            none of the other connection arguments).
         token: Bearer token with the ``work`` scope (R-21); None for an insecure coordinator.
         queues: Queues to take jobs from.
         concurrency: Runs at once; sync handlers get a thread pool of this size.
@@ -65,10 +66,11 @@ class Worker:
         ack_timeout: How long shutdown waits for the last results to be acknowledged.
         middleware: Middleware around every handler call, first outermost (R-6).
         credentials: TLS channel credentials; None for a plaintext channel unless
-            ``ca``/``cert``/``key`` are given.
+            ``ca``/``cert``/``key`` or ``tls`` are given.
         ca: TLS: the CA that signed the coordinator's certificate (path or PEM).
         cert: Mutual TLS: this worker's certificate (path or PEM); needs ``key``.
         key: Mutual TLS: the private key of ``cert``.
+        tls: TLS trusting the system's roots, without ``ca``/``cert``/``key``.
         options: Extra gRPC channel options.
         metrics_registry: The Prometheus registry the worker's metrics go on; default
             prometheus_client's default registry (what the host service exposes).
@@ -77,12 +79,13 @@ class Worker:
         metrics_host: The address ``metrics_port`` listens on.
 
     Raises:
-        ValueError: An argument is out of range.
+        ValueError: An argument is out of range (``ArgumentError`` for the connection
+            arguments, see ``ConnectionOptions``).
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | ConnectionOptions,
         *,
         token: str | None = None,
         queues: Sequence[str] = ("default",),
@@ -102,13 +105,22 @@ class Worker:
         ca: PemSource | None = None,
         cert: PemSource | None = None,
         key: PemSource | None = None,
+        tls: bool = False,
         options: Sequence[tuple[str, Any]] = (),
         metrics_registry: CollectorRegistry | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
     ) -> None:
-        self._target = target
-        self._metadata = auth_metadata(token)
+        self._connection = connection_options(
+            target,
+            token=token,
+            ca=ca,
+            cert=cert,
+            key=key,
+            tls=tls,
+            credentials=credentials,
+            channel_options=options,
+        )
         self._config: WorkerConfig = build_config(
             worker_id=worker_id,
             queues=queues,
@@ -123,8 +135,6 @@ class Worker:
             hello_timeout=hello_timeout,
             ack_timeout=ack_timeout,
         )
-        self._credentials = channel_credentials(credentials=credentials, ca=ca, cert=cert, key=key)
-        self._options = channel_options(options)
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise ValueError(f"metrics_port must be 0 to 65535 or None, got {metrics_port!r}")
         self._metrics_registry = metrics_registry
@@ -207,15 +217,12 @@ class Worker:
                 raise OSError(f"cannot serve worker metrics on {host}:{port}: {exc.strerror or exc}") from exc
             logger.info("worker metrics on http://%s:%d/metrics", host, self.metrics_port)
         self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="runwick-handler")
-        if self._credentials is None:
-            self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
-        else:
-            self._channel = grpc.aio.secure_channel(self._target, self._credentials, options=self._options)
+        self._channel = self._connection.open_aio_channel()
         engine = Engine(config, self._handlers, self._middleware, self._executor, self._metrics)
         session = Session(
             self._channel,
             engine,
-            metadata=self._metadata,
+            metadata=self._connection.metadata,
             hello_timeout=config.hello_timeout,
             reconnect_initial_delay=config.reconnect_initial_delay,
             reconnect_max_delay=config.reconnect_max_delay,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from coordinator.cli_admin import BOOTSTRAP_BANNER
+from coordinator.cli.serve import BOOTSTRAP_BANNER
 from coordinator.store.engine import normalize_url
 from tests.e2e.cli import runwick
 from tests.support import WorkerProcess, eventually_async, serve, stop, wait_listening

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import build_parser
-from coordinator.cli_bounds import bounds_from_options, env_of, flag_of, load_bounds_table, resolve_bounds
+from coordinator.cli.bounds import bounds_from_options, env_of, flag_of, load_bounds_table, resolve_bounds
 from coordinator.config import ConfigError, CoordinatorConfig
 from coordinator.domain import bounds as bounds_module
 from coordinator.domain.bounds import MESSAGE_HEADROOM_BYTES, RANGES, BoundsError, StoreBounds

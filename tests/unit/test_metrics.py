@@ -16,7 +16,8 @@ from coordinator.errors import InvalidArgument
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.service.effects import AttemptEnded, JobFinished, RunStarted
 from coordinator.service.work import BatchAnswers, ResultAnswer
-from worker_sdk._logging import JsonFormatter, configure_logging, job_log_context
+from worker_sdk import configure_logging
+from worker_sdk._logging import JsonFormatter, job_log_context
 from worker_sdk._metrics import WorkerMetrics
 
 BOUNDED_LABELS = {"queue", "wire_name", "outcome", "state", "grpc_method", "grpc_code", "reason"}

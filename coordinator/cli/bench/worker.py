@@ -1,4 +1,7 @@
-"""The worker process of ``runwick bench``: one no-op job type."""
+"""The worker process of ``runwick bench``: one no-op job type.
+
+Run as ``python -m coordinator.cli.bench.worker TARGET CONCURRENCY``.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,12 @@
 """``runwick bench``: no-op jobs end to end, throughput and enqueue-to-start latency.
 
-Starts a coordinator process and worker processes on this machine, enqueues the jobs
-in batches from this process, and reads the timings back from the database, so what
-is measured is the whole path: enqueue RPC, store, dispatch, stream, start, result.
+Starts a coordinator process (``runwick serve``) and worker processes
+(``coordinator.cli.bench.worker``) on this machine, enqueues the jobs in batches from
+this process with the SDK's ``Client``, and reads the timings back from the database, so
+what is measured is the whole path: enqueue RPC, store, dispatch, stream, start, result.
+
+The database is read in one place, ``_read_timings``; the scratch schema is made by
+``runwick migrate``'s own function.
 """
 
 from __future__ import annotations
@@ -17,12 +21,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the server's dependencies load only when a bench runs
-    from coordinator.store import Store
-
-_READY_LINE = "runwick coordinator listening on "
+from coordinator.cli.serve import READY_LINE, migrate_schema
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,19 @@ class BenchResult:
     start_latency_p50_ms: float
     start_latency_p95_ms: float
     start_latency_p99_ms: float
+
+
+@dataclass(frozen=True)
+class _Timings:
+    """What the database says about a finished run."""
+
+    engine: str
+    """``postgresql`` or ``sqlite``."""
+    created_ms: dict[str, int]
+    """Each job's creation time, by job ID."""
+    started_ms: list[tuple[str, int]]
+    """Each started attempt's job ID and start time."""
+    last_finished_ms: int
 
 
 def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,11 +75,10 @@ def run_bench(options: argparse.Namespace) -> int:
 
 
 def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
-    from coordinator.bench_worker import Noop
-    from coordinator.store import Store
+    from coordinator.cli.bench.worker import Noop
     from worker_sdk import Client, EnqueueItem
 
-    store = Store.open(url, create=True)  # migrates PostgreSQL too: bench databases are scratch
+    migrate_schema(url)  # PostgreSQL too: bench databases are scratch
     processes: list[subprocess.Popen[str]] = []
     log = (tmp / "coordinator.log").open("w")
     try:
@@ -86,7 +98,7 @@ def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
         for _ in range(options.workers):
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "coordinator.bench_worker", target, str(options.concurrency)],
+                    [sys.executable, "-m", "coordinator.cli.bench.worker", target, str(options.concurrency)],
                     stdout=log,
                     stderr=log,
                     text=True,
@@ -99,9 +111,7 @@ def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
                 count = min(options.batch, options.jobs - start)
                 client.enqueue_many([EnqueueItem(Noop(n)) for n in range(start, start + count)])
             enqueue_seconds = time.perf_counter() - began
-        while store.count_by_state().get("succeeded", 0) < options.jobs:
-            time.sleep(0.05)
-        return _measure(store, options, enqueue_seconds, url)
+        return _measure(_read_timings(url, options.jobs), options, enqueue_seconds)
     finally:
         for process in reversed(processes):
             process.terminate()
@@ -111,27 +121,46 @@ def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
             except subprocess.TimeoutExpired:
                 process.kill()
         log.close()
-        store.close()
 
 
 def _await_address(server: subprocess.Popen[str]) -> str:
     assert server.stdout is not None
     for line in server.stdout:
-        if line.startswith(_READY_LINE):
-            return line[len(_READY_LINE) :].strip()
+        if line.startswith(READY_LINE):
+            return line[len(READY_LINE) :].strip()
     raise RuntimeError("the coordinator exited before listening; see its log")
 
 
-def _measure(store: Store, options: argparse.Namespace, enqueue_seconds: float, url: str) -> BenchResult:
-    timings = store.run_timings()
-    created = timings.created_at_ms
-    finished_ms = timings.last_finished_at_ms or 0
-    latencies = sorted(started - created[job_id] for job_id, started in timings.started_at_ms)
-    total_s = (finished_ms - min(created.values())) / 1000
+def _read_timings(database_url: str, jobs: int) -> _Timings:
+    """Waits until ``jobs`` jobs succeeded, then reads their timings from the database.
+
+    The bench's only access to the database, through the facade's scratch store.
+    """
+    from coordinator.app import open_scratch_store
+
+    store = open_scratch_store(database_url)
+    try:
+        while store.count_by_state().get("succeeded", 0) < jobs:
+            time.sleep(0.05)
+        timings = store.run_timings()
+        return _Timings(
+            engine="postgresql" if store.postgres else "sqlite",
+            created_ms=timings.created_at_ms,
+            started_ms=timings.started_at_ms,
+            last_finished_ms=timings.last_finished_at_ms or 0,
+        )
+    finally:
+        store.close()
+
+
+def _measure(timings: _Timings, options: argparse.Namespace, enqueue_seconds: float) -> BenchResult:
+    created = timings.created_ms
+    latencies = sorted(started - created[job_id] for job_id, started in timings.started_ms)
+    total_s = (timings.last_finished_ms - min(created.values())) / 1000
     quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
     return BenchResult(
         jobs=options.jobs,
-        engine="postgresql" if store.postgres else "sqlite",
+        engine=timings.engine,
         workers=options.workers,
         concurrency=options.concurrency,
         enqueue_seconds=enqueue_seconds,

@@ -1,33 +1,39 @@
-"""The ``runwick`` command: serve, migrate, jobs, worker.
+"""``runwick serve`` and ``runwick migrate``: the coordinator in this process.
 
-Server pieces are imported only by the commands that need them, so ``runwick jobs`` and
-``runwick worker`` work with the SDK-only install (``pip install runwick``).
+The only module of the CLI that starts the coordinator or touches its schema. Its server
+imports (``coordinator.process``, ``coordinator.app``) sit inside ``run_serve``,
+``_serve_until_signalled`` and ``migrate_schema``, so building the parser loads none of
+the server's dependencies.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from worker_sdk._logging import configure_logging
+from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
+from coordinator.cli.logs import add_logging_flags
+from worker_sdk import configure_logging
 
-DEFAULT_TARGET = "127.0.0.1:7233"
+if TYPE_CHECKING:
+    from coordinator.config import CoordinatorConfig
+
+BOOTSTRAP_BANNER = "runwick bootstrap admin token (shown once; store it now):"
+READY_LINE = "runwick coordinator listening on "
+"""Tests and scripts read the line starting so to learn the port (with ``--port 0``)."""
 
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runwick", description="Runwick job coordinator and tools.")
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds ``serve`` (with its security, logging and bounds flags) and ``migrate``."""
     serve = commands.add_parser("serve", help="run the coordinator")
     _database_flag(serve)
     serve.add_argument(
@@ -76,47 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(_env("RUNWICK_MAX_CONNECTION_AGE_GRACE_S", "60")),
         help="seconds open streams get after that [RUNWICK_MAX_CONNECTION_AGE_GRACE_S]",
     )
-    _logging_flags(serve)
-    from coordinator.cli_admin import add_admin_commands, add_serve_security_flags
-
-    add_serve_security_flags(serve)
-    from coordinator.cli_bounds import add_bounds_flags
-
+    add_logging_flags(serve)
+    _security_flags(serve)
     add_bounds_flags(serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _database_flag(migrate)
-
-    worker = commands.add_parser(
-        "worker", help="run a Worker defined in a module: runwick worker pkg.mod:worker"
-    )
-    worker.add_argument(
-        "spec", help="module path and attribute of a worker_sdk.Worker, e.g. myapp.jobs:worker"
-    )
-    _logging_flags(worker)
-
-    from coordinator.bench import add_bench_command
-    from coordinator.cli_jobs import add_jobs_commands
-
-    add_bench_command(commands)
-
-    add_jobs_commands(commands, default_target=_env("RUNWICK_TARGET", DEFAULT_TARGET))
-    add_admin_commands(commands, default_target=_env("RUNWICK_TARGET", DEFAULT_TARGET))
-    return parser
-
-
-def _logging_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default=_env("RUNWICK_LOG_LEVEL", "INFO"), help="[RUNWICK_LOG_LEVEL]")
-    parser.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default=_env("RUNWICK_LOG_FORMAT", "text"),
-        help="json: one object per line with job and attempt IDs [RUNWICK_LOG_FORMAT]",
-    )
-
-
-def _port_or_none(port: int) -> int | None:
-    return None if port < 0 else port
 
 
 def _database_flag(parser: argparse.ArgumentParser) -> None:
@@ -129,32 +100,49 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    options = build_parser().parse_args(argv)
-    if options.command == "serve":
-        return _serve(options)
-    if options.command == "migrate":
-        return _migrate(options)
-    if options.command == "worker":
-        return _worker(options)
-    if options.command == "bench":
-        from coordinator.bench import run_bench
+def _security_flags(serve: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        default=env("RUNWICK_INSECURE", "") not in ("", "0", "false"),
+        help="turn authentication off (refused unless --host is a loopback address) [RUNWICK_INSECURE=1]",
+    )
+    serve.add_argument(
+        "--admin-token-file",
+        default=env("RUNWICK_ADMIN_TOKEN_FILE"),
+        help="also write the bootstrap admin token here (mode 0600) [RUNWICK_ADMIN_TOKEN_FILE]",
+    )
+    serve.add_argument(
+        "--tls-cert", default=env("RUNWICK_TLS_CERT"), help="PEM server certificate [RUNWICK_TLS_CERT]"
+    )
+    serve.add_argument("--tls-key", default=env("RUNWICK_TLS_KEY"), help="PEM server key [RUNWICK_TLS_KEY]")
+    serve.add_argument(
+        "--tls-client-ca",
+        default=env("RUNWICK_TLS_CLIENT_CA"),
+        help="PEM CA: require client certificates it signed (mutual TLS) [RUNWICK_TLS_CLIENT_CA]",
+    )
 
-        return run_bench(options)
-    if options.command in ("tokens", "audit"):
-        from coordinator.cli_admin import run_admin_command
 
-        return run_admin_command(options)
-    from coordinator.cli_jobs import run_jobs_command
+def _security_config(options: argparse.Namespace) -> dict[str, Any]:
+    """The CoordinatorConfig fields the security flags set: auth is on by default."""
+    return {
+        "auth_enabled": not options.insecure,
+        "admin_token_file": options.admin_token_file,
+        "tls_cert_file": options.tls_cert,
+        "tls_key_file": options.tls_key,
+        "tls_client_ca_file": options.tls_client_ca,
+    }
 
-    return run_jobs_command(options)
+
+def _port_or_none(port: int) -> int | None:
+    return None if port < 0 else port
 
 
-def _serve(options: argparse.Namespace) -> int:
+def run_serve(options: argparse.Namespace) -> int:
+    """``runwick serve``: runs the coordinator until SIGTERM or SIGINT."""
     configure_logging(options.log_level, options.log_format)
     from coordinator.app import SchemaNotCurrent
-    from coordinator.cli_admin import serve_security_config
-    from coordinator.cli_bounds import bounds_from_options
     from coordinator.config import ConfigError, CoordinatorConfig
 
     try:
@@ -164,7 +152,7 @@ def _serve(options: argparse.Namespace) -> int:
         return 2
     config = CoordinatorConfig(
         bounds=bounds,
-        **serve_security_config(options),
+        **_security_config(options),
         database_url=options.database_url,
         host=options.host,
         port=options.port,
@@ -186,18 +174,13 @@ def _serve(options: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_until_signalled(config: object) -> None:
-    from coordinator.config import CoordinatorConfig
+async def _serve_until_signalled(config: CoordinatorConfig) -> None:
     from coordinator.process import start_coordinator
 
-    assert isinstance(config, CoordinatorConfig)
     running = await start_coordinator(config)
-    from coordinator.cli_admin import announce_bootstrap_token
-
     announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
     print(f"runwick health port {running.health_port}, metrics port {running.metrics_port}", flush=True)
-    # Tests and scripts read this line to learn the port (with --port 0).
-    print(f"runwick coordinator listening on {running.target}", flush=True)
+    print(f"{READY_LINE}{running.target}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -207,29 +190,27 @@ async def _serve_until_signalled(config: object) -> None:
     await running.stop()
 
 
-def _migrate(options: argparse.Namespace) -> int:
-    from coordinator.app import migrate_database
+def announce_bootstrap_token(token: str | None, token_file: str | None) -> None:
+    """Prints a just-created bootstrap admin token once, clearly labelled, on stdout."""
+    if token is None:
+        return
+    lines = [BOOTSTRAP_BANNER, f"    {token}"]
+    if token_file:
+        lines.append(f"(also written to {token_file})")
+    lines.append("create narrower tokens with: runwick tokens create --name NAME --scope SCOPE --token ...")
+    print("\n".join(lines), flush=True)
 
-    migrate_database(options.database_url)
+
+def run_migrate(options: argparse.Namespace) -> int:
+    """``runwick migrate``: creates or upgrades the schema."""
+    migrate_schema(options.database_url)
     print("database schema is up to date")
     return 0
 
 
-def _worker(options: argparse.Namespace) -> int:
-    configure_logging(options.log_level, options.log_format)
-    module_name, _, attribute = options.spec.partition(":")
-    if not module_name or not attribute:
-        print("runwick: worker spec must look like package.module:attribute", file=sys.stderr)
-        return 2
-    sys.path.insert(0, os.getcwd())
-    try:
-        worker = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        print(f"runwick: cannot load {options.spec}: {exc}", file=sys.stderr)
-        return 2
-    worker.run()
-    return 0
+def migrate_schema(database_url: str) -> None:
+    """Creates or upgrades the coordinator's schema in ``database_url`` (also used by
+    ``runwick bench`` for its scratch database)."""
+    from coordinator.app import migrate_database
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    migrate_database(database_url)

@@ -1,0 +1,18 @@
+"""``--log-level`` and ``--log-format``: the logging flags of ``serve`` and ``worker``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_logging_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds the flags ``worker_sdk.configure_logging`` takes."""
+    env = os.environ.get
+    parser.add_argument("--log-level", default=env("RUNWICK_LOG_LEVEL", "INFO"), help="[RUNWICK_LOG_LEVEL]")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=env("RUNWICK_LOG_FORMAT", "text"),
+        help="json: one object per line with job and attempt IDs [RUNWICK_LOG_FORMAT]",
+    )

@@ -1,0 +1,160 @@
+"""The admin calls of ``AsyncClient`` and ``Client``: API tokens and the audit log.
+
+Every call needs a token with the ``admin`` scope (R-21). The requests are built here
+once; the two classes below only add the transport, and each client inherits one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from worker_sdk._client_base import ClientBase, check_id
+from worker_sdk._convert import audit_event_from_proto, created_token_from_proto, token_from_proto
+from worker_sdk._errors import ArgumentError, translated_rpc_errors
+from worker_sdk._info import AuditEvent, CreatedToken, TokenInfo
+from worker_sdk.proto.runwick.v1 import admin_service_pb2
+
+
+def _names(what: str, values: Sequence[str]) -> list[str]:
+    if isinstance(values, str):
+        raise ArgumentError(f"{what} must be a sequence of str, not one str")
+    names = list(values)
+    if not all(isinstance(value, str) for value in names):
+        raise ArgumentError(f"{what} must hold str values")
+    return names
+
+
+def _create_request(
+    name: str, scopes: Sequence[str], queues: Sequence[str]
+) -> admin_service_pb2.CreateTokenRequest:
+    if not isinstance(name, str):
+        raise ArgumentError(f"name must be a str, got {type(name).__name__}")
+    return admin_service_pb2.CreateTokenRequest(
+        name=name, scopes=_names("scopes", scopes), queues=_names("queues", queues)
+    )
+
+
+def _audit_request(
+    action: str | None, target: str | None, page_size: int | None, page_token: str
+) -> admin_service_pb2.ListAuditEventsRequest:
+    return admin_service_pb2.ListAuditEventsRequest(
+        page_size=page_size or 0, page_token=page_token, action=action or "", target=target or ""
+    )
+
+
+class AsyncAdminCalls(ClientBase):
+    """The admin calls of ``AsyncClient``."""
+
+    _admin: Any
+    """The AdminService stub on the client's channel."""
+
+    async def create_token(
+        self, name: str, scopes: Sequence[str], *, queues: Sequence[str] = ()
+    ) -> CreatedToken:
+        """Creates an API token; its secret is in the answer and nowhere else.
+
+        Args:
+            name: A label for people, 1-128 characters, e.g. ``billing-worker``.
+            scopes: What the token may do (R-21): any of ``enqueue``, ``read``,
+                ``manage``, ``reveal``, ``work``, ``admin``.
+            queues: For ``work`` tokens: the only queues its worker may take jobs from;
+                empty allows any.
+
+        Raises:
+            ArgumentError: The name, a scope or the queues are invalid (the coordinator
+                checks them).
+            PermissionDenied: This client's token lacks ``admin``.
+        """
+        request = _create_request(name, scopes, queues)
+        with translated_rpc_errors():
+            response = await self._admin.CreateToken(request, **self._call_kwargs())
+        return created_token_from_proto(response)
+
+    async def list_tokens(self, *, include_revoked: bool = False) -> list[TokenInfo]:
+        """Returns the tokens, oldest first, never their secrets.
+
+        Args:
+            include_revoked: Also list revoked tokens.
+        """
+        request = admin_service_pb2.ListTokensRequest(include_revoked=bool(include_revoked))
+        with translated_rpc_errors():
+            response = await self._admin.ListTokens(request, **self._call_kwargs())
+        return [token_from_proto(token) for token in response.tokens]
+
+    async def revoke_token(self, token_id: str) -> TokenInfo:
+        """Revokes a token at once and returns it; calls with it fail from then on, and
+        worker streams opened with it end.
+
+        Raises:
+            JobNotFound: There is no such token (NOT_FOUND).
+            FailedPrecondition: The token is already revoked.
+        """
+        request = admin_service_pb2.RevokeTokenRequest(id=check_id("token_id", token_id))
+        with translated_rpc_errors():
+            response = await self._admin.RevokeToken(request, **self._call_kwargs())
+        return token_from_proto(response.token)
+
+    async def list_audit_events(
+        self, *, action: str | None = None, target: str | None = None, page_size: int | None = None
+    ) -> AsyncIterator[AuditEvent]:
+        """Yields audit events (R-22), newest first, fetching pages as needed.
+
+        Args:
+            action: Only events of this action, e.g. ``attempt.reveal_error``.
+            target: Only events about this job, attempt or token ID.
+            page_size: Events per call; None is the coordinator's default.
+        """
+        token = ""
+        while True:
+            request = _audit_request(action, target, page_size, token)
+            with translated_rpc_errors():
+                response = await self._admin.ListAuditEvents(request, **self._call_kwargs())
+            for event in response.events:
+                yield audit_event_from_proto(event)
+            token = response.next_page_token
+            if not token:
+                return
+
+
+class AdminCalls(ClientBase):
+    """The admin calls of ``Client``: the blocking twins of ``AsyncAdminCalls``."""
+
+    _admin: Any
+    """The AdminService stub on the client's channel."""
+
+    def create_token(self, name: str, scopes: Sequence[str], *, queues: Sequence[str] = ()) -> CreatedToken:
+        """Creates an API token; see ``AsyncClient.create_token``."""
+        request = _create_request(name, scopes, queues)
+        with translated_rpc_errors():
+            response = self._admin.CreateToken(request, **self._call_kwargs())
+        return created_token_from_proto(response)
+
+    def list_tokens(self, *, include_revoked: bool = False) -> list[TokenInfo]:
+        """Returns the tokens, oldest first; see ``AsyncClient.list_tokens``."""
+        request = admin_service_pb2.ListTokensRequest(include_revoked=bool(include_revoked))
+        with translated_rpc_errors():
+            response = self._admin.ListTokens(request, **self._call_kwargs())
+        return [token_from_proto(token) for token in response.tokens]
+
+    def revoke_token(self, token_id: str) -> TokenInfo:
+        """Revokes a token at once; see ``AsyncClient.revoke_token``."""
+        request = admin_service_pb2.RevokeTokenRequest(id=check_id("token_id", token_id))
+        with translated_rpc_errors():
+            response = self._admin.RevokeToken(request, **self._call_kwargs())
+        return token_from_proto(response.token)
+
+    def list_audit_events(
+        self, *, action: str | None = None, target: str | None = None, page_size: int | None = None
+    ) -> Iterator[AuditEvent]:
+        """Yields audit events, newest first; see ``AsyncClient.list_audit_events``."""
+        token = ""
+        while True:
+            request = _audit_request(action, target, page_size, token)
+            with translated_rpc_errors():
+                response = self._admin.ListAuditEvents(request, **self._call_kwargs())
+            for event in response.events:
+                yield audit_event_from_proto(event)
+            token = response.next_page_token
+            if not token:
+                return

@@ -1,0 +1,279 @@
+"""``AsyncClient``: enqueue and read jobs, manage them, and administer tokens over grpc.aio.
+
+It shares everything but the transport with ``ClientBase`` (and ``Client``, its blocking
+twin); every gRPC failure leaves it as an SDK exception (see ``worker_sdk._errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+
+from worker_sdk._admin import AsyncAdminCalls
+from worker_sdk._client_base import DEFAULT_RPC_TIMEOUT, EnqueueItem, check_id, check_job_id
+from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
+from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_from_proto
+from worker_sdk._errors import translated_rpc_errors
+from worker_sdk._info import AttemptInfo, EnqueuedJob, JobInfo, JobState, RevealedError
+from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
+
+
+class AsyncClient(AsyncAdminCalls):
+    """Enqueues and reads jobs over grpc.aio; create it inside a running event loop.
+
+    Args:
+        target: The coordinator address, e.g. ``"runwick:7233"``; or a
+            ``ConnectionOptions`` holding it with the token and TLS settings (then pass
+            none of the other connection arguments).
+        token: Bearer token sent with every call (R-20); None for an insecure coordinator.
+            Each call needs its scope (R-21): ``enqueue``, ``read`` (get, wait, lists),
+            ``manage`` (cancel, retry), ``reveal`` (reveal_error), ``admin`` (tokens and
+            the audit log).
+        credentials: TLS channel credentials; None for a plaintext channel unless
+            ``ca``/``cert``/``key`` or ``tls`` are given.
+        ca: TLS: the CA that signed the coordinator's certificate (path or PEM).
+        cert: Mutual TLS: this client's certificate (path or PEM); needs ``key``.
+        key: Mutual TLS: the private key of ``cert``.
+        tls: TLS trusting the system's roots, without ``ca``/``cert``/``key``.
+        options: Extra gRPC channel options (they override the defaults).
+        rpc_timeout: Deadline of each call except ``wait``; None for none.
+
+    Raises:
+        ArgumentError: The connection arguments are inconsistent (see
+            ``ConnectionOptions``).
+
+    Use it as ``async with AsyncClient(...) as client:`` or call ``await close()``.
+    """
+
+    def __init__(
+        self,
+        target: str | ConnectionOptions,
+        *,
+        token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+        rpc_timeout: timedelta | None = DEFAULT_RPC_TIMEOUT,
+        ca: PemSource | None = None,
+        cert: PemSource | None = None,
+        key: PemSource | None = None,
+        tls: bool = False,
+    ) -> None:
+        connection = connection_options(
+            target,
+            token=token,
+            ca=ca,
+            cert=cert,
+            key=key,
+            tls=tls,
+            credentials=credentials,
+            channel_options=options,
+        )
+        super().__init__(connection, rpc_timeout=rpc_timeout)
+        self._channel = connection.open_aio_channel()
+        self._stub: Any = job_service_pb2_grpc.JobServiceStub(self._channel)
+        self._admin = admin_service_pb2_grpc.AdminServiceStub(self._channel)
+
+    async def enqueue(
+        self,
+        payload: object,
+        *,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        parents: Sequence[str] = (),
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Enqueues one job and returns its ID.
+
+        Args:
+            payload: An instance of a ``@job`` dataclass.
+            run_at: Not before this (timezone-aware) time; None or past means now.
+            priority: Overrides the job type's priority; higher runs first.
+            queue: Overrides the job type's queue.
+            parents: Job IDs that must succeed first (R-15).
+            idempotency_key: With a key, a second enqueue returns the first job (R-14).
+
+        Raises:
+            ArgumentError: The payload or an argument is invalid (also on the coordinator).
+            RunwickError: Any other failure, translated from gRPC.
+        """
+        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key)
+        return (await self.enqueue_many([item]))[0]
+
+    async def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
+        """Enqueues a batch, all or nothing, and returns the job IDs in order.
+
+        Items are ``EnqueueItem`` values or bare payloads.
+        """
+        request = self._enqueue_request(items)
+        with translated_rpc_errors():
+            response = await self._stub.Enqueue(request, **self._call_kwargs())
+        return self._enqueued_ids(response, len(request.jobs))
+
+    async def enqueue_raw(
+        self,
+        wire_name: str,
+        payload: bytes,
+        *,
+        payload_version: int = 1,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        max_executions: int | None = None,
+        parents: Sequence[str] = (),
+    ) -> EnqueuedJob:
+        """Enqueues one job given by wire name and encoded payload, for tools that have
+        no ``@job`` class for it (the ``runwick jobs enqueue`` command).
+
+        The values go to the coordinator as given and are checked there (only their
+        types are checked here); this client's ``job_defaults`` apply, under
+        ``max_executions``.
+
+        Args:
+            wire_name: The job type's name on the wire.
+            payload: The payload as its worker decodes it (UTF-8 JSON for SDK workers).
+            payload_version: The payload's version.
+            queue: The queue the job goes to.
+            priority: Higher runs first within a queue.
+            run_at: Not before this (timezone-aware) time; None or past means now.
+            idempotency_key: With a key, a second enqueue returns the first job (R-14).
+            max_executions: Started runs allowed (R-1); None leaves it to the defaults.
+            parents: Job IDs that must succeed first (R-15).
+
+        Returns:
+            The job's ID and state, and whether an idempotency key matched an earlier job.
+
+        Raises:
+            ArgumentError: An argument has the wrong type, or the coordinator refused a
+                value (``field_violations`` names it).
+            RunwickError: Any other failure, translated from gRPC.
+        """
+        request = self._raw_enqueue_request(
+            wire_name,
+            payload,
+            payload_version=payload_version,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            max_executions=max_executions,
+            parents=parents,
+        )
+        with translated_rpc_errors():
+            response = await self._stub.Enqueue(request, **self._call_kwargs())
+        return self._enqueued_one(response)
+
+    async def get(self, job_id: str) -> JobInfo:
+        """Returns the job; raises ``JobNotFound`` when it does not exist."""
+        request = job_service_pb2.GetJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = await self._stub.GetJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    # The name ``timeout`` is the API: how long the coordinator-side wait may last.
+    async def wait(self, job_id: str, timeout: timedelta = timedelta(seconds=30)) -> JobInfo:  # noqa: ASYNC109
+        """Waits until the job is terminal or ``timeout`` passes, and returns it as it is.
+
+        Check ``info.terminal`` to tell the two apart.
+        """
+        check_job_id(job_id)
+        deadline = self._wait_deadline(timeout)
+        while True:
+            request, call_timeout_s = self._wait_request(job_id, deadline)
+            with translated_rpc_errors():
+                response = await self._stub.WaitJob(request, **self._call_kwargs(call_timeout_s))
+            info = job_from_proto(response.job)
+            if response.terminal or info.terminal or self._wait_over(deadline):
+                return info
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: JobState | str | None = None,
+        wire_name: str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[JobInfo]:
+        """Yields matching jobs, newest first, fetching pages as needed.
+
+        Listed jobs leave out payload and output.
+        """
+        token = ""
+        while True:
+            request = self._list_request(queue, state, wire_name, page_size, token)
+            with translated_rpc_errors():
+                response = await self._stub.ListJobs(request, **self._call_kwargs())
+            for job in response.jobs:
+                yield job_from_proto(job)
+            token = response.next_page_token
+            if not token:
+                return
+
+    async def attempts(self, job_id: str) -> list[AttemptInfo]:
+        """Returns the job's attempts, oldest first, earlier generations included (each
+        carries its ``generation``). Error code and exception type only: see
+        ``reveal_error`` for the text."""
+        request = job_service_pb2.ListAttemptsRequest(job_id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = await self._stub.ListAttempts(request, **self._call_kwargs())
+        return [attempt_from_proto(attempt) for attempt in response.attempts]
+
+    async def cancel(self, job_id: str) -> JobInfo:
+        """Cancels the job (R-8) and returns it as it is after the cancel.
+
+        A job that is not running ends ``cancelled`` at once. A running job comes back
+        still ``running`` with ``cancel_requested`` set: its handler's cancellation fires
+        on the worker and the job ends ``cancelled`` (``wait`` for it), or ``succeeded``
+        if the handler finished first. Needs the ``manage`` scope.
+
+        Raises:
+            FailedPrecondition: The job already ended.
+            JobNotFound: There is no such job.
+        """
+        request = job_service_pb2.CancelJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = await self._stub.CancelJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    async def retry(self, job_id: str) -> JobInfo:
+        """Retries a ``failed`` or ``cancelled`` job by hand (R-9): a new generation with
+        fresh budgets, available at once; earlier attempts stay. Needs ``manage``.
+
+        Raises:
+            FailedPrecondition: The job is in another state.
+            JobNotFound: There is no such job.
+        """
+        request = job_service_pb2.RetryJobRequest(id=check_job_id(job_id))
+        with translated_rpc_errors():
+            response = await self._stub.RetryJob(request, **self._call_kwargs())
+        return job_from_proto(response.job)
+
+    async def reveal_error(self, attempt_id: str) -> RevealedError:
+        """Returns an attempt's exception message and full text (R-22). Needs the
+        ``reveal`` scope; the coordinator audits every reveal.
+
+        Raises:
+            JobNotFound: There is no such attempt.
+            PermissionDenied: The token lacks ``reveal``.
+        """
+        request = job_service_pb2.RevealErrorRequest(attempt_id=check_id("attempt_id", attempt_id))
+        with translated_rpc_errors():
+            response = await self._stub.RevealError(request, **self._call_kwargs())
+        return revealed_from_proto(response)
+
+    async def close(self) -> None:
+        """Closes the channel; calls in progress are cancelled."""
+        await self._channel.close(None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
