@@ -5,6 +5,7 @@ CoordinatorError
 │   └── JobOutputTooLarge  a success write's output is over ``max_output_bytes`` (SPEC §5)
 ├── NotFound             the job or attempt does not exist
 ├── FailedPrecondition   the job is in the wrong state for the operation
+├── PermissionDenied     the caller may not act on this object (another worker's attempt)
 └── Unavailable          the database cannot be reached right now
 
 Every error carries a machine-readable ``reason`` (UPPER_SNAKE_CASE, the
@@ -81,6 +82,10 @@ class NotFound(CoordinatorError):
 
 class FailedPrecondition(CoordinatorError):
     default_reason = "FAILED_PRECONDITION"
+
+
+class PermissionDenied(CoordinatorError):
+    default_reason = "PERMISSION_DENIED"
 
 
 class Unavailable(CoordinatorError):

@@ -26,7 +26,14 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from coordinator.errors import (
+    CoordinatorError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from worker_sdk.grammar import TRUNCATION_MARKER, truncate_utf8
 
 log = logging.getLogger(__name__)
@@ -46,6 +53,7 @@ STATUS_BY_ERROR: dict[type[CoordinatorError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 

@@ -76,7 +76,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 f"token {principal.name!r} ({principal.token_id}) may take jobs from queues "
                 f"[{allowed}] only, not [{', '.join(hello.queues)}]",
             )
-        session = self.app.connect_worker(dataclasses.replace(hello, token_id=principal.token_id))
+        session = self.app.connect_worker(
+            dataclasses.replace(hello, token_id=principal.token_id, token_queues=principal.queues)
+        )
         log.info(
             "worker %s connected (queues %s, capacity %d)",
             session.worker_id,

@@ -30,6 +30,7 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.scheduler.clock import DatabaseClock, database_offset_ms
 from coordinator.scheduler.due import due_promotion
 from coordinator.scheduler.leases import lease_expiry
+from coordinator.scheduler.revocations import RevokedTokenStreams
 from coordinator.scheduler.stats import QueueStatistics
 from coordinator.service.audit import AuditLog
 from coordinator.service.batch import WorkerOps
@@ -92,6 +93,13 @@ class Coordinator:
             self.metrics.queue_stats,
             self._database_checked,
         )
+        self.revoked_streams = RevokedTokenStreams(
+            store,
+            self.executors,
+            self.dispatcher.open_token_ids,
+            self._token_revoked_elsewhere,
+            config.auth_cache_ttl_s,
+        )
         self._readiness_listeners: list[ReadinessListener] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -149,6 +157,8 @@ class Coordinator:
             ("due", self.due_promotion.run),
             ("stats", self.queue_statistics.run),
         ]
+        if self.config.auth_enabled:
+            loops.append(("revocations", self.revoked_streams.run))
         if isinstance(self.clock, OffsetClock):
             refresh = DatabaseClock(
                 self.store, self.clock, self.executors, self.config.clock_refresh_interval_s
@@ -199,6 +209,12 @@ class Coordinator:
         self.executors.shutdown()
         self.queue_statistics.close()
         self.store.close()
+
+    def _token_revoked_elsewhere(self, token_id: str) -> None:
+        closed = self.dispatcher.close_token_sessions(token_id)
+        self.tokens.forget(token_id)
+        if closed:
+            log.info("token %s was revoked: ended %d worker streams opened with it", token_id, closed)
 
     # -- effects ------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,14 @@ from coordinator.dispatch.sessions import (
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
-from coordinator.service.work import BatchAnswers, ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import (
+    AttemptMessage,
+    BatchAnswers,
+    ClaimRequest,
+    HeartbeatRequest,
+    ResultReport,
+    WorkBatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +102,7 @@ class Dispatcher:
             hello.capacity,
             hello.lease_ms,
             token_id=hello.token_id,
+            token_queues=hello.token_queues,
         )
         self.sessions.add(session)
         self._idle.clear()
@@ -114,17 +123,17 @@ class Dispatcher:
         self._wake.set()
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
-        self._batch.starts.append(attempt_id)
+        self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
         self._routes.starts.append(session)
         self._wake.set()
 
     def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None:
-        self._batch.heartbeats.append((attempt_ids, lease_ms))
+        self._batch.heartbeats.append(HeartbeatRequest(attempt_ids, lease_ms, session.identity))
         self._routes.heartbeats.append(session)
         self._wake.set()
 
     def result(self, session: WorkerSession, report: ResultReport) -> None:
-        self._batch.results.append(report)
+        self._batch.results.append(dataclasses.replace(report, sender=session.identity))
         self._routes.results.append(session)
         self._wake.set()
 
@@ -140,7 +149,7 @@ class Dispatcher:
         self._wake.set()
 
     def release(self, session: WorkerSession, attempt_id: str) -> None:
-        self._batch.releases.append(attempt_id)
+        self._batch.releases.append(AttemptMessage(attempt_id, session.identity))
         self._routes.releases.append(session)
         self._wake.set()
 
@@ -226,6 +235,7 @@ class Dispatcher:
                             session.wire_names,
                             session.credit,
                             session.lease_ms,
+                            token_id=session.token_id,
                         )
                     )
                     routes.claims.append(session)
@@ -263,6 +273,10 @@ class Dispatcher:
         for session in sessions:
             session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
         return len(sessions)
+
+    def open_token_ids(self) -> set[str]:
+        """The tokens this replica's open streams were opened with."""
+        return {s.token_id for s in self.sessions if s.token_id is not None}
 
     def close_token_sessions(self, token_id: str) -> int:
         """Ends the streams opened with a token that was just revoked."""

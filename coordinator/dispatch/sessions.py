@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
+from coordinator.domain.records import WorkerIdentity
 from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, ResultReport, StartAnswer
 
 _session_numbers = itertools.count(1)
@@ -53,6 +54,8 @@ class WorkerHello:
     lease_ms: int
     token_id: str | None = None
     """The token the stream was opened with (None with auth off)."""
+    token_queues: frozenset[str] | None = None
+    """That token's queue restriction (None: any queue)."""
 
 
 class SessionHost(Protocol):
@@ -78,10 +81,16 @@ class WorkerSession:
     capacity: int
     lease_ms: int
     token_id: str | None = None
+    token_queues: frozenset[str] | None = None
     credit: int = 0
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)
+
+    @property
+    def identity(self) -> WorkerIdentity:
+        """Who this stream's messages come from: only it may act on the attempts it claims."""
+        return WorkerIdentity(self.worker_id, self.token_id, self.token_queues)
 
     def deliver(self, delivery: Delivery) -> None:
         self.outbox.put_nowait(delivery)

@@ -94,6 +94,31 @@ class AttemptRecord:
     retry_delay_ms: int | None
     job_state_after: JobState | None
     reported: bool
+    token_id: str | None = None
+    """The token of the stream that claimed it (None with authentication off)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    """Who sent a worker-protocol message: the stream's worker ID and the token it
+    connected with (None with authentication off), with that token's queue restriction.
+
+    Only the stream that holds a claim may act on its attempt (start, heartbeat, result,
+    release): the same worker ID with the same token, on whichever replica.
+    """
+
+    worker_id: str
+    token_id: str | None = None
+    queues: frozenset[str] | None = None
+    """The token's queues (None: any queue)."""
+
+    def holds(self, attempt: AttemptRecord, queue: str) -> bool:
+        """Whether this stream may act on ``attempt`` (of a job in ``queue``)."""
+        return (
+            attempt.worker_id == self.worker_id
+            and attempt.token_id == self.token_id
+            and (self.queues is None or queue in self.queues)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +130,7 @@ class NewAttempt:
     generation: int
     worker_id: str
     claimed_at_ms: int
+    token_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,18 @@ from coordinator.domain.lifecycle import (
     decide_result,
     decide_start,
 )
-from coordinator.domain.records import AttemptRecord, JobRecord
+from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
-from coordinator.errors import CoordinatorError, InvalidArgument, JobOutputTooLarge, NotFound
+from coordinator.errors import (
+    CoordinatorError,
+    InvalidArgument,
+    JobOutputTooLarge,
+    NotFound,
+    PermissionDenied,
+)
 from coordinator.service.effects import RunStarted
 from coordinator.service.work import (
+    AttemptMessage,
     BatchAnswers,
     Claimed,
     ClaimRequest,
@@ -105,18 +112,21 @@ class _BatchRun:
         self._attempts: dict[str, AttemptRecord] = {}
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
-        ids = batch.releases + batch.starts + [r.attempt_id for r in batch.results]
+        ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
         self._attempts = self.tx.attempts_by_ids(filter(_well_formed, ids))
         self._jobs = self.tx.jobs_by_ids(a.job_id for a in self._attempts.values())
-        for attempt_id in batch.releases:
-            self._release(attempt_id)
-        self.answers.starts = [self._start(attempt_id) for attempt_id in batch.starts]
-        for attempt_ids, lease_ms in batch.heartbeats:
-            renewed = self.tx.renew_leases(list(filter(_well_formed, attempt_ids)), self.now + lease_ms)
+        for release in batch.releases:
+            self._release(release)
+        self.answers.starts = [self._start(start) for start in batch.starts]
+        for heartbeat in batch.heartbeats:
+            attempt_ids, lease_until = heartbeat.attempt_ids, self.now + heartbeat.lease_ms
+            renewed = self.tx.renew_leases(
+                list(filter(_well_formed, attempt_ids)), lease_until, heartbeat.sender
+            )
             self.answers.heartbeats.append(
                 HeartbeatAnswer(
                     lost=set(attempt_ids) - set(renewed),
-                    lease_expires_at_ms=self.now + lease_ms,
+                    lease_expires_at_ms=lease_until,
                     cancels=frozenset(a for a, cancel_requested in renewed.items() if cancel_requested),
                 )
             )
@@ -133,24 +143,39 @@ class _BatchRun:
         job = self._jobs.get(attempt.job_id) if attempt is not None else None
         return job if job is not None and job.current_attempt_id == attempt_id else None
 
+    def _held(self, attempt: AttemptRecord, sender: WorkerIdentity | None) -> bool:
+        """Whether ``sender`` is the stream that holds ``attempt``: the worker and token
+        that claimed it, with the job in the token's queues. Nobody else may act on it."""
+        job = self._jobs.get(attempt.job_id)
+        return sender is not None and job is not None and sender.holds(attempt, job.queue)
+
     def _keep(self, job: JobRecord) -> JobRecord:
         self._jobs[job.id] = job
         return job
 
-    def _release(self, attempt_id: str) -> None:
-        job = self._current(attempt_id)
+    def _release(self, release: AttemptMessage) -> None:
+        attempt = self._attempts.get(release.attempt_id)
+        if attempt is None or not self._held(attempt, release.sender):
+            return  # not this stream's to give back
+        job = self._current(release.attempt_id)
         if job is None or job.state is not JobState.RESERVED:
-            return  # already recovered or never ours: nothing to give back
+            return  # already recovered: nothing to give back
         self._keep(self.writes.end_attempt(job, decide_release(job.view(), self.now), reported=True))
 
-    def _start(self, attempt_id: str) -> StartAnswer:
+    def _start(self, start: AttemptMessage) -> StartAnswer:
+        attempt_id = start.attempt_id
         attempt = self._attempts.get(attempt_id)
         if attempt is None:
             return StartAnswer(attempt_id, False, reason="unknown attempt")
-        if attempt.started_at_ms is not None:
-            # R-14: a repeated start gets the first answer.
-            return StartAnswer(attempt_id, True, attempt.execution_number)
+        if not self._held(attempt, start.sender):
+            return StartAnswer(attempt_id, False, reason="attempt held by another worker")
         job = self._current(attempt_id)
+        if attempt.started_at_ms is not None:
+            # R-14: a repeated start gets the first answer, but only while the attempt is
+            # still running: one that ended (its lease lapsed) must not run its handler.
+            if job is not None and job.state is JobState.RUNNING:
+                return StartAnswer(attempt_id, True, attempt.execution_number)
+            return StartAnswer(attempt_id, False, reason="attempt already ended")
         if job is None:
             return StartAnswer(attempt_id, False, reason="superseded attempt")
         decision = decide_start(job.view(), attempt_id)
@@ -168,6 +193,16 @@ class _BatchRun:
         attempt = self._attempts.get(attempt_id)
         if attempt is None:
             return _refused(attempt_id, _unknown_attempt("result.attempt_id", attempt_id))
+        if not self._held(attempt, result.sender):
+            return _refused(
+                attempt_id,
+                PermissionDenied(
+                    f"attempt {attempt_id} is held by another worker stream; only the worker "
+                    "and token that claimed it may report its result",
+                    reason="ATTEMPT_NOT_HELD",
+                    metadata={"attempt_id": attempt_id},
+                ),
+            )
         if attempt.outcome is not None:
             # R-14: a repeat gets the first answer and changes nothing. A release is
             # reported too, but it was no result: a result after it is stale (R-11).
@@ -220,7 +255,9 @@ class _BatchRun:
         lease_until = self.now + request.lease_ms
         for job in self.tx.claimable(request.queues, request.wire_names, self.now, limit):
             attempt_id = uuid7(self.now)
-            updated = self._keep(self.writes.claim(job, attempt_id, request.worker_id, lease_until))
+            updated = self._keep(
+                self.writes.claim(job, attempt_id, request.worker_id, lease_until, request.token_id)
+            )
             claimed.append(Claimed(updated, attempt_id, lease_until))
         # The next request's query must not see these jobs as claimable.
         self.writes.flush()

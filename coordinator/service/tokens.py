@@ -175,10 +175,14 @@ class TokenService:
             return tx.get_token(token_id)
 
         revoked = self.store.transact(revoke, what="a token revocation")
-        with self._lock:
-            self._cache.pop(token_id, None)
+        self.forget(token_id)
         assert revoked is not None
         return revoked
+
+    def forget(self, token_id: str) -> None:
+        """Drops the token from the cache: its next use reads the store again."""
+        with self._lock:
+            self._cache.pop(token_id, None)
 
     def _insert(
         self,

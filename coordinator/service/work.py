@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import JobRecord
+from coordinator.domain.records import JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState
 from coordinator.errors import CoordinatorError
 from coordinator.service.effects import Effects
@@ -21,6 +21,9 @@ class ClaimRequest:
     wire_names: tuple[str, ...]
     count: int
     lease_ms: int
+    token_id: str | None = None
+    """The token of the stream claiming: recorded on each attempt, which only streams of
+    this worker with this token may then act on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,25 @@ class ResultReport:
     attempt_id: str
     report: Report
     output: bytes | None = None
+    sender: WorkerIdentity | None = None
+    """The stream it came on; a result without one is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptMessage:
+    """A start or a release of an attempt, and the stream it came on."""
+
+    attempt_id: str
+    sender: WorkerIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """One heartbeat: the attempts a stream still runs, and the lease it asks for."""
+
+    attempt_ids: list[str]
+    lease_ms: int
+    sender: WorkerIdentity
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +93,9 @@ class HeartbeatAnswer:
 class WorkBatch:
     """What arrived from all streams in one batch window."""
 
-    releases: list[str] = field(default_factory=list)
-    starts: list[str] = field(default_factory=list)
-    heartbeats: list[tuple[list[str], int]] = field(default_factory=list)
+    releases: list[AttemptMessage] = field(default_factory=list)
+    starts: list[AttemptMessage] = field(default_factory=list)
+    heartbeats: list[HeartbeatRequest] = field(default_factory=list)
     results: list[ResultReport] = field(default_factory=list)
     claims: list[ClaimRequest] = field(default_factory=list)
 

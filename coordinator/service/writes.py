@@ -116,11 +116,15 @@ class JobWrites:
             effects.scheduled(decision.run_at_ms)
         return updated
 
-    def claim(self, job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int) -> JobRecord:
+    def claim(
+        self, job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int, token_id: str | None
+    ) -> JobRecord:
         updated = self.change(
             job, changes.claimed(job, attempt_id, worker_id, lease_until_ms), "claimed", attempt_id
         )
-        self._new_attempts.append(NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now))
+        self._new_attempts.append(
+            NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now, token_id=token_id)
+        )
         return updated
 
     def start(self, job: JobRecord, attempt_id: str, execution_number: int) -> JobRecord:

@@ -133,6 +133,15 @@ def get_token(conn: Connection, token_id: str) -> TokenRecord | None:
     return token_from_row(row) if row is not None else None
 
 
+def revoked_tokens(conn: Connection, token_ids: Sequence[str]) -> set[str]:
+    """Those of ``token_ids`` that are revoked or do not exist (any more)."""
+    wanted = sorted(set(token_ids))
+    if not wanted:
+        return set()
+    rows = conn.execute(select(tokens.c.id).where(tokens.c.id.in_(wanted), tokens.c.revoked_at_ms.is_(None)))
+    return set(wanted) - {row[0] for row in rows}
+
+
 def list_tokens(conn: Connection, *, include_revoked: bool) -> list[TokenRecord]:
     query = select(tokens).order_by(tokens.c.created_at_ms, tokens.c.id)
     if not include_revoked:

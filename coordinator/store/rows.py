@@ -77,6 +77,7 @@ def new_attempt_row(attempt: NewAttempt) -> dict[str, Any]:
         "execution_number": 0,
         "claimed_at_ms": attempt.claimed_at_ms,
         "reported": False,
+        "token_id": attempt.token_id,
     }
 
 

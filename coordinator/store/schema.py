@@ -109,6 +109,9 @@ attempts = Table(
     # True when the worker reported the outcome; a repeat of it is answered from here
     # while an outcome the coordinator recorded makes a late report stale.
     Column("reported", Boolean, nullable=False),
+    # The token the claim was made with (None with authentication off): only streams of
+    # this worker with this token may start, heartbeat, report or release the attempt.
+    Column("token_id", String(32)),
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.claimed_at_ms)
 

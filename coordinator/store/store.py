@@ -202,6 +202,11 @@ class Store:
         with self._reading() as conn:
             return reads.get_token(conn, token_id)
 
+    def revoked_tokens(self, token_ids: Sequence[str]) -> set[str]:
+        """Those of ``token_ids`` that are revoked or do not exist (any more)."""
+        with self._reading() as conn:
+            return reads.revoked_tokens(conn, token_ids)
+
     def list_tokens(self, *, include_revoked: bool) -> list[TokenRecord]:
         with self._reading() as conn:
             return reads.list_tokens(conn, include_revoked=include_revoked)

@@ -22,6 +22,7 @@ from coordinator.domain.records import (
     JobRecord,
     NewAttempt,
     TokenRecord,
+    WorkerIdentity,
 )
 from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
@@ -263,8 +264,11 @@ class Tx:
                 [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started],
             )
 
-    def renew_leases(self, attempt_ids: Sequence[str], lease_until_ms: int) -> dict[str, bool]:
-        """R-10: extends the leases of the current attempts among ``attempt_ids``.
+    def renew_leases(
+        self, attempt_ids: Sequence[str], lease_until_ms: int, holder: WorkerIdentity
+    ) -> dict[str, bool]:
+        """R-10: extends the leases of the current attempts among ``attempt_ids`` that
+        ``holder`` holds (claimed by its worker ID with its token).
 
         One statement for the whole heartbeat. Returns the attempt IDs renewed, each with
         its job's cancel-requested flag (R-8: the heartbeat answer repeats the cancel, so
@@ -272,12 +276,19 @@ class Tx:
         """
         renewed: dict[str, bool] = {}
         for chunk in chunks(sorted(set(attempt_ids))):
+            held = select(attempts.c.id).where(
+                attempts.c.id.in_(chunk), attempts.c.token_id.is_not_distinct_from(holder.token_id)
+            )
+            conditions = [
+                jobs.c.current_attempt_id.in_(held),
+                jobs.c.worker_id == holder.worker_id,
+                jobs.c.state.in_([s.value for s in LEASED_STATES]),
+            ]
+            if holder.queues is not None:
+                conditions.append(jobs.c.queue.in_(sorted(holder.queues)))
             statement = (
                 update(jobs)
-                .where(
-                    jobs.c.current_attempt_id.in_(chunk),
-                    jobs.c.state.in_([s.value for s in LEASED_STATES]),
-                )
+                .where(*conditions)
                 .values(lease_expires_at_ms=lease_until_ms)
                 .returning(jobs.c.current_attempt_id, jobs.c.cancel_requested)
             )

@@ -18,15 +18,18 @@ from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
+from coordinator.domain.ids import parse_id
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec
+from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, WorkerIdentity
 from coordinator.domain.states import Outcome
 from coordinator.service.batch import WorkerOps
 from coordinator.service.jobs import JobsService
 from coordinator.service.work import (
+    AttemptMessage,
     BatchAnswers,
     Claimed,
     ClaimRequest,
+    HeartbeatRequest,
     ResultAnswer,
     ResultReport,
     StartAnswer,
@@ -106,8 +109,9 @@ class Harness:
         wire_names: tuple[str, ...] = (WIRE, OTHER_WIRE),
         lease_ms: int = LEASE_MS,
         worker_id: str = WORKER,
+        token_id: str | None = None,
     ) -> list[Claimed]:
-        request = ClaimRequest(worker_id, queues, wire_names, count, lease_ms)
+        request = ClaimRequest(worker_id, queues, wire_names, count, lease_ms, token_id)
         return self.ops.process(WorkBatch(claims=[request])).claims[0]
 
     def claim_one(self, job_id: str | None = None, **kwargs: Any) -> Claimed:
@@ -121,8 +125,16 @@ class Harness:
             assert claimed[0].job.id == job_id
         return claimed[0]
 
-    def start(self, attempt_id: str) -> StartAnswer:
-        return self.ops.process(WorkBatch(starts=[attempt_id])).starts[0]
+    def holder(self, attempt_id: str) -> WorkerIdentity:
+        """The stream that holds ``attempt_id`` (its claimer), or the default worker's."""
+        attempt = self.store.get_attempt(attempt_id) if parse_id(attempt_id) == attempt_id else None
+        if attempt is None:
+            return WorkerIdentity(WORKER)
+        return WorkerIdentity(attempt.worker_id, attempt.token_id)
+
+    def start(self, attempt_id: str, sender: WorkerIdentity | None = None) -> StartAnswer:
+        message = AttemptMessage(attempt_id, sender or self.holder(attempt_id))
+        return self.ops.process(WorkBatch(starts=[message])).starts[0]
 
     def run(self, job_id: str | None = None, **claim_kwargs: Any) -> Claimed:
         """Claims one job and starts it (the handler is authorized)."""
@@ -131,9 +143,12 @@ class Harness:
         assert answer.granted, answer
         return claimed
 
-    def heartbeat(self, attempt_ids: list[str], lease_ms: int = LEASE_MS) -> tuple[set[str], int]:
+    def heartbeat(
+        self, attempt_ids: list[str], lease_ms: int = LEASE_MS, sender: WorkerIdentity | None = None
+    ) -> tuple[set[str], int]:
         """Returns the attempts reported lost and the new lease deadline."""
-        answers = self.ops.process(WorkBatch(heartbeats=[(attempt_ids, lease_ms)]))
+        sender = sender or (self.holder(attempt_ids[0]) if attempt_ids else WorkerIdentity(WORKER))
+        answers = self.ops.process(WorkBatch(heartbeats=[HeartbeatRequest(attempt_ids, lease_ms, sender)]))
         return answers.lost[0], answers.lease_expires_at_ms[0]
 
     def report(
@@ -142,13 +157,16 @@ class Harness:
         outcome: Outcome = Outcome.SUCCEEDED,
         *,
         output: bytes | None = None,
+        sender: WorkerIdentity | None = None,
         **report_fields: Any,
     ) -> ResultAnswer:
-        result = ResultReport(attempt_id, Report(outcome, **report_fields), output)
+        result = ResultReport(
+            attempt_id, Report(outcome, **report_fields), output, sender or self.holder(attempt_id)
+        )
         return self.ops.process(WorkBatch(results=[result])).results[0]
 
     def release(self, attempt_id: str) -> BatchAnswers:
-        return self.ops.process(WorkBatch(releases=[attempt_id]))
+        return self.ops.process(WorkBatch(releases=[AttemptMessage(attempt_id, self.holder(attempt_id))]))
 
     def lapse(self, ms: int = LEASE_MS) -> BatchAnswers:
         """Lets ``ms`` pass and runs lease expiry."""

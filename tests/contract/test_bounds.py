@@ -292,7 +292,10 @@ def test_s5_failure_detail_and_message_are_truncated_utf8_safe_at_every_cut_posi
     job_ids = [small.enqueue(queue=f"q{n}") for n in range(len(texts))]
     claimed = [small.run(job_id) for job_id in job_ids]
 
-    results = [ResultReport(c.attempt_id, _report(text)) for c, text in zip(claimed, texts, strict=True)]
+    results = [
+        ResultReport(c.attempt_id, _report(text), sender=small.holder(c.attempt_id))
+        for c, text in zip(claimed, texts, strict=True)
+    ]
     answers = small.ops.process(WorkBatch(results=results)).results
 
     assert all(answer.accepted for answer in answers)

@@ -14,7 +14,7 @@ from coordinator.domain.clock import FakeClock
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
-from coordinator.service.work import BatchAnswers, WorkBatch
+from coordinator.service.work import AttemptMessage, BatchAnswers, WorkBatch
 from coordinator.store import Store
 
 from .harness import LEASE_MS, SECOND, WIRE, Harness, r2_range
@@ -230,7 +230,14 @@ def test_r12_releasing_a_started_superseded_or_unknown_attempt_changes_nothing(h
     running = harness.run(harness.enqueue(queue="a"))
     before = harness.snapshot(running.job.id)
 
-    harness.ops.process(WorkBatch(releases=[running.attempt_id, "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f"]))
+    harness.ops.process(
+        WorkBatch(
+            releases=[
+                AttemptMessage(attempt_id, harness.holder(running.attempt_id))
+                for attempt_id in (running.attempt_id, "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f")
+            ]
+        )
+    )
 
     assert harness.snapshot(running.job.id) == before
     reserved = harness.claim_one(harness.enqueue(queue="b"))

@@ -16,7 +16,7 @@ from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.service.audit import AuditLog
 from coordinator.service.manage import ManagementService
 from coordinator.service.tokens import TokenService, hash_token, parse_token
-from coordinator.service.work import WorkBatch
+from coordinator.service.work import HeartbeatRequest, WorkBatch
 from coordinator.store import StoreError
 from coordinator.store.engine import create_write_engine
 
@@ -102,7 +102,11 @@ def test_r8_cancel_of_a_running_job_flags_it_and_names_the_worker_to_tell(
     job = harness.job(job_id)
     assert (job.state, job.cancel_requested) == (JobState.RUNNING, True)
     # The heartbeat answer repeats the cancel (a worker on another replica hears it too).
-    answers = harness.ops.process(WorkBatch(heartbeats=[([claimed.attempt_id], LEASE_MS)]))
+    answers = harness.ops.process(
+        WorkBatch(
+            heartbeats=[HeartbeatRequest([claimed.attempt_id], LEASE_MS, harness.holder(claimed.attempt_id))]
+        )
+    )
     assert answers.lost == [set()] and answers.cancels == [{claimed.attempt_id}]
 
     ack = harness.report(claimed.attempt_id, Outcome.CANCELLED, error_code="cancelled")

@@ -12,6 +12,7 @@ import pytest
 from coordinator.domain import changes
 from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import WorkerIdentity
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.effects import Effects, JobFinished
@@ -19,7 +20,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.work import ResultReport, WorkBatch
 from coordinator.service.writes import JobWrites
 
-from .harness import LEASE_MS, QUEUE, WIRE, Harness
+from .harness import LEASE_MS, QUEUE, WIRE, WORKER, Harness
 
 OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
 
@@ -108,4 +109,4 @@ def test_the_terminal_path_takes_terminal_states_only(harness: Harness) -> None:
 
 
 def harness_result(attempt_id: str, outcome: Outcome) -> WorkBatch:
-    return WorkBatch(results=[ResultReport(attempt_id, Report(outcome))])
+    return WorkBatch(results=[ResultReport(attempt_id, Report(outcome), sender=WorkerIdentity(WORKER))])

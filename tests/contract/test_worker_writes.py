@@ -7,14 +7,18 @@ import pytest
 
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import WorkerIdentity
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
-from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import AttemptMessage, ClaimRequest, HeartbeatRequest, ResultReport, WorkBatch
 from worker_sdk.grammar import TRUNCATION_MARKER
 
-from .harness import LEASE_MS, QUEUE, SECOND, WIRE, Harness, r2_range
+from .harness import LEASE_MS, QUEUE, SECOND, WIRE, WORKER, Harness, r2_range
 
 UNKNOWN_ATTEMPT = "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f"
+
+
+WORKER_IDENTITY = WorkerIdentity(WORKER)
 
 
 def _superseded(harness: Harness, job_id: str) -> tuple[str, str]:
@@ -88,7 +92,9 @@ def test_r14_a_start_repeated_inside_one_batch_charges_once(harness: Harness) ->
     job_id = harness.enqueue()
     claimed = harness.claim_one(job_id)
 
-    answers = harness.ops.process(WorkBatch(starts=[claimed.attempt_id, claimed.attempt_id])).starts
+    answers = harness.ops.process(
+        WorkBatch(starts=[AttemptMessage(claimed.attempt_id, harness.holder(claimed.attempt_id))] * 2)
+    ).starts
 
     assert [(a.granted, a.execution_number) for a in answers] == [(True, 1), (True, 1)]
     assert harness.job(job_id).executions == 1
@@ -181,7 +187,12 @@ def test_r10_each_heartbeat_of_a_batch_gets_its_own_answer(harness: Harness) -> 
     now = harness.clock.now_ms()
 
     answers = harness.ops.process(
-        WorkBatch(heartbeats=[([a.attempt_id, UNKNOWN_ATTEMPT], 10 * SECOND), ([b.attempt_id], 20 * SECOND)])
+        WorkBatch(
+            heartbeats=[
+                HeartbeatRequest([a.attempt_id, UNKNOWN_ATTEMPT], 10 * SECOND, harness.holder(a.attempt_id)),
+                HeartbeatRequest([b.attempt_id], 20 * SECOND, harness.holder(b.attempt_id)),
+            ]
+        )
     )
 
     assert answers.lost == [{UNKNOWN_ATTEMPT}, set()]
@@ -394,7 +405,10 @@ def test_text_with_nul_characters_is_stored_alike_on_both_engines(harness: Harne
     claim = ClaimRequest("worker-2", (QUEUE,), (WIRE,), 1, LEASE_MS)
 
     answers = harness.ops.process(
-        WorkBatch(results=[ResultReport(claimed.attempt_id, report)], claims=[claim])
+        WorkBatch(
+            results=[ResultReport(claimed.attempt_id, report, sender=harness.holder(claimed.attempt_id))],
+            claims=[claim],
+        )
     )
 
     assert answers.results[0].accepted is True
@@ -463,7 +477,11 @@ def test_r14_a_repeated_retryable_result_keeps_the_chosen_delay(harness: Harness
 def test_r14_a_result_repeated_inside_one_batch_gets_the_first_answer(harness: Harness) -> None:
     job_id = harness.enqueue()
     claimed = harness.run(job_id)
-    result = ResultReport(claimed.attempt_id, Report(Outcome.RETRYABLE_FAILURE, error_code="E"))
+    result = ResultReport(
+        claimed.attempt_id,
+        Report(Outcome.RETRYABLE_FAILURE, error_code="E"),
+        sender=harness.holder(claimed.attempt_id),
+    )
 
     answers = harness.ops.process(WorkBatch(results=[result, result])).results
 
@@ -526,10 +544,10 @@ def test_r11_malformed_attempt_ids_are_unknown_and_spoil_nothing_else_in_the_bat
 
     answers = harness.ops.process(
         WorkBatch(
-            releases=[bad],
-            starts=[bad],
-            heartbeats=[([bad, running.attempt_id], LEASE_MS)],
-            results=[ResultReport(bad, Report(Outcome.SUCCEEDED))],
+            releases=[AttemptMessage(bad, WORKER_IDENTITY)],
+            starts=[AttemptMessage(bad, WORKER_IDENTITY)],
+            heartbeats=[HeartbeatRequest([bad, running.attempt_id], LEASE_MS, WORKER_IDENTITY)],
+            results=[ResultReport(bad, Report(Outcome.SUCCEEDED), sender=WORKER_IDENTITY)],
             claims=[claim],
         )
     )

@@ -23,7 +23,15 @@ class RawWorker:
     """One stream; ``send`` queues messages, ``next(kind)`` awaits the next of a kind."""
 
     def __init__(
-        self, target: str, worker_id: str, wire_names: list[str], *, capacity: int = 1, lease_ms: int = 60_000
+        self,
+        target: str,
+        worker_id: str,
+        wire_names: list[str],
+        *,
+        capacity: int = 1,
+        lease_ms: int = 60_000,
+        token: str | None = None,
+        queues: list[str] | None = None,
     ):
         self.channel = grpc.aio.insecure_channel(target)
         self.outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
@@ -31,11 +39,18 @@ class RawWorker:
         lease.FromMilliseconds(lease_ms)
         self.outgoing.put_nowait(
             pb.WorkerMessage(
-                hello=pb.Hello(worker_id=worker_id, wire_names=wire_names, capacity=capacity, lease=lease)
+                hello=pb.Hello(
+                    worker_id=worker_id,
+                    queues=queues or [],
+                    wire_names=wire_names,
+                    capacity=capacity,
+                    lease=lease,
+                )
             )
         )
         stub = worker_service_pb2_grpc.WorkerServiceStub(self.channel)
-        self.call = stub.Connect(self._requests())
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.call = stub.Connect(self._requests(), metadata=metadata)
 
     async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
         while (message := await self.outgoing.get()) is not None:

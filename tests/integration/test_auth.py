@@ -18,10 +18,10 @@ from coordinator.api.auth import METHOD_SCOPES, OPEN_SERVICES
 from coordinator.config import ConfigError, CoordinatorConfig
 from coordinator.domain.access import Scope
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import NewJobSpec
+from coordinator.domain.records import NewJobSpec, WorkerIdentity
 from coordinator.domain.states import Outcome
 from coordinator.process import RunningCoordinator, start_coordinator
-from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport, WorkBatch
 from tests.support import health_status
 from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2,
@@ -118,11 +118,13 @@ async def _failed_attempt(running: RunningCoordinator) -> str:
         [enqueued] = running.app.jobs.enqueue([NewJobSpec("tests.secret", b"{}", queue="secrets")])
         claim = ClaimRequest("w", ("secrets",), ("tests.secret",), 1, 60_000)
         [claimed] = running.app.ops.process(WorkBatch(claims=[claim])).claims[0]
-        running.app.ops.process(WorkBatch(starts=[claimed.attempt_id]))
+        running.app.ops.process(WorkBatch(starts=[AttemptMessage(claimed.attempt_id, WorkerIdentity("w"))]))
         report = Report(
             Outcome.PERMANENT_FAILURE, "boom", "app.Boom", SECRET_TEXT, f"Traceback\n{SECRET_TEXT}"
         )
-        running.app.ops.process(WorkBatch(results=[ResultReport(claimed.attempt_id, report)]))
+        running.app.ops.process(
+            WorkBatch(results=[ResultReport(claimed.attempt_id, report, sender=WorkerIdentity("w"))])
+        )
         assert enqueued.job_id == claimed.job.id
         return claimed.attempt_id
 

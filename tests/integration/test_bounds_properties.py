@@ -43,11 +43,11 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import OffsetClock
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import NewJobSpec
+from coordinator.domain.records import NewJobSpec, WorkerIdentity
 from coordinator.domain.settings import MAX_EXECUTIONS_RANGE, MAX_UNSTARTED_RANGE
 from coordinator.domain.states import LEASED_STATES, JobState, Outcome
 from coordinator.process import RunningCoordinator, start_coordinator
-from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport, WorkBatch
 from coordinator.store.schema import attempts, jobs, transitions
 from worker_sdk._errors import _rich_details
 from worker_sdk.grammar import is_valid_code, utf16_length
@@ -370,12 +370,17 @@ def _seed(running: RunningCoordinator) -> None:
         WorkBatch(claims=[ClaimRequest("seeder", (f"seed{n}",), (WIRE,), 1, 3_600_000) for n in range(4)])
     ).claims
     attempt_ids = [claimed[0].attempt_id for claimed in claims]
-    ops.process(WorkBatch(starts=attempt_ids[1:]))
+    seeder = WorkerIdentity("seeder")
+    ops.process(WorkBatch(starts=[AttemptMessage(a, seeder) for a in attempt_ids[1:]]))
     ops.process(
         WorkBatch(
             results=[
-                ResultReport(attempt_ids[2], Report(Outcome.SUCCEEDED), b"out"),
-                ResultReport(attempt_ids[3], Report(Outcome.PERMANENT_FAILURE, "boom", "E", "why", "trace")),
+                ResultReport(attempt_ids[2], Report(Outcome.SUCCEEDED), b"out", seeder),
+                ResultReport(
+                    attempt_ids[3],
+                    Report(Outcome.PERMANENT_FAILURE, "boom", "E", "why", "trace"),
+                    sender=seeder,
+                ),
             ]
         )
     )
