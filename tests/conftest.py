@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from coordinator.store import Store
+from coordinator.store.schema import metadata
 
 ADMIN_URL = os.environ.get(
     "RUNWICK_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -48,7 +49,8 @@ def postgres_url() -> Iterator[str]:
 def _truncate(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE transitions, attempts, jobs, tokens, audit_events"))
+        # Every table of the schema (not alembic's version table), whatever the migrations add.
+        conn.execute(text("TRUNCATE " + ", ".join(table.name for table in metadata.sorted_tables)))
     engine.dispose()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.domain.records import DEFAULT_QUEUE, AttemptRecord, JobRecord, NewJobSpec
+from coordinator.domain.records import DEFAULT_QUEUE, AttemptRecord, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
@@ -124,10 +124,13 @@ def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
         idempotency_key=job.idempotency_key or None,
         settings=settings_layer(job.settings, index),
         parent_ids=tuple(job.parent_ids),
+        job_id=job.id or None,
     )
 
 
-def job_to_pb(job: JobRecord, *, include_blobs: bool = True) -> job_pb2.Job:
+def job_to_pb(
+    job: JobRecord, *, include_blobs: bool = True, relatives: Relatives | None = None
+) -> job_pb2.Job:
     settings = job_pb2.JobSettings(
         max_executions=job.max_executions,
         retry_initial_delay=duration(job.retry_initial_delay_ms),
@@ -167,6 +170,9 @@ def job_to_pb(job: JobRecord, *, include_blobs: bool = True) -> job_pb2.Job:
         message.lease_expires_at.CopyFrom(timestamp(job.lease_expires_at_ms))
     if job.finished_at_ms is not None:
         message.finished_at.CopyFrom(timestamp(job.finished_at_ms))
+    if relatives is not None:
+        message.parent_ids.extend(relatives.parent_ids)
+        message.child_ids.extend(relatives.child_ids)
     return message
 
 

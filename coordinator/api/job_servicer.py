@@ -31,7 +31,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
 
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
         job = await self.app.get_job(request.id)
-        return pb.GetJobResponse(job=convert.job_to_pb(job))
+        relatives = await self.app.relatives(job.id)
+        return pb.GetJobResponse(job=convert.job_to_pb(job, relatives=relatives))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         jobs, token = await self.app.list_jobs(
@@ -54,15 +55,20 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     async def WaitJob(self, request: pb.WaitJobRequest, context: Context) -> pb.WaitJobResponse:
         timeout_ms = convert.duration_ms(request.timeout, "timeout") if request.HasField("timeout") else None
         job = await self.app.wait_job(request.id, timeout_ms)
-        return pb.WaitJobResponse(job=convert.job_to_pb(job), terminal=job.state.terminal)
+        relatives = await self.app.relatives(job.id)
+        return pb.WaitJobResponse(
+            job=convert.job_to_pb(job, relatives=relatives), terminal=job.state.terminal
+        )
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
         job = await self.app.cancel(request.id, current_actor(context))
         return pb.CancelJobResponse(job=convert.job_to_pb(job))
 
     async def RetryJob(self, request: pb.RetryJobRequest, context: Context) -> pb.RetryJobResponse:
-        job = await self.app.retry(request.id, current_actor(context))
-        return pb.RetryJobResponse(job=convert.job_to_pb(job))
+        job, reopened = await self.app.retry(
+            request.id, current_actor(context), include_dependents=request.include_dependents
+        )
+        return pb.RetryJobResponse(job=convert.job_to_pb(job), reopened_ids=list(reopened))
 
     async def RevealError(self, request: pb.RevealErrorRequest, context: Context) -> pb.RevealErrorResponse:
         attempt = await self.app.reveal_error(request.attempt_id, current_actor(context))

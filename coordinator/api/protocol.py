@@ -121,6 +121,8 @@ def assignment(claimed: Claimed) -> Message:
     )
     if job.execution_timeout_ms is not None:
         message.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
+    for parent_id, output in sorted(claimed.parent_outputs.items()):
+        message.parent_outputs.add(job_id=parent_id, output=output)
     return Message(assignment=message)
 
 

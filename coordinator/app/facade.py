@@ -23,7 +23,15 @@ from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
 from coordinator.domain.access import Actor, Principal
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
-from coordinator.domain.records import AttemptRecord, AuditEvent, Enqueued, JobRecord, NewJobSpec, TokenRecord
+from coordinator.domain.records import (
+    AttemptRecord,
+    AuditEvent,
+    Enqueued,
+    JobRecord,
+    NewJobSpec,
+    Relatives,
+    TokenRecord,
+)
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.metrics import CoordinatorMetrics
@@ -235,7 +243,10 @@ class Coordinator:
         for spec, item in zip(specs, enqueued, strict=True):
             if not item.existing:
                 self.metrics.enqueued(spec.queue, spec.wire_name)
-                self.dispatcher.jobs_available(spec.run_at_ms)
+                if item.state.terminal:  # under a parent that failed already (R-15)
+                    self.metrics.completed(spec.queue, spec.wire_name, item.state)
+                else:
+                    self.dispatcher.jobs_available(spec.run_at_ms)
         return enqueued
 
     async def get_job(self, job_id: str) -> JobRecord:
@@ -258,6 +269,10 @@ class Coordinator:
             page_size=page_size,
             page_token=page_token,
         )
+
+    async def relatives(self, job_id: str) -> Relatives:
+        """The job's parents and children (R-15)."""
+        return await self.executors.read(self.jobs.relatives, job_id)
 
     async def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         return await self.executors.read(self.jobs.list_attempts, job_id)
@@ -294,11 +309,16 @@ class Coordinator:
         self._absorb(managed.effects)
         return managed.job
 
-    async def retry(self, job_id: str, actor: Actor) -> JobRecord:
-        """R-9 (audited): the job's next generation, available now."""
-        managed = await self.executors.write(self.manage.retry, job_id, actor)
+    async def retry(
+        self, job_id: str, actor: Actor, *, include_dependents: bool = False
+    ) -> tuple[JobRecord, tuple[str, ...]]:
+        """R-9 (audited): the job's next generation, available now or waiting for its
+        parents, and (with ``include_dependents``) the descendants re-opened (R-15)."""
+        managed = await self.executors.write(
+            self.manage.retry, job_id, actor, include_dependents=include_dependents
+        )
         self._absorb(managed.effects)
-        return managed.job
+        return managed.job, managed.reopened
 
     async def reveal_error(self, attempt_id: str, actor: Actor) -> AttemptRecord:
         """R-22 (audited): the attempt with its exception message and full text."""

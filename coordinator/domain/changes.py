@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.domain.lifecycle import Decision
 from coordinator.domain.records import JobRecord
-from coordinator.domain.states import CODE_CANCELLED, JobState, can_transition
+from coordinator.domain.states import CODE_CANCELLED, CODE_PARENT_FAILED, JobState, can_transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +91,12 @@ def cancel_requested(job: JobRecord) -> JobRecord:
     return replace(job, cancel_requested=True)
 
 
-def retried(job: JobRecord, generation: int, now_ms: int) -> JobRecord:
-    """R-9: the next generation, available now, with fresh budgets."""
+def retried(job: JobRecord, generation: int, now_ms: int, *, waiting: bool = False) -> JobRecord:
+    """R-9: the next generation with fresh budgets, available now (or, with ``waiting``,
+    waiting for parents that have still to succeed, R-15)."""
     return replace(
         job,
-        state=JobState.AVAILABLE,
+        state=JobState.WAITING if waiting else JobState.AVAILABLE,
         generation=generation,
         executions=0,
         unstarted_streak=0,
@@ -113,3 +114,13 @@ def retried(job: JobRecord, generation: int, now_ms: int) -> JobRecord:
 def due(job: JobRecord) -> JobRecord:
     """A scheduled job whose run-at has come."""
     return replace(job, state=JobState.AVAILABLE)
+
+
+def parent_failed(job: JobRecord, now_ms: int) -> JobRecord:
+    """R-15: a waiting job whose parent failed or was cancelled ends failed, unrun."""
+    return replace(job, state=JobState.FAILED, finished_at_ms=now_ms, last_error_code=CODE_PARENT_FAILED)
+
+
+def released(job: JobRecord, state: JobState) -> JobRecord:
+    """R-15: a waiting job whose last parent succeeded: available (or scheduled)."""
+    return replace(job, state=state)

@@ -151,6 +151,25 @@ class AttemptEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class Dependency:
+    """A child's dependency on a parent (R-15); the parent's output is kept here once it
+    succeeded (R-16), so the child can read it even after the parent is purged."""
+
+    child_id: str
+    parent_id: str
+    satisfied: bool = False
+    parent_output: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Relatives:
+    """A job's parents and children, by ID, in ID order."""
+
+    parent_ids: tuple[str, ...] = ()
+    child_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Transition:
     """One entry of a job's history."""
 
@@ -205,7 +224,11 @@ class NewJobSpec:
     idempotency_key: str | None = None
     settings: SettingsLayer = field(default_factory=SettingsLayer)
     parent_ids: tuple[str, ...] = ()
-    """Jobs that must succeed first (R-15), as the client sent them."""
+    """Jobs that must succeed first (R-15), as the client sent them: existing jobs, or
+    jobs of the same batch named by the ``job_id`` they are given."""
+    job_id: str | None = None
+    """A client-chosen ID (a UUID; UUIDv7 keeps the time order), so jobs of one batch can
+    name each other as parents; None lets the coordinator choose."""
 
 
 @dataclass(frozen=True, slots=True)

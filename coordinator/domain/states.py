@@ -66,6 +66,8 @@ CODE_RESERVATION_ABANDONMENT_EXHAUSTED = "reservation_abandonment_exhausted"
 CODE_PAYLOAD_UNDECODABLE = "payload_undecodable"
 CODE_OUTPUT_TOO_LARGE = "output_too_large"
 CODE_NEGATIVE_RETRY_DELAY = "negative_retry_delay"
+CODE_PARENT_FAILED = "parent_failed"
+"""R-15: a parent ended failed or cancelled, so its waiting descendants fail unrun."""
 
 # The default code of each outcome when the worker sent none.
 DEFAULT_CODES = {
@@ -92,8 +94,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
         {JobState.SUCCEEDED, JobState.SCHEDULED, JobState.AVAILABLE, JobState.FAILED, JobState.CANCELLED}
     ),
     JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset({JobState.AVAILABLE}),
-    JobState.CANCELLED: frozenset({JobState.AVAILABLE}),
+    # A manual retry (R-9): available, or waiting when parents have still to succeed.
+    JobState.FAILED: frozenset({JobState.AVAILABLE, JobState.WAITING}),
+    JobState.CANCELLED: frozenset({JobState.AVAILABLE, JobState.WAITING}),
 }
 
 

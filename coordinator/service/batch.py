@@ -261,6 +261,9 @@ class _BatchRun:
             claimed.append(Claimed(updated, attempt_id, lease_until))
         # The next request's query must not see these jobs as claimable.
         self.writes.flush()
+        outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
+        if outputs:
+            claimed = [replace(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
         return claimed
 
 

@@ -12,13 +12,15 @@ import random
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
+from coordinator.domain.dependencies import DependencyCycle, insertion_order
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
-from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec
+from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.settings import SettingsError, resolve_settings
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, NotFound
-from coordinator.store import Store, Tx
+from coordinator.service.enqueue import NewJob, insert_batch
+from coordinator.store import Store
 from coordinator.validation import check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
@@ -60,12 +62,13 @@ class JobsService:
                 metadata={"count": len(specs), "limit": limit},
             )
         now = self.clock.now_ms()
-        new_jobs = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        order = _insertion_order(batch)
         # When another enqueue with the same idempotency key commits first, the insert
         # fails and the next pass finds that job and returns it instead (R-14).
-        return self.store.transact(lambda tx: self._insert(tx, new_jobs, now), what="an enqueue")
+        return self.store.transact(lambda tx: insert_batch(tx, batch, order, now), what="an enqueue")
 
-    def _new_job(self, index: int, spec: NewJobSpec, now: int) -> JobRecord:
+    def _new_job(self, index: int, spec: NewJobSpec, now: int) -> NewJob:
         bounds = self.store.bounds
         check_name("wire_name", spec.wire_name, index=index, max_length=bounds.max_wire_name_length)
         check_name("queue", spec.queue, index=index)
@@ -84,14 +87,7 @@ class JobsService:
                 },
             )
         parents = check_parents(spec.parent_ids, bounds.max_parents_per_job, index=index)
-        if parents:
-            # R-15 parents are a later issue: checked for form and bound above, refused here.
-            raise InvalidArgument(
-                "parent_ids",
-                "job dependencies are not supported yet; enqueue without parents",
-                index=index,
-                reason="PARENTS_UNSUPPORTED",
-            )
+        job_id = require_id("job_id", spec.job_id, index=index) if spec.job_id else uuid7(now)
         _check_idempotency_key(spec.idempotency_key, index)
         try:
             settings = resolve_settings(self.config.job_defaults, spec.settings)
@@ -103,8 +99,8 @@ class JobsService:
                 reason="SETTING_OUT_OF_RANGE",
             ) from exc
         run_at = now if spec.run_at_ms is None else max(spec.run_at_ms, 0)
-        return JobRecord(
-            id=uuid7(now),
+        record = JobRecord(
+            id=job_id,
             wire_name=spec.wire_name,
             queue=spec.queue,
             state=initial_state(run_at, now),
@@ -128,31 +124,7 @@ class JobsService:
             history_seq=1,
             cancel_requested=False,
         )
-
-    @staticmethod
-    def _insert(tx: Tx, new_jobs: list[JobRecord], now: int) -> list[Enqueued]:
-        keys = [job.idempotency_key for job in new_jobs if job.idempotency_key]
-        existing = tx.jobs_by_idempotency_keys(keys)
-        results: list[Enqueued] = []
-        fresh: list[JobRecord] = []
-        taken: dict[str, JobRecord] = {}
-        for job in new_jobs:
-            key = job.idempotency_key
-            if key and key in existing:
-                found = existing[key]
-                results.append(Enqueued(found.id, found.state, existing=True))
-            elif key and key in taken:
-                twin = taken[key]
-                results.append(Enqueued(twin.id, twin.state, existing=True))
-            else:
-                if key:
-                    taken[key] = job
-                fresh.append(job)
-                results.append(Enqueued(job.id, job.state, existing=False))
-        tx.insert_jobs(fresh, now)
-        if any(job.state is JobState.AVAILABLE for job in fresh):
-            tx.notify_jobs_available()
-        return results
+        return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
 
     # -- reads -----------------------------------------------------------------------
 
@@ -202,9 +174,39 @@ class JobsService:
             return page[:size], page[size - 1].id
         return page, ""
 
+    def relatives(self, job_id: str) -> Relatives:
+        """The job's parents and children (R-15); NOT_FOUND for an unknown job."""
+        job = self.get_job(job_id)
+        return self.store.relatives(job.id)
+
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")
         return self.store.list_attempts(job.id)
+
+
+def _insertion_order(batch: list[NewJob]) -> list[int]:
+    """Parents of the batch before their children; a repeated chosen ID or a cycle is
+    refused before anything is written."""
+    positions: dict[str, int] = {}
+    for position, job in enumerate(batch):
+        if job.record.id in positions:
+            raise InvalidArgument(
+                "job_id",
+                f"{job.record.id} is also the ID of jobs[{positions[job.record.id]}]; each job of a batch "
+                "needs its own ID",
+                index=job.index,
+                reason="DUPLICATE_JOB_ID",
+            )
+        positions[job.record.id] = position
+    try:
+        return insertion_order([[positions[p] for p in job.parent_ids if p in positions] for job in batch])
+    except DependencyCycle as cycle:
+        raise InvalidArgument(
+            "parent_ids",
+            f"the batch's parents form a cycle ({cycle}); a job cannot depend on itself, even through others",
+            index=cycle.cycle[0],
+            reason="DEPENDENCY_CYCLE",
+        ) from cycle
 
 
 def _check_idempotency_key(key: str | None, index: int) -> None:

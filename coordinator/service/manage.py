@@ -12,7 +12,7 @@ from coordinator.domain.access import Actor
 from coordinator.domain.clock import Clock
 from coordinator.domain.lifecycle import CancelAction, decide_cancel, decide_manual_retry
 from coordinator.domain.records import AttemptEnd, AttemptRecord, JobRecord
-from coordinator.domain.states import CODE_CANCELLED, JobState, Outcome
+from coordinator.domain.states import CODE_CANCELLED, CODE_PARENT_FAILED, JobState, Outcome
 from coordinator.errors import FailedPrecondition, NotFound
 from coordinator.service import audit
 from coordinator.service.effects import CancelPush, Effects
@@ -27,6 +27,8 @@ class Managed:
 
     job: JobRecord
     effects: Effects
+    reopened: tuple[str, ...] = ()
+    """With a retry that includes dependents: the descendants re-opened (R-15)."""
 
 
 class ManagementService:
@@ -78,25 +80,43 @@ class ManagementService:
         tx.insert_audit_event(audit.event(actor, audit.JOB_CANCEL, job_id, now, detail))
         return Managed(_locked_job(tx, job_id), writes.effects)
 
-    def retry(self, job_id: str, actor: Actor) -> Managed:
-        """R-9: a failed or cancelled job starts its next generation, available now, with
-        fresh budgets; earlier attempts stay. Raises FailedPrecondition for other states."""
+    def retry(self, job_id: str, actor: Actor, *, include_dependents: bool = False) -> Managed:
+        """R-9: a failed or cancelled job starts its next generation with fresh budgets,
+        available now — or waiting, when parents have still to succeed (R-15); earlier
+        attempts stay. With ``include_dependents``, the descendants that failed
+        ``parent_failed`` because of it wait again too. Raises FailedPrecondition for
+        other states, and when a parent of the job failed (retry that parent instead)."""
         canonical = require_id("id", job_id)
-        return self.store.transact(lambda tx: self._retry(tx, canonical, actor), what="a retry")
+        return self.store.transact(
+            lambda tx: self._retry(tx, canonical, actor, include_dependents), what="a retry"
+        )
 
-    def _retry(self, tx: Tx, job_id: str, actor: Actor) -> Managed:
+    def _retry(self, tx: Tx, job_id: str, actor: Actor, include_dependents: bool) -> Managed:
         job = _locked_job(tx, job_id)
         decision = decide_manual_retry(job.view())
         if not decision.allowed:
             raise FailedPrecondition(f"job {job_id}: {decision.reason}", reason="WRONG_STATE")
         now = self.clock.now_ms()
         writes = JobWrites(tx, now)
-        writes.change(job, changes.retried(job, decision.generation, now), "manual_retry", None)
-        writes.effects.available_changed = True
+        pending = tx.unsatisfied_parents([job.id]).get(job.id, [])
+        failed = _failed_parent(writes, tx, pending)
+        if failed is not None:
+            raise FailedPrecondition(
+                f"job {job_id}: its parent {failed} did not succeed; retry the parent with its "
+                "dependents instead",
+                reason="PARENT_NOT_SUCCEEDED",
+                metadata={"job_id": job_id, "parent_id": failed},
+            )
+        after = changes.retried(job, decision.generation, now, waiting=bool(pending))
+        writes.change(job, after, "manual_retry", None)
+        writes.effects.available_changed = after.state is JobState.AVAILABLE
+        reopened = _reopen_dependents(writes, tx, job.id, now) if include_dependents else []
         writes.flush()
         detail = f"{job.state.value}, generation {job.generation} -> {decision.generation}"
+        if include_dependents:
+            detail += f", {len(reopened)} dependents re-opened"
         tx.insert_audit_event(audit.event(actor, audit.JOB_RETRY, job_id, now, detail))
-        return Managed(_locked_job(tx, job_id), writes.effects)
+        return Managed(_locked_job(tx, job_id), writes.effects, tuple(reopened))
 
     def reveal_error(self, attempt_id: str, actor: Actor) -> AttemptRecord:
         """R-22: the attempt with its message and full text; the audit event commits with
@@ -117,6 +137,38 @@ class ManagementService:
             return attempt
 
         return self.store.transact(reveal, what="a reveal")
+
+
+def _failed_parent(writes: JobWrites, tx: Tx, parent_ids: list[str]) -> str | None:
+    """The first of ``parent_ids`` that failed, was cancelled or no longer exists, as this
+    transaction leaves them (a parent re-opened just now is pending again)."""
+    found = tx.jobs_by_ids(parent_ids)
+    for parent_id in parent_ids:
+        parent = found.get(parent_id)
+        if parent is None or writes.fresh(parent).state in (JobState.FAILED, JobState.CANCELLED):
+            return parent_id
+    return None
+
+
+def _reopen_dependents(writes: JobWrites, tx: Tx, root_id: str, now: int) -> list[str]:
+    """R-15: the descendants of ``root_id`` that ended ``parent_failed`` wait again, each
+    in its next generation — unless another of its parents failed and stays failed."""
+    reopened: list[str] = []
+    frontier = [root_id]
+    while frontier:
+        for stored in tx.children_failed_by_parent(frontier.pop()):
+            child = writes.fresh(stored)
+            if child.state is not JobState.FAILED or child.last_error_code != CODE_PARENT_FAILED:
+                continue  # re-opened already, through another parent
+            pending = tx.unsatisfied_parents([child.id]).get(child.id, [])
+            if _failed_parent(writes, tx, pending) is not None:
+                continue
+            writes.change(
+                child, changes.retried(child, child.generation + 1, now, waiting=True), "manual_retry", None
+            )
+            reopened.append(child.id)
+            frontier.append(child.id)
+    return reopened
 
 
 def _locked_job(tx: Tx, job_id: str) -> JobRecord:

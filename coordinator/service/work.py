@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from coordinator.domain.lifecycle import Report
@@ -31,6 +32,8 @@ class Claimed:
     job: JobRecord
     attempt_id: str
     lease_expires_at_ms: int
+    parent_outputs: Mapping[str, bytes] = field(default_factory=dict)
+    """The outputs of the job's parents, by parent ID (R-16)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,10 @@
 one job in a batch see each other's effect), gathers the writes and sends them as few
 statements as possible at ``flush()``, and records the effects the facade hands on
 after the commit. Every way a job ends (a result, a cancel, a lapsed lease, unstarted
-exhaustion; later a parent's failure) goes through ``end_job``: that is where waiters,
-metrics and dependent jobs hear of it.
+exhaustion, a parent's failure) goes through ``end_job``: that is where waiters,
+metrics and dependent jobs hear of it — a success releases the children it was the last
+parent of, a failure or cancel fails the waiting descendants (R-15), in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from dataclasses import replace
 
 from coordinator.domain import changes
 from coordinator.domain.changes import JobChange
+from coordinator.domain.dependencies import released_state
 from coordinator.domain.lifecycle import Decision, Report
 from coordinator.domain.records import AttemptEnd, JobRecord, NewAttempt
-from coordinator.domain.states import JobState, Outcome
+from coordinator.domain.states import CODE_PARENT_FAILED, JobState, Outcome
 from coordinator.service.effects import AttemptEnded, Effects
 from coordinator.store import Tx
 
@@ -31,6 +34,8 @@ class JobWrites:
         self._started: list[tuple[str, int]] = []
         self._ends: list[AttemptEnd] = []
         self._notified = False
+        self._fresh: dict[str, JobRecord] = {}
+        """Jobs as this transaction will leave them (read back before the flush)."""
 
     def flush(self) -> None:
         """Sends the gathered writes: job updates first (attempt rows refer to them)."""
@@ -50,7 +55,13 @@ class JobWrites:
         """Gathers one guarded write (checked against the transition table) and returns
         the job as it will be once written."""
         self._changes.append(JobChange(job, after, reason=reason, attempt_id=attempt_id))
-        return replace(after, history_seq=job.history_seq + 1, updated_at_ms=self.now)
+        updated = replace(after, history_seq=job.history_seq + 1, updated_at_ms=self.now)
+        self._fresh[job.id] = updated
+        return updated
+
+    def fresh(self, job: JobRecord) -> JobRecord:
+        """``job`` as read from the store, or as this transaction already changed it."""
+        return self._fresh.get(job.id, job)
 
     def end_job(
         self,
@@ -69,7 +80,41 @@ class JobWrites:
         if attempt_end is not None:
             self._ends.append(attempt_end)
         self.effects.job_finished(job.id, job.queue, job.wire_name, after.state)
+        if after.state is JobState.SUCCEEDED:
+            self._release_children(job.id, after.output)
+        else:
+            self._fail_children(job.id)
         return updated
+
+    def _children(self, parent_id: str) -> list[JobRecord]:
+        """The parent's children still waiting, as this transaction sees them."""
+        return [
+            c for c in map(self.fresh, self.tx.waiting_children(parent_id)) if c.state is JobState.WAITING
+        ]
+
+    def _release_children(self, parent_id: str, output: bytes | None) -> None:
+        """R-15/R-16: the parent's output goes to every child; a child whose last parent
+        this was becomes available (or scheduled for its run-at) now."""
+        children = self._children(parent_id)
+        self.tx.satisfy_dependencies(parent_id, output)
+        if not children:
+            return
+        pending = self.tx.unsatisfied_parents(child.id for child in children)
+        for child in children:
+            if pending.get(child.id):
+                continue
+            state = released_state(child.run_at_ms, self.now)
+            self.change(child, changes.released(child, state), "parents_succeeded", None)
+            if state is JobState.SCHEDULED:
+                self.effects.scheduled(child.run_at_ms)
+            else:
+                self.effects.available_changed = True
+
+    def _fail_children(self, parent_id: str) -> None:
+        """R-15: the waiting children end ``parent_failed``, and theirs after them
+        (``end_job`` again), without running."""
+        for child in self._children(parent_id):
+            self.end_job(child, changes.parent_failed(child, self.now), reason=CODE_PARENT_FAILED)
 
     def end_attempt(
         self,

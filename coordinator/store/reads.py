@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, select
 
-from coordinator.domain.records import AttemptRecord, AuditEvent, JobRecord, TokenRecord, Transition
+from coordinator.domain.records import (
+    AttemptRecord,
+    AuditEvent,
+    JobRecord,
+    Relatives,
+    TokenRecord,
+    Transition,
+)
 from coordinator.domain.states import CLAIMABLE_STATES, JobState
 from coordinator.store.rows import (
     attempt_from_row,
@@ -17,7 +24,7 @@ from coordinator.store.rows import (
     token_from_row,
     transition_from_row,
 )
-from coordinator.store.schema import attempts, audit_events, jobs, tokens, transitions
+from coordinator.store.schema import attempts, audit_events, dependencies, jobs, tokens, transitions
 
 _LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
 
@@ -65,6 +72,20 @@ def list_jobs(
     query = select(*_LIST_COLUMNS).where(*conditions).order_by(jobs.c.id.desc()).limit(limit)
     rows = conn.execute(query).all()
     return [job_from_mapping({**row._mapping, "payload": b"", "output": None}) for row in rows]
+
+
+def relatives(conn: Connection, job_id: str) -> Relatives:
+    parents = conn.execute(
+        select(dependencies.c.parent_id)
+        .where(dependencies.c.child_id == job_id)
+        .order_by(dependencies.c.parent_id)
+    )
+    children = conn.execute(
+        select(dependencies.c.child_id)
+        .where(dependencies.c.parent_id == job_id)
+        .order_by(dependencies.c.child_id)
+    )
+    return Relatives(tuple(row[0] for row in parents), tuple(row[0] for row in children))
 
 
 def get_attempt(conn: Connection, attempt_id: str) -> AttemptRecord | None:

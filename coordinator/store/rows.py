@@ -12,6 +12,7 @@ from coordinator.domain.records import (
     AttemptEnd,
     AttemptRecord,
     AuditEvent,
+    Dependency,
     JobRecord,
     NewAttempt,
     TokenRecord,
@@ -107,6 +108,15 @@ def attempt_end_params(end: AttemptEnd) -> dict[str, Any]:
         "v_retry_delay_ms": end.retry_delay_ms,
         "v_job_state_after": end.job_state_after.value,
         "v_reported": end.reported,
+    }
+
+
+def dependency_row(dependency: Dependency) -> dict[str, Any]:
+    return {
+        "child_id": dependency.child_id,
+        "parent_id": dependency.parent_id,
+        "satisfied": dependency.satisfied,
+        "parent_output": dependency.parent_output,
     }
 
 

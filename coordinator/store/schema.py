@@ -115,6 +115,18 @@ attempts = Table(
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.claimed_at_ms)
 
+# one row per (child, parent). No foreign key to the parent: retention may
+# purge a parent, and its output, copied here when it succeeded, stays for the child.
+dependencies = Table(
+    "dependencies",
+    metadata,
+    Column("child_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("parent_id", String(36), primary_key=True),
+    Column("satisfied", Boolean, nullable=False),
+    Column("parent_output", LargeBinary),
+)
+Index("ix_dependencies_parent", dependencies.c.parent_id)
+
 transitions = Table(
     "transitions",
     metadata,

@@ -20,7 +20,14 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
-from coordinator.domain.records import AttemptRecord, AuditEvent, JobRecord, TokenRecord, Transition
+from coordinator.domain.records import (
+    AttemptRecord,
+    AuditEvent,
+    JobRecord,
+    Relatives,
+    TokenRecord,
+    Transition,
+)
 from coordinator.domain.states import JobState
 from coordinator.store import migrate as migrations
 from coordinator.store import reads
@@ -159,6 +166,11 @@ class Store:
             return reads.list_jobs(
                 conn, queue=queue, state=state, wire_name=wire_name, after_id=after_id, limit=limit
             )
+
+    def relatives(self, job_id: str) -> Relatives:
+        """The job's parents and children (R-15)."""
+        with self._reading() as conn:
+            return reads.relatives(conn, job_id)
 
     def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
         with self._reading() as conn:

@@ -19,18 +19,20 @@ from coordinator.domain.records import (
     AttemptEnd,
     AttemptRecord,
     AuditEvent,
+    Dependency,
     JobRecord,
     NewAttempt,
     TokenRecord,
     WorkerIdentity,
 )
-from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
+from coordinator.domain.states import CLAIMABLE_STATES, CODE_PARENT_FAILED, LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
 from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
     attempt_from_row,
     changed_columns,
+    dependency_row,
     event_row,
     job_from_row,
     job_row,
@@ -38,7 +40,7 @@ from coordinator.store.rows import (
     token_from_row,
     token_row,
 )
-from coordinator.store.schema import attempts, audit_events, jobs, tokens, transitions
+from coordinator.store.schema import attempts, audit_events, dependencies, jobs, tokens, transitions
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
 """The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
@@ -294,6 +296,78 @@ class Tx:
             )
             renewed.update((row[0], bool(row[1])) for row in self._conn.execute(statement))
         return renewed
+
+    # -- dependencies (R-15, R-16) ----------------------------------------------------------
+
+    def insert_dependencies(self, rows: Sequence[Dependency]) -> None:
+        if rows:
+            self._conn.execute(insert(dependencies), [dependency_row(row) for row in rows])
+
+    def waiting_children(self, parent_id: str) -> list[JobRecord]:
+        """The children of ``parent_id`` that wait, locked, in ID order."""
+        query = (
+            select(jobs)
+            .join(dependencies, dependencies.c.child_id == jobs.c.id)
+            .where(dependencies.c.parent_id == parent_id, jobs.c.state == JobState.WAITING.value)
+            .order_by(jobs.c.id)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
+
+    def satisfy_dependencies(self, parent_id: str, output: bytes | None) -> None:
+        """Records that ``parent_id`` succeeded, with its output, on every child's row."""
+        self._conn.execute(
+            update(dependencies)
+            .where(dependencies.c.parent_id == parent_id)
+            .values(satisfied=True, parent_output=output)
+        )
+
+    def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
+        """For each of ``child_ids`` that has any, its parents that have not succeeded."""
+        found: dict[str, list[str]] = {}
+        for chunk in chunks(sorted(set(child_ids))):
+            rows = self._conn.execute(
+                select(dependencies.c.child_id, dependencies.c.parent_id)
+                .where(dependencies.c.child_id.in_(chunk), dependencies.c.satisfied.is_(False))
+                .order_by(dependencies.c.child_id, dependencies.c.parent_id)
+            )
+            for child_id, parent_id in rows:
+                found.setdefault(child_id, []).append(parent_id)
+        return found
+
+    def parent_outputs(self, child_ids: Iterable[str]) -> dict[str, dict[str, bytes]]:
+        """The outputs of the parents of each of ``child_ids`` (R-16), for their claims."""
+        found: dict[str, dict[str, bytes]] = {}
+        for chunk in chunks(sorted(set(child_ids))):
+            rows = self._conn.execute(
+                select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
+                    dependencies.c.child_id.in_(chunk)
+                )
+            )
+            for child_id, parent_id, output in rows:
+                found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
+        return found
+
+    def children_failed_by_parent(self, parent_id: str) -> list[JobRecord]:
+        """The children of ``parent_id`` that ended ``parent_failed``, locked."""
+        query = (
+            select(jobs)
+            .join(dependencies, dependencies.c.child_id == jobs.c.id)
+            .where(
+                dependencies.c.parent_id == parent_id,
+                jobs.c.state == JobState.FAILED.value,
+                jobs.c.last_error_code == CODE_PARENT_FAILED,
+            )
+            .order_by(jobs.c.id)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
+
+    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The states of those of ``job_ids`` that exist (no lock)."""
+        found: dict[str, JobState] = {}
+        for chunk in chunks(sorted(set(job_ids))):
+            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(chunk)))
+            found.update((job_id, JobState(state)) for job_id, state in rows)
+        return found
 
     # -- tokens and the audit log (R-20, R-22) -----------------------------------------
 

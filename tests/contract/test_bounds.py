@@ -177,13 +177,13 @@ def test_s5_more_than_max_parents_per_job_distinct_parents_are_rejected(harness:
 
 
 def test_s5_parents_are_counted_after_deduplication(harness: Harness) -> None:
-    """64 distinct parents named twice pass the bound. R-15 dependencies are not built
-    yet, so the job is then refused as unsupported — but not for its count."""
+    """64 distinct parents named twice pass the bound; none of them exists, so the job is
+    then refused for that (R-15) — but not for its count."""
     spec = NewJobSpec(WIRE, b"", parent_ids=_ids(64) * 2)
 
-    error = assert_rejected_untouched(harness, lambda: harness.enqueue_specs([spec]), InvalidArgument)
+    error = assert_rejected_untouched(harness, lambda: harness.enqueue_specs([spec]), NotFound)
 
-    assert error.reason == "PARENTS_UNSUPPORTED"
+    assert (error.reason, error.metadata["job_id"]) == ("PARENT_NOT_FOUND", _ids(1)[0])
 
 
 def test_s5_max_parents_per_job_is_configurable(harness: Harness) -> None:

@@ -249,7 +249,7 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
     outcome: list[object] = []
     try:
         with first.write() as tx:
-            winner = winner_service._new_job(0, spec, clock.now_ms())
+            winner = winner_service._new_job(0, spec, clock.now_ms()).record
             tx.insert_jobs([winner], clock.now_ms())  # not committed yet
             loser = threading.Thread(target=lambda: outcome.append(loser_service.enqueue([spec])))
             loser.start()

@@ -183,11 +183,6 @@ async def test_unknown_job_raises_job_not_found_with_its_reason(client: AsyncCli
             "jobs[0].parent_ids[0]",
             "INVALID_ID",
         ),
-        (
-            _enqueue(job_service_pb2.NewJob(wire_name=WIRE, parent_ids=[UNKNOWN_ID])),
-            "jobs[0].parent_ids",
-            "PARENTS_UNSUPPORTED",
-        ),
         (_enqueue(), "jobs", "FIELD_REQUIRED"),
     ],
 )

@@ -48,7 +48,12 @@ def test_a_succeeded_job_never_changes() -> None:
 
 @pytest.mark.parametrize("state", [JobState.FAILED, JobState.CANCELLED])
 def test_r9_failed_and_cancelled_jobs_leave_only_by_manual_retry(state: JobState) -> None:
-    assert [target for target in JobState if can_transition(state, target)] == [JobState.AVAILABLE]
+    """A manual retry makes the job available, or waiting when parents have still to
+    succeed (R-15); nothing else leaves these states."""
+    assert [target for target in JobState if can_transition(state, target)] == [
+        JobState.WAITING,
+        JobState.AVAILABLE,
+    ]
 
 
 @pytest.mark.parametrize("state", [s for s in JobState if not s.terminal])

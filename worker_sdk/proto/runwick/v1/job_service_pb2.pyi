@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewJob(_message.Message):
-    __slots__ = ("wire_name", "queue", "payload", "payload_version", "priority", "run_at", "idempotency_key", "settings", "parent_ids")
+    __slots__ = ("wire_name", "queue", "payload", "payload_version", "priority", "run_at", "idempotency_key", "settings", "parent_ids", "id")
     WIRE_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class NewJob(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     PARENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
     wire_name: str
     queue: str
     payload: bytes
@@ -31,7 +32,8 @@ class NewJob(_message.Message):
     idempotency_key: str
     settings: _job_pb2.JobSettings
     parent_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[_job_pb2.JobSettings, _Mapping]] = ..., parent_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    id: str
+    def __init__(self, wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[_job_pb2.JobSettings, _Mapping]] = ..., parent_ids: _Optional[_Iterable[str]] = ..., id: _Optional[str] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("jobs",)
@@ -130,16 +132,20 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class RetryJobRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "include_dependents")
     ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DEPENDENTS_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    include_dependents: bool
+    def __init__(self, id: _Optional[str] = ..., include_dependents: _Optional[bool] = ...) -> None: ...
 
 class RetryJobResponse(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "reopened_ids")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    REOPENED_IDS_FIELD_NUMBER: _ClassVar[int]
     job: _job_pb2.Job
-    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
+    reopened_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., reopened_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevealErrorRequest(_message.Message):
     __slots__ = ("attempt_id",)

@@ -1,0 +1,110 @@
+"""The write half of an enqueue: one transaction that inserts a batch of new jobs with
+their dependencies (R-15), honouring idempotency keys (R-14).
+
+A job's parents are existing jobs or jobs of the same batch (named by their
+client-chosen IDs), so a whole workflow is one all-or-nothing call. Existing parents
+are read locked: a parent cannot end between our reading its state and our commit, so
+a child never waits on a parent that already succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from coordinator.domain.dependencies import start_with_parents
+from coordinator.domain.records import Dependency, Enqueued, JobRecord
+from coordinator.domain.states import CODE_PARENT_FAILED, JobState
+from coordinator.errors import AlreadyExists, NotFound
+from coordinator.store import Tx
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A checked job to insert, with the parents it named (de-duplicated)."""
+
+    index: int
+    record: JobRecord
+    parent_ids: tuple[str, ...]
+    chosen_id: bool
+    """The client chose the ID (it must not exist yet)."""
+
+
+def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: int) -> list[Enqueued]:
+    """Inserts ``batch`` (in ``order``: parents of the batch before their children) and
+    returns what became of each job, in batch order."""
+    keys = [job.record.idempotency_key for job in batch if job.record.idempotency_key]
+    existing_by_key = tx.jobs_by_idempotency_keys(keys)
+    _check_chosen_ids_free(tx, batch)
+    batch_ids = {job.record.id for job in batch}
+    external = {parent for job in batch for parent in job.parent_ids if parent not in batch_ids}
+    parents = tx.jobs_by_ids(external)
+    for job in batch:
+        for parent_id in job.parent_ids:
+            if parent_id not in batch_ids and parent_id not in parents:
+                raise NotFound(
+                    f"jobs[{job.index}]: parent {parent_id} does not exist (never enqueued, or removed "
+                    "by retention); nothing was enqueued",
+                    reason="PARENT_NOT_FOUND",
+                    metadata={"index": job.index, "job_id": parent_id},
+                )
+    results: dict[int, Enqueued] = {}
+    taken: dict[str, JobRecord] = {}
+    states: dict[str, JobState] = {job_id: parent.state for job_id, parent in parents.items()}
+    fresh: list[JobRecord] = []
+    edges: list[Dependency] = []
+    for position in order:
+        job = batch[position]
+        key = job.record.idempotency_key
+        found = existing_by_key.get(key) if key else None
+        twin = taken.get(key) if key else None
+        if found is not None or twin is not None:
+            same = found or twin
+            assert same is not None
+            results[job.index] = Enqueued(same.id, same.state, existing=True)
+            states[job.record.id] = same.state
+            continue
+        record = _with_parents(job, states, now_ms)
+        if key:
+            taken[key] = record
+        states[record.id] = record.state
+        fresh.append(record)
+        edges += [_edge(record.id, parent_id, parents.get(parent_id)) for parent_id in job.parent_ids]
+        results[job.index] = Enqueued(record.id, record.state, existing=False)
+    tx.insert_jobs(fresh, now_ms)
+    tx.insert_dependencies(edges)
+    if any(record.state is JobState.AVAILABLE for record in fresh):
+        tx.notify_jobs_available()
+    return [results[job.index] for job in batch]
+
+
+def _with_parents(job: NewJob, states: dict[str, JobState], now_ms: int) -> JobRecord:
+    if not job.parent_ids:
+        return job.record
+    start = start_with_parents({p: states[p] for p in job.parent_ids}, job.record.run_at_ms, now_ms)
+    if start.state is JobState.FAILED:
+        # R-15: under a parent that already failed, the child ends at once, unrun.
+        return replace(
+            job.record, state=JobState.FAILED, finished_at_ms=now_ms, last_error_code=CODE_PARENT_FAILED
+        )
+    return replace(job.record, state=start.state)
+
+
+def _edge(child_id: str, parent_id: str, parent: JobRecord | None) -> Dependency:
+    """A parent of the batch has not run yet; an existing one may have succeeded, and its
+    output is copied now (R-16)."""
+    if parent is not None and parent.state is JobState.SUCCEEDED:
+        return Dependency(child_id, parent_id, satisfied=True, parent_output=parent.output)
+    return Dependency(child_id, parent_id)
+
+
+def _check_chosen_ids_free(tx: Tx, batch: Sequence[NewJob]) -> None:
+    chosen = {job.record.id: job for job in batch if job.chosen_id}
+    for job_id in sorted(tx.job_states(chosen)):
+        index = chosen[job_id].index
+        raise AlreadyExists(
+            f"jobs[{index}].job_id: job {job_id} exists already; choose a new ID, or leave it empty "
+            "to let the coordinator choose",
+            reason="JOB_ID_TAKEN",
+            metadata={"index": index, "job_id": job_id},
+        )
