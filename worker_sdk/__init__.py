@@ -12,7 +12,7 @@
 
 from worker_sdk._async_client import AsyncClient
 from worker_sdk._client import Client
-from worker_sdk._client_base import EnqueueItem
+from worker_sdk._client_base import EnqueueItem, new_job_id
 from worker_sdk._connection import ConnectionOptions
 from worker_sdk._context import CancelCause, JobContext
 from worker_sdk._errors import (
@@ -90,4 +90,5 @@ __all__ = [
     "Worker",
     "configure_logging",
     "job",
+    "new_job_id",
 ]

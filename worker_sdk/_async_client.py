@@ -240,15 +240,24 @@ class AsyncClient(AsyncAdminCalls):
             response = await self._stub.CancelJob(request, **self._call_kwargs())
         return job_from_proto(response.job)
 
-    async def retry(self, job_id: str) -> JobInfo:
+    async def retry(self, job_id: str, *, include_dependents: bool = False) -> JobInfo:
         """Retries a ``failed`` or ``cancelled`` job by hand (R-9): a new generation with
-        fresh budgets, available at once; earlier attempts stay. Needs ``manage``.
+        fresh budgets, available at once (or waiting, when its parents have still to
+        succeed); earlier attempts stay. Needs ``manage``.
+
+        Args:
+            job_id: The job to retry.
+            include_dependents: Also re-open its descendants that failed
+                ``parent_failed`` because of it: they wait again for their parents (R-15).
 
         Raises:
-            FailedPrecondition: The job is in another state.
+            FailedPrecondition: The job is in another state, or a parent of it failed
+                (retry that parent, with its dependents).
             JobNotFound: There is no such job.
         """
-        request = job_service_pb2.RetryJobRequest(id=check_job_id(job_id))
+        request = job_service_pb2.RetryJobRequest(
+            id=check_job_id(job_id), include_dependents=bool(include_dependents)
+        )
         with translated_rpc_errors():
             response = await self._stub.RetryJob(request, **self._call_kwargs())
         return job_from_proto(response.job)

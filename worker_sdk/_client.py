@@ -159,9 +159,11 @@ class Client(AdminCalls):
             response = self._stub.CancelJob(request, **self._call_kwargs())
         return job_from_proto(response.job)
 
-    def retry(self, job_id: str) -> JobInfo:
+    def retry(self, job_id: str, *, include_dependents: bool = False) -> JobInfo:
         """Retries a failed or cancelled job by hand (R-9); see ``AsyncClient.retry``."""
-        request = job_service_pb2.RetryJobRequest(id=check_job_id(job_id))
+        request = job_service_pb2.RetryJobRequest(
+            id=check_job_id(job_id), include_dependents=bool(include_dependents)
+        )
         with translated_rpc_errors():
             response = self._stub.RetryJob(request, **self._call_kwargs())
         return job_from_proto(response.job)

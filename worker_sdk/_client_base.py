@@ -3,7 +3,9 @@ response decoding. The two clients only add the transport (sync or asyncio gRPC)
 
 from __future__ import annotations
 
+import secrets
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +37,9 @@ class EnqueueItem:
     queue: str | None = None
     parents: Sequence[str] = ()
     idempotency_key: str | None = None
+    job_id: str | None = None
+    """A client-chosen ID (``new_job_id()``), so jobs of one batch can name each other
+    as ``parents``; None lets the coordinator choose."""
 
 
 def check_job_id(job_id: object) -> str:
@@ -144,6 +149,7 @@ class ClientBase:
             idempotency_key=_idempotency_key(item.idempotency_key),
             settings=layer.to_proto(),
             parent_ids=_parents(item.parents),
+            id=check_id("job_id", item.job_id) if item.job_id is not None else "",
         )
         _set_run_at(message, item.run_at)
         return message
@@ -278,3 +284,14 @@ def _parents(parents: Sequence[str]) -> list[str]:
         if not isinstance(parent, str) or not parent:
             raise ArgumentError(f"parent job IDs must be non-empty str, got {parent!r}")
     return ids
+
+
+def new_job_id() -> str:
+    """A fresh job ID (a UUIDv7: random, and ordered by creation time) to give a job of
+    an ``enqueue_many`` batch (``EnqueueItem.job_id``), so other jobs of the same batch
+    can name it as a parent and the whole workflow is enqueued at once."""
+    millis = time.time_ns() // 1_000_000
+    value = (millis & (2**48 - 1)) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # the RFC 9562 variant
+    return str(uuid.UUID(int=value))

@@ -128,6 +128,7 @@ def job_from_proto(message: job_pb2.Job) -> JobInfo:
         last_error_code=message.last_error_code or None,
         output=bytes(message.output) or None,
         parent_ids=tuple(message.parent_ids),
+        child_ids=tuple(message.child_ids),
         cancel_requested=message.cancel_requested,
     )
 

@@ -62,6 +62,9 @@ class JobInfo:
     last_error_code: str | None = None
     output: bytes | None = None
     parent_ids: tuple[str, ...] = ()
+    """The jobs that must succeed first (R-15); filled by ``get_job`` and ``wait``."""
+    child_ids: tuple[str, ...] = ()
+    """The jobs that name this one as a parent; filled by ``get_job`` and ``wait``."""
     cancel_requested: bool = False
     """A cancel reached the job while it ran; it ends cancelled unless the run succeeds."""
 

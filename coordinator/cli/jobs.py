@@ -10,7 +10,7 @@ from itertools import islice
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
 from coordinator.cli.manage import MANAGE_COMMANDS, add_manage_commands
-from coordinator.cli.output import attempt_json, job_json, show_time, table
+from coordinator.cli.output import attempt_json, job_json, show_bytes, show_time, table
 from worker_sdk import Client, JobState
 
 STATES = [state.value for state in JobState]
@@ -30,6 +30,13 @@ def add_jobs_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     enqueue.add_argument("--priority", type=int, default=0)
     enqueue.add_argument("--run-at", help="ISO 8601 time with zone, e.g. 2026-12-01T10:00:00Z")
     enqueue.add_argument("--idempotency-key")
+    enqueue.add_argument(
+        "--parent",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a job that must succeed first (repeat for several); the handler reads its output",
+    )
     enqueue.add_argument("--max-executions", type=int)
     add_connection_flags(enqueue)
 
@@ -79,6 +86,7 @@ def _enqueue(client: Client, options: argparse.Namespace) -> int:
         run_at=run_at,
         idempotency_key=options.idempotency_key or None,
         max_executions=options.max_executions,
+        parents=options.parent,
     )
     if options.json:
         print(json.dumps({"id": item.id, "existing": item.existing, "state": item.state.value}))
@@ -104,6 +112,9 @@ def _get(client: Client, options: argparse.Namespace) -> int:
         ("created", show_time(job.created_at)),
         ("run at", show_time(job.run_at)),
         ("finished", show_time(job.finished_at) if job.finished_at else "-"),
+        ("parents", ", ".join(job.parent_ids) or "-"),
+        ("children", ", ".join(job.child_ids) or "-"),
+        ("output", show_bytes(job.output)),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

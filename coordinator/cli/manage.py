@@ -51,6 +51,12 @@ def add_manage_commands(
         parser.add_argument("--queue", help="bulk: only jobs of this queue")
         parser.add_argument("--wire-name", help="bulk: only jobs of this wire name")
         parser.add_argument("--yes", "-y", action="store_true", help="bulk: do not ask for confirmation")
+        if name == "retry":
+            parser.add_argument(
+                "--include-dependents",
+                action="store_true",
+                help="also re-open the descendants that failed parent_failed because of the job",
+            )
         add_connection_flags(parser)
     reveal = actions.add_parser(
         "reveal-error",
@@ -101,7 +107,7 @@ class _Action:
     verb: str
     done: str
     eligible: Callable[[JobInfo], bool]
-    call: Callable[[Client, str], JobInfo]
+    call: Callable[[Client, str, argparse.Namespace], JobInfo]
     describe: Callable[[JobInfo], str]
 
 
@@ -115,8 +121,16 @@ def _retry_result(job: JobInfo) -> str:
     return f"{job.id}  {job.state.value}, generation {job.generation}"
 
 
-_CANCEL = _Action("cancel", "cancelled", lambda j: not j.state.terminal, Client.cancel, _cancel_result)
-_RETRY = _Action("retry", "retried", lambda j: j.state in _RETRYABLE, Client.retry, _retry_result)
+def _call_cancel(client: Client, job_id: str, options: argparse.Namespace) -> JobInfo:
+    return client.cancel(job_id)
+
+
+def _call_retry(client: Client, job_id: str, options: argparse.Namespace) -> JobInfo:
+    return client.retry(job_id, include_dependents=options.include_dependents)
+
+
+_CANCEL = _Action("cancel", "cancelled", lambda j: not j.state.terminal, _call_cancel, _cancel_result)
+_RETRY = _Action("retry", "retried", lambda j: j.state in _RETRYABLE, _call_retry, _retry_result)
 
 
 @dataclass
@@ -132,7 +146,7 @@ def _one_or_many(client: Client, options: argparse.Namespace, action: _Action) -
     if options.job_id and chosen:
         raise ValueError("give a job ID or filters (--state, --queue, --wire-name), not both")
     if options.job_id:
-        job = action.call(client, options.job_id)
+        job = action.call(client, options.job_id, options)
         if options.json:
             print(json.dumps(job_json(job)))
         else:
@@ -155,7 +169,7 @@ def _one_or_many(client: Client, options: argparse.Namespace, action: _Action) -
     tally = _Tally()
     for index, job_id in enumerate(selected, start=1):
         try:
-            action.call(client, job_id)
+            action.call(client, job_id, options)
             tally.done.append(job_id)
         except RunwickError as exc:
             if exc.status_code is None:

@@ -68,6 +68,7 @@ def job_json(job: JobInfo) -> dict[str, Any]:
         output=job.output,
         parent_ids=job.parent_ids,
         cancel_requested=job.cancel_requested,
+        child_ids=job.child_ids,
     )
 
 
@@ -177,3 +178,17 @@ def _json_value(value: object) -> object:
     if isinstance(value, tuple):
         return list(value)
     return value
+
+
+def show_bytes(data: bytes | None, limit: int = 200) -> str:
+    """A payload or output for a person: its text when it is UTF-8 (cut at ``limit``
+    characters), else its size."""
+    if data is None:
+        return "-"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"({len(data)} bytes, not text)"
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + f"… ({len(data)} bytes)"

@@ -53,6 +53,7 @@ EXPECTED = [
     "Worker",
     "configure_logging",
     "job",
+    "new_job_id",
 ]
 
 
