@@ -133,3 +133,21 @@ async def fails_until_file(payload: FailsUntilFile, ctx: JobContext) -> bytes:
     if not Path(payload.path).exists():
         raise InventoryError(f"{payload.path} is missing (execution {ctx.execution_number})")
     return f"found it in generation {ctx.generation}".encode()
+
+
+@job("tests.step")
+@dataclass
+class Step:
+    """One step of a workflow: returns its name and what its parents returned; with
+    ``fail_unless`` set, fails permanently while that file does not exist."""
+
+    name: str
+    fail_unless: str = ""
+
+
+@worker.handler(Step)
+async def step(payload: Step, ctx: JobContext) -> bytes:
+    if payload.fail_unless and not Path(payload.fail_unless).exists():
+        raise PermanentJobFailure("step_failed", f"{payload.name}: {payload.fail_unless} is missing")
+    inputs = sorted(output.decode() for output in ctx.parent_outputs.values())
+    return f"{payload.name}({','.join(inputs)})".encode()
