@@ -1,4 +1,4 @@
-"""AdminService: tokens and the audit log (every RPC needs ``admin``, see ``api.auth``)."""
+"""AdminService: tokens and the audit log, and queue controls (scopes in ``api.auth``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 import grpc
 
 from coordinator.api.auth import current_actor
-from coordinator.api.convert import timestamp
+from coordinator.api.convert import duration, state_to_pb, timestamp
 from coordinator.app import Coordinator
-from coordinator.domain.records import AuditEvent, TokenRecord
+from coordinator.domain.records import AuditEvent, QueueRecord, QueueStats, TokenRecord
 from worker_sdk.proto.runwick.v1 import admin_service_pb2 as pb
-from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc
+from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, queue_pb2
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -47,6 +47,48 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
             page_token=request.page_token,
         )
         return pb.ListAuditEventsResponse(events=[event_to_pb(e) for e in events], next_page_token=token)
+
+    async def ListQueues(
+        self, request: queue_pb2.ListQueuesRequest, context: Context
+    ) -> queue_pb2.ListQueuesResponse:
+        stats = await self.app.list_queues()
+        now_ms = self.app.clock.now_ms()
+        return queue_pb2.ListQueuesResponse(queues=[queue_stats_to_pb(s, now_ms) for s in stats])
+
+    async def PauseQueue(
+        self, request: queue_pb2.PauseQueueRequest, context: Context
+    ) -> queue_pb2.PauseQueueResponse:
+        record = await self.app.pause_queue(request.name, current_actor(context))
+        return queue_pb2.PauseQueueResponse(queue=queue_to_pb(record))
+
+    async def ResumeQueue(
+        self, request: queue_pb2.ResumeQueueRequest, context: Context
+    ) -> queue_pb2.ResumeQueueResponse:
+        record = await self.app.resume_queue(request.name, current_actor(context))
+        return queue_pb2.ResumeQueueResponse(queue=queue_to_pb(record))
+
+    async def SetQueueLimit(
+        self, request: queue_pb2.SetQueueLimitRequest, context: Context
+    ) -> queue_pb2.SetQueueLimitResponse:
+        limit = request.limit if request.HasField("limit") else None
+        record = await self.app.set_queue_limit(request.name, limit, current_actor(context))
+        return queue_pb2.SetQueueLimitResponse(queue=queue_to_pb(record))
+
+
+def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
+    message = queue_pb2.Queue(name=record.name, paused=record.paused)
+    if record.concurrency_limit is not None:
+        message.concurrency_limit = record.concurrency_limit
+    return message
+
+
+def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
+    message = queue_to_pb(stats.queue)
+    for state, count in stats.counts.items():
+        message.counts.add(state=state_to_pb(state), count=count, capped=state in stats.capped)
+    if stats.oldest_due_run_at_ms is not None:
+        message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
+    return message
 
 
 def token_to_pb(record: TokenRecord) -> pb.Token:

@@ -44,6 +44,10 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "ListTokens": Scope.ADMIN,
     _ADMIN + "RevokeToken": Scope.ADMIN,
     _ADMIN + "ListAuditEvents": Scope.ADMIN,
+    _ADMIN + "ListQueues": Scope.READ,
+    _ADMIN + "PauseQueue": Scope.MANAGE,
+    _ADMIN + "ResumeQueue": Scope.MANAGE,
+    _ADMIN + "SetQueueLimit": Scope.MANAGE,
 }
 """R-21: the scope each RPC needs."""
 

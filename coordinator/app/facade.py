@@ -29,6 +29,8 @@ from coordinator.domain.records import (
     Enqueued,
     JobRecord,
     NewJobSpec,
+    QueueRecord,
+    QueueStats,
     Relatives,
     TokenRecord,
 )
@@ -46,6 +48,7 @@ from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 from coordinator.service.jobs import JobsService
 from coordinator.service.manage import ManagementService
+from coordinator.service.queues import QueueService
 from coordinator.service.tokens import NewToken, TokenService
 from coordinator.store import Store
 from coordinator.store.notify import listen_for_jobs
@@ -82,6 +85,7 @@ class Coordinator:
         self.ops = WorkerOps(store, clock, config, rng)
         self.manage = ManagementService(store, clock)
         self.audit_log = AuditLog(store, config)
+        self.queues = QueueService(store, clock, config)
         self.dispatcher = Dispatcher(
             self.ops.process,
             config,
@@ -98,6 +102,7 @@ class Coordinator:
             clock,
             config.health_check_interval_s,
             config.health_check_timeout_s,
+            config.queue_count_cap,
             self.metrics.queue_stats,
             self._database_checked,
         )
@@ -354,6 +359,29 @@ class Coordinator:
         return await self.executors.read(
             self.audit_log.list, action=action, target=target, page_size=page_size, page_token=page_token
         )
+
+    # -- queues (R-17) -------------------------------------------------------------------
+
+    async def list_queues(self) -> list[QueueStats]:
+        return await self.executors.read(self.queues.list)
+
+    async def pause_queue(self, name: str, actor: Actor) -> QueueRecord:
+        """Audited; the queue's jobs are claimed no more until it is resumed."""
+        record, effects = await self.executors.write(self.queues.pause, name, actor)
+        self._absorb(effects)
+        return record
+
+    async def resume_queue(self, name: str, actor: Actor) -> QueueRecord:
+        """Audited; idle workers claim the queue's jobs again at once."""
+        record, effects = await self.executors.write(self.queues.resume, name, actor)
+        self._absorb(effects)
+        return record
+
+    async def set_queue_limit(self, name: str, limit: int | None, actor: Actor) -> QueueRecord:
+        """Audited; ``None`` removes the limit."""
+        record, effects = await self.executors.write(self.queues.set_limit, name, limit, actor)
+        self._absorb(effects)
+        return record
 
     # -- worker streams -----------------------------------------------------------------
 

@@ -170,6 +170,31 @@ class Relatives:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A queue and its controls (R-17)."""
+
+    name: str
+    paused: bool = False
+    concurrency_limit: int | None = None
+    """Most jobs of the queue reserved or running at once, across every worker and
+    replica; None: no limit."""
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A queue with its jobs counted per state, each count exact up to a cap."""
+
+    queue: QueueRecord
+    counts: dict[JobState, int]
+    capped: frozenset[JobState]
+    """The states whose count reached the cap (there may be more)."""
+    oldest_due_run_at_ms: int | None
+    """The run-at of the queue's oldest claimable job that is due; None when none is."""
+
+
+@dataclass(frozen=True, slots=True)
 class Transition:
     """One entry of a job's history."""
 

@@ -19,6 +19,9 @@ JOB_RETRY = "job.retry"
 ATTEMPT_REVEAL_ERROR = "attempt.reveal_error"
 TOKEN_CREATE = "token.create"
 TOKEN_REVOKE = "token.revoke"
+QUEUE_PAUSE = "queue.pause"
+QUEUE_RESUME = "queue.resume"
+QUEUE_LIMIT = "queue.limit"
 
 
 def event(actor: Actor, action: str, target: str, now_ms: int, detail: str | None = None) -> AuditEvent:

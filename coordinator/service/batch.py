@@ -22,7 +22,7 @@ from coordinator.domain.lifecycle import (
     decide_result,
     decide_start,
 )
-from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
+from coordinator.domain.records import AttemptRecord, JobRecord, QueueRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import (
     CoordinatorError,
@@ -110,6 +110,7 @@ class _BatchRun:
         self.writes = JobWrites(tx, now, self.answers)
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
+        self._queues: dict[str, QueueRecord] = {}
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
@@ -133,6 +134,8 @@ class _BatchRun:
         self.answers.results = [self._result(r) for r in batch.results]
         if batch.claims:
             self.writes.flush()  # claims read the database: it must see this batch's releases
+        # R-17: the controls of every queue asked for, read once (limited ones locked).
+        self._queues = self.tx.queue_controls(q for request in batch.claims for q in request.queues)
         self.answers.claims = [self._claim(request) for request in batch.claims]
         self.writes.flush()
         return self.answers
@@ -251,19 +254,46 @@ class _BatchRun:
         limit = self.tx.bounds.clamp_claim_batch(request.count)  # SPEC §5: clamp silently
         if limit <= 0 or not request.wire_names:
             return []
+        claimed: list[Claimed] = []
+        free, limited = self._open_queues(request.queues)
+        if free:
+            claimed += self._claim_from(free, request, limit)
+        for queue, room in limited.items():
+            if len(claimed) < limit and room > 0:
+                claimed += self._claim_from((queue,), request, min(room, limit - len(claimed)))
+        outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
+        if outputs:
+            claimed = [replace(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
+        return claimed
+
+    def _open_queues(self, names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
+        """R-17: the queues a claim may take from — those without a limit, and for each
+        limited one how many more of its jobs may be reserved or running now. Paused
+        queues hand out nothing."""
+        free: list[str] = []
+        limited: dict[str, int] = {}
+        for name in names:
+            queue = self._queues.get(name)
+            if queue is None or (not queue.paused and queue.concurrency_limit is None):
+                free.append(name)
+            elif not queue.paused:
+                assert queue.concurrency_limit is not None
+                active = self.tx.active_jobs(name, queue.concurrency_limit)
+                limited[name] = queue.concurrency_limit - active
+        return tuple(free), limited
+
+    def _claim_from(self, queues: tuple[str, ...], request: ClaimRequest, limit: int) -> list[Claimed]:
         claimed = []
         lease_until = self.now + request.lease_ms
-        for job in self.tx.claimable(request.queues, request.wire_names, self.now, limit):
+        for job in self.tx.claimable(queues, request.wire_names, self.now, limit):
             attempt_id = uuid7(self.now)
             updated = self._keep(
                 self.writes.claim(job, attempt_id, request.worker_id, lease_until, request.token_id)
             )
             claimed.append(Claimed(updated, attempt_id, lease_until))
-        # The next request's query must not see these jobs as claimable.
+        # The next query (of this request or the next) must not see these as claimable,
+        # and a limited queue's count must see them as reserved.
         self.writes.flush()
-        outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
-        if outputs:
-            claimed = [replace(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
         return claimed
 
 

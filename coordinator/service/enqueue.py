@@ -71,6 +71,7 @@ def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: 
         fresh.append(record)
         edges += [_edge(record.id, parent_id, parents.get(parent_id)) for parent_id in job.parent_ids]
         results[job.index] = Enqueued(record.id, record.state, existing=False)
+    tx.register_queues({record.queue for record in fresh}, now_ms)
     tx.insert_jobs(fresh, now_ms)
     tx.insert_dependencies(edges)
     if any(record.state is JobState.AVAILABLE for record in fresh):

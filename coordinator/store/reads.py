@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, literal, select
 
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
     JobRecord,
+    QueueStats,
     Relatives,
     TokenRecord,
     Transition,
@@ -21,10 +22,11 @@ from coordinator.store.rows import (
     event_from_row,
     job_from_mapping,
     job_from_row,
+    queue_from_row,
     token_from_row,
     transition_from_row,
 )
-from coordinator.store.schema import attempts, audit_events, dependencies, jobs, tokens, transitions
+from coordinator.store.schema import attempts, audit_events, dependencies, jobs, queues, tokens, transitions
 
 _LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
 
@@ -116,23 +118,44 @@ def next_due_ms(conn: Connection, queues: Sequence[str], after_ms: int) -> int |
     return int(value) if value is not None else None
 
 
-def queue_depths(conn: Connection) -> dict[tuple[str, str], int]:
-    open_states = [state.value for state in JobState if not state.terminal]
-    query = (
-        select(jobs.c.queue, jobs.c.state, func.count())
-        .where(jobs.c.state.in_(open_states))
-        .group_by(jobs.c.queue, jobs.c.state)
-    )
-    return {(queue, state): int(count) for queue, state, count in conn.execute(query)}
-
-
-def oldest_due_by_queue(conn: Connection, now_ms: int) -> dict[str, int]:
-    query = (
-        select(jobs.c.queue, func.min(jobs.c.run_at_ms))
-        .where(jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]), jobs.c.run_at_ms <= now_ms)
-        .group_by(jobs.c.queue)
-    )
-    return {queue: int(run_at) for queue, run_at in conn.execute(query)}
+def queue_stats(conn: Connection, now_ms: int, cap: int) -> list[QueueStats]:
+    """Every known queue with its jobs counted per state up to ``cap`` each, and its
+    oldest due job: a few index range scans per queue, never a scan of the table."""
+    result: list[QueueStats] = []
+    for queue in map(queue_from_row, conn.execute(select(queues).order_by(queues.c.name))):
+        counts = [
+            select(func.count())
+            .select_from(
+                select(literal(1))
+                .where(jobs.c.queue == queue.name, jobs.c.state == state.value)
+                .limit(cap)
+                .subquery()
+            )
+            .scalar_subquery()
+            .label(state.value)
+            for state in JobState
+        ]
+        oldest = (
+            select(func.min(jobs.c.run_at_ms))
+            .where(
+                jobs.c.queue == queue.name,
+                jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]),
+                jobs.c.run_at_ms <= now_ms,
+            )
+            .scalar_subquery()
+            .label("oldest")
+        )
+        row = conn.execute(select(*counts, oldest)).one()._mapping
+        by_state = {state: int(row[state.value]) for state in JobState}
+        result.append(
+            QueueStats(
+                queue=queue,
+                counts=by_state,
+                capped=frozenset(state for state, count in by_state.items() if count >= cap),
+                oldest_due_run_at_ms=int(row["oldest"]) if row["oldest"] is not None else None,
+            )
+        )
+    return result
 
 
 def count_by_state(conn: Connection) -> dict[str, int]:

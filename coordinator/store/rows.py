@@ -15,6 +15,7 @@ from coordinator.domain.records import (
     Dependency,
     JobRecord,
     NewAttempt,
+    QueueRecord,
     TokenRecord,
     Transition,
 )
@@ -109,6 +110,17 @@ def attempt_end_params(end: AttemptEnd) -> dict[str, Any]:
         "v_job_state_after": end.job_state_after.value,
         "v_reported": end.reported,
     }
+
+
+def queue_from_row(row: Any) -> QueueRecord:
+    values = row._mapping
+    return QueueRecord(
+        name=values["name"],
+        paused=bool(values["paused"]),
+        concurrency_limit=values["concurrency_limit"],
+        created_at_ms=values["created_at_ms"],
+        updated_at_ms=values["updated_at_ms"],
+    )
 
 
 def dependency_row(dependency: Dependency) -> dict[str, Any]:

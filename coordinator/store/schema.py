@@ -78,6 +78,16 @@ Index(
     postgresql_where=text(_CLAIMABLE),
 )
 Index("ix_jobs_leased", jobs.c.state, sqlite_where=text(_LEASED), postgresql_where=text(_LEASED))
+# bounded counts per queue and state, and each queue's oldest due job, without a
+# scan of the table.
+Index("ix_jobs_queue_state", jobs.c.queue, jobs.c.state)
+Index(
+    "ix_jobs_due",
+    jobs.c.queue,
+    jobs.c.run_at_ms,
+    sqlite_where=text(_CLAIMABLE),
+    postgresql_where=text(_CLAIMABLE),
+)
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
 Index(
@@ -114,6 +124,18 @@ attempts = Table(
     Column("token_id", String(32)),
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.claimed_at_ms)
+
+# every queue a job was ever enqueued to, and its controls. Claims lock the row of
+# a limited queue, so its concurrency limit holds across all workers and replicas.
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", String(256), primary_key=True),
+    Column("paused", Boolean, nullable=False, default=False, server_default=false()),
+    Column("concurrency_limit", Integer),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
 
 # one row per (child, parent). No foreign key to the parent: retention may
 # purge a parent, and its output, copied here when it succeeded, stays for the child.

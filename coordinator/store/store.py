@@ -24,6 +24,7 @@ from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
     JobRecord,
+    QueueStats,
     Relatives,
     TokenRecord,
     Transition,
@@ -189,17 +190,11 @@ class Store:
         with self._reading() as conn:
             return reads.next_due_ms(conn, queues, after_ms)
 
-    def queue_depths(self) -> dict[tuple[str, str], int]:
-        """Jobs per (queue, state) in the states that are not terminal: bounded by the
-        backlog, never a count over finished jobs (SPEC §8)."""
+    def queue_stats(self, now_ms: int, cap: int) -> list[QueueStats]:
+        """Every known queue, its controls, its jobs per state (each count exact up to
+        ``cap``) and its oldest due job (R-17)."""
         with self._reading() as conn:
-            return reads.queue_depths(conn)
-
-    def oldest_due_by_queue(self, now_ms: int) -> dict[str, int]:
-        """Per queue, the earliest run-at among claimable jobs due by ``now_ms`` (the
-        claim index answers it)."""
-        with self._reading() as conn:
-            return reads.oldest_due_by_queue(conn, now_ms)
+            return reads.queue_stats(conn, now_ms, cap)
 
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as conn:

@@ -7,45 +7,39 @@ writer. Operations take and return domain values; SQL stays here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, func, insert, select, text, update
+from sqlalchemy import bindparam, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.changes import JobChange
 from coordinator.domain.records import (
     AttemptEnd,
     AttemptRecord,
-    AuditEvent,
-    Dependency,
     JobRecord,
     NewAttempt,
-    TokenRecord,
     WorkerIdentity,
 )
-from coordinator.domain.states import CLAIMABLE_STATES, CODE_PARENT_FAILED, LEASED_STATES, JobState
+from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
 from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
     attempt_from_row,
     changed_columns,
-    dependency_row,
-    event_row,
     job_from_row,
     job_row,
     new_attempt_row,
-    token_from_row,
-    token_row,
 )
-from coordinator.store.schema import attempts, audit_events, dependencies, jobs, tokens, transitions
+from coordinator.store.schema import attempts, jobs, transitions
+from coordinator.store.tx_access import AccessOps
+from coordinator.store.tx_base import chunks
+from coordinator.store.tx_dependencies import DependencyOps
+from coordinator.store.tx_queues import QueueOps
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
 """The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
-_IN_CHUNK = 1_000
-"""Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
 
 _FINISH_ATTEMPT = (
     update(attempts)
@@ -74,25 +68,11 @@ def _job_update(columns: tuple[str, ...]) -> Any:
     )
 
 
-def chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(values), _IN_CHUNK):
-        yield values[start : start + _IN_CHUNK]
-
-
-class Tx:
-    """The operations of one write transaction."""
-
-    def __init__(self, conn: Connection, postgres: bool, bounds: StoreBounds) -> None:
-        self._conn = conn
-        self._postgres = postgres
-        self.bounds = bounds
+class Tx(QueueOps, DependencyOps, AccessOps):
+    """The operations of one write transaction: jobs and attempts here; queues,
+    dependencies, tokens and the audit log in their mixins."""
 
     # -- reads that lock -------------------------------------------------------------
-
-    def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
-        if self._postgres:
-            return query.with_for_update(skip_locked=skip_locked)
-        return query
 
     def jobs_by_ids(self, ids: Iterable[str]) -> dict[str, JobRecord]:
         ordered = sorted(set(ids))
@@ -296,107 +276,3 @@ class Tx:
             )
             renewed.update((row[0], bool(row[1])) for row in self._conn.execute(statement))
         return renewed
-
-    # -- dependencies (R-15, R-16) ----------------------------------------------------------
-
-    def insert_dependencies(self, rows: Sequence[Dependency]) -> None:
-        if rows:
-            self._conn.execute(insert(dependencies), [dependency_row(row) for row in rows])
-
-    def waiting_children(self, parent_id: str) -> list[JobRecord]:
-        """The children of ``parent_id`` that wait, locked, in ID order."""
-        query = (
-            select(jobs)
-            .join(dependencies, dependencies.c.child_id == jobs.c.id)
-            .where(dependencies.c.parent_id == parent_id, jobs.c.state == JobState.WAITING.value)
-            .order_by(jobs.c.id)
-        )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
-
-    def satisfy_dependencies(self, parent_id: str, output: bytes | None) -> None:
-        """Records that ``parent_id`` succeeded, with its output, on every child's row."""
-        self._conn.execute(
-            update(dependencies)
-            .where(dependencies.c.parent_id == parent_id)
-            .values(satisfied=True, parent_output=output)
-        )
-
-    def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
-        """For each of ``child_ids`` that has any, its parents that have not succeeded."""
-        found: dict[str, list[str]] = {}
-        for chunk in chunks(sorted(set(child_ids))):
-            rows = self._conn.execute(
-                select(dependencies.c.child_id, dependencies.c.parent_id)
-                .where(dependencies.c.child_id.in_(chunk), dependencies.c.satisfied.is_(False))
-                .order_by(dependencies.c.child_id, dependencies.c.parent_id)
-            )
-            for child_id, parent_id in rows:
-                found.setdefault(child_id, []).append(parent_id)
-        return found
-
-    def parent_outputs(self, child_ids: Iterable[str]) -> dict[str, dict[str, bytes]]:
-        """The outputs of the parents of each of ``child_ids`` (R-16), for their claims."""
-        found: dict[str, dict[str, bytes]] = {}
-        for chunk in chunks(sorted(set(child_ids))):
-            rows = self._conn.execute(
-                select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
-                    dependencies.c.child_id.in_(chunk)
-                )
-            )
-            for child_id, parent_id, output in rows:
-                found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
-        return found
-
-    def children_failed_by_parent(self, parent_id: str) -> list[JobRecord]:
-        """The children of ``parent_id`` that ended ``parent_failed``, locked."""
-        query = (
-            select(jobs)
-            .join(dependencies, dependencies.c.child_id == jobs.c.id)
-            .where(
-                dependencies.c.parent_id == parent_id,
-                jobs.c.state == JobState.FAILED.value,
-                jobs.c.last_error_code == CODE_PARENT_FAILED,
-            )
-            .order_by(jobs.c.id)
-        )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
-
-    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
-        """The states of those of ``job_ids`` that exist (no lock)."""
-        found: dict[str, JobState] = {}
-        for chunk in chunks(sorted(set(job_ids))):
-            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(chunk)))
-            found.update((job_id, JobState(state)) for job_id, state in rows)
-        return found
-
-    # -- tokens and the audit log (R-20, R-22) -----------------------------------------
-
-    def lock_tokens(self) -> None:
-        """Serialises token bootstrap between replicas starting together (PostgreSQL;
-        SQLite's write transactions are serial already)."""
-        if self._postgres:
-            self._conn.execute(text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
-
-    def has_tokens(self) -> bool:
-        return int(self._conn.execute(select(func.count()).select_from(tokens)).scalar_one()) > 0
-
-    def insert_token(self, token: TokenRecord) -> None:
-        self._conn.execute(insert(tokens), [token_row(token)])
-
-    def get_token(self, token_id: str) -> TokenRecord | None:
-        row = self._conn.execute(select(tokens).where(tokens.c.id == token_id)).first()
-        return token_from_row(row) if row is not None else None
-
-    def revoke_token(self, token_id: str, now_ms: int) -> bool:
-        """Marks the token revoked; False when it does not exist or already was."""
-        statement = (
-            update(tokens)
-            .where(tokens.c.id == token_id, tokens.c.revoked_at_ms.is_(None))
-            .values(revoked_at_ms=now_ms)
-        )
-        return bool(self._conn.execute(statement).rowcount == 1)
-
-    def insert_audit_event(self, event: AuditEvent) -> None:
-        """Audit events commit or roll back with the change they record; the database
-        refuses updates and deletes of them."""
-        self._conn.execute(insert(audit_events), [event_row(event)])

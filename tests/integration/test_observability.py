@@ -141,18 +141,18 @@ async def test_readiness_follows_the_database_and_draining_while_liveness_stays(
         for service in ("", "liveness", "readiness"):
             assert await health_status(port, service) == SERVING
 
-        def unreachable() -> dict[tuple[str, str], int]:
+        def unreachable(now_ms: int, cap: int) -> list[object]:
             raise OSError("connection refused")
 
         assert await running.check_database()  # also waits out the loop's first check
-        reads = running.store.queue_depths
-        running.store.queue_depths = unreachable  # type: ignore[method-assign]
+        reads = running.store.queue_stats
+        running.store.queue_stats = unreachable  # type: ignore[method-assign,assignment]
         assert not await running.check_database()
         assert await health_status(port, "readiness") == NOT_SERVING
         assert await health_status(port, "liveness") == SERVING
         assert await health_status(port, "") == SERVING  # the probe port's default is liveness
         assert running.metrics.registry.get_sample_value("runwick_database_up") == 0
-        running.store.queue_depths = reads  # type: ignore[method-assign]
+        running.store.queue_stats = reads  # type: ignore[method-assign]
         assert await running.check_database()
         assert await health_status(port, "readiness") == SERVING
 

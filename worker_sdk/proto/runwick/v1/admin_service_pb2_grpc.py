@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from worker_sdk.proto.runwick.v1 import admin_service_pb2 as runwick_dot_v1_dot_admin__service__pb2
+from worker_sdk.proto.runwick.v1 import queue_pb2 as runwick_dot_v1_dot_queue__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -54,6 +55,26 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_admin__service__pb2.ListAuditEventsRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_admin__service__pb2.ListAuditEventsResponse.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/runwick.v1.AdminService/ListQueues',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.PauseQueue = channel.unary_unary(
+                '/runwick.v1.AdminService/PauseQueue',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.PauseQueueRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.PauseQueueResponse.FromString,
+                _registered_method=True)
+        self.ResumeQueue = channel.unary_unary(
+                '/runwick.v1.AdminService/ResumeQueue',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.ResumeQueueRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.ResumeQueueResponse.FromString,
+                _registered_method=True)
+        self.SetQueueLimit = channel.unary_unary(
+                '/runwick.v1.AdminService/SetQueueLimit',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -87,6 +108,32 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueues(self, request, context):
+        """R-17: queues with their controls and job counts. Scope `read`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseQueue(self, request, context):
+        """R-17: scope `manage`; audited. An unknown queue is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueueLimit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +156,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListAuditEvents,
                     request_deserializer=runwick_dot_v1_dot_admin__service__pb2.ListAuditEventsRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_admin__service__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.ListQueuesRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'PauseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseQueue,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.PauseQueueRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.PauseQueueResponse.SerializeToString,
+            ),
+            'ResumeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeQueue,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.ResumeQueueRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.ResumeQueueResponse.SerializeToString,
+            ),
+            'SetQueueLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueLimit,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +286,114 @@ class AdminService:
             '/runwick.v1.AdminService/ListAuditEvents',
             runwick_dot_v1_dot_admin__service__pb2.ListAuditEventsRequest.SerializeToString,
             runwick_dot_v1_dot_admin__service__pb2.ListAuditEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/ListQueues',
+            runwick_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/PauseQueue',
+            runwick_dot_v1_dot_queue__pb2.PauseQueueRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.PauseQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/ResumeQueue',
+            runwick_dot_v1_dot_queue__pb2.ResumeQueueRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.ResumeQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/SetQueueLimit',
+            runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
             options,
             channel_credentials,
             insecure,

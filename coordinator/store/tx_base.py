@@ -1,0 +1,32 @@
+"""What every part of a write transaction shares: the connection, the engine kind, the
+bounds, and row locking (``FOR UPDATE [SKIP LOCKED]`` on PostgreSQL; SQLite has a single
+writer, so it needs none)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select
+
+from coordinator.domain.bounds import StoreBounds
+
+_IN_CHUNK = 1_000
+"""Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
+
+
+def chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
+class TxBase:
+    def __init__(self, conn: Connection, postgres: bool, bounds: StoreBounds) -> None:
+        self._conn = conn
+        self._postgres = postgres
+        self.bounds = bounds
+
+    def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
+        if self._postgres:
+            return query.with_for_update(skip_locked=skip_locked)
+        return query

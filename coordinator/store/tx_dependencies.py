@@ -1,0 +1,88 @@
+"""A write transaction's dependency operations (R-15, R-16): the rows that tie a child
+to its parents, and the parents' outputs copied onto them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import insert, select, update
+
+from coordinator.domain.records import Dependency, JobRecord
+from coordinator.domain.states import CODE_PARENT_FAILED, JobState
+from coordinator.store.rows import dependency_row, job_from_row
+from coordinator.store.schema import dependencies, jobs
+from coordinator.store.tx_base import TxBase, chunks
+
+
+class DependencyOps(TxBase):
+    # -- dependencies (R-15, R-16) ----------------------------------------------------------
+
+    def insert_dependencies(self, rows: Sequence[Dependency]) -> None:
+        if rows:
+            self._conn.execute(insert(dependencies), [dependency_row(row) for row in rows])
+
+    def waiting_children(self, parent_id: str) -> list[JobRecord]:
+        """The children of ``parent_id`` that wait, locked, in ID order."""
+        query = (
+            select(jobs)
+            .join(dependencies, dependencies.c.child_id == jobs.c.id)
+            .where(dependencies.c.parent_id == parent_id, jobs.c.state == JobState.WAITING.value)
+            .order_by(jobs.c.id)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
+
+    def satisfy_dependencies(self, parent_id: str, output: bytes | None) -> None:
+        """Records that ``parent_id`` succeeded, with its output, on every child's row."""
+        self._conn.execute(
+            update(dependencies)
+            .where(dependencies.c.parent_id == parent_id)
+            .values(satisfied=True, parent_output=output)
+        )
+
+    def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
+        """For each of ``child_ids`` that has any, its parents that have not succeeded."""
+        found: dict[str, list[str]] = {}
+        for chunk in chunks(sorted(set(child_ids))):
+            rows = self._conn.execute(
+                select(dependencies.c.child_id, dependencies.c.parent_id)
+                .where(dependencies.c.child_id.in_(chunk), dependencies.c.satisfied.is_(False))
+                .order_by(dependencies.c.child_id, dependencies.c.parent_id)
+            )
+            for child_id, parent_id in rows:
+                found.setdefault(child_id, []).append(parent_id)
+        return found
+
+    def parent_outputs(self, child_ids: Iterable[str]) -> dict[str, dict[str, bytes]]:
+        """The outputs of the parents of each of ``child_ids`` (R-16), for their claims."""
+        found: dict[str, dict[str, bytes]] = {}
+        for chunk in chunks(sorted(set(child_ids))):
+            rows = self._conn.execute(
+                select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
+                    dependencies.c.child_id.in_(chunk)
+                )
+            )
+            for child_id, parent_id, output in rows:
+                found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
+        return found
+
+    def children_failed_by_parent(self, parent_id: str) -> list[JobRecord]:
+        """The children of ``parent_id`` that ended ``parent_failed``, locked."""
+        query = (
+            select(jobs)
+            .join(dependencies, dependencies.c.child_id == jobs.c.id)
+            .where(
+                dependencies.c.parent_id == parent_id,
+                jobs.c.state == JobState.FAILED.value,
+                jobs.c.last_error_code == CODE_PARENT_FAILED,
+            )
+            .order_by(jobs.c.id)
+        )
+        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
+
+    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The states of those of ``job_ids`` that exist (no lock)."""
+        found: dict[str, JobState] = {}
+        for chunk in chunks(sorted(set(job_ids))):
+            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(chunk)))
+            found.update((job_id, JobState(state)) for job_id, state in rows)
+        return found

@@ -1,0 +1,101 @@
+"""A write transaction's queue operations (R-17): the queue registry, the controls
+claims obey (pause, concurrency limit), and their changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from coordinator.domain.records import QueueRecord
+from coordinator.domain.states import LEASED_STATES
+from coordinator.store.rows import queue_from_row
+from coordinator.store.schema import jobs, queues
+from coordinator.store.tx_base import TxBase
+
+
+class Unset:
+    """The absence of a value where None is one (a limit of None removes the limit)."""
+
+
+UNSET = Unset()
+
+
+def _insert_ignoring_duplicates(postgres: bool) -> Any:
+    """An INSERT into ``queues`` that skips names another transaction added meanwhile."""
+    if postgres:
+        return postgresql_insert(queues).on_conflict_do_nothing(index_elements=["name"])
+    return sqlite_insert(queues).on_conflict_do_nothing(index_elements=["name"])
+
+
+class QueueOps(TxBase):
+    # -- queues (R-17) ------------------------------------------------------------------
+
+    def register_queues(self, names: Iterable[str], now_ms: int) -> None:
+        """Makes ``names`` known queues (a no-op for those that are)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return
+        known = {row[0] for row in self._conn.execute(select(queues.c.name).where(queues.c.name.in_(wanted)))}
+        rows = [
+            {
+                "name": name,
+                "paused": False,
+                "concurrency_limit": None,
+                "created_at_ms": now_ms,
+                "updated_at_ms": now_ms,
+            }
+            for name in wanted
+            if name not in known
+        ]
+        if rows:
+            self._conn.execute(_insert_ignoring_duplicates(self._postgres), rows)
+
+    def queue_controls(self, names: Iterable[str]) -> dict[str, QueueRecord]:
+        """The known queues among ``names``; the rows of those with a concurrency limit are
+        locked (PostgreSQL), so claims of a limited queue are serialised across replicas."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return {}
+        found = {
+            record.name: record
+            for record in map(
+                queue_from_row, self._conn.execute(select(queues).where(queues.c.name.in_(wanted)))
+            )
+        }
+        limited = sorted(name for name, record in found.items() if record.concurrency_limit is not None)
+        if limited and self._postgres:
+            self._conn.execute(
+                select(queues.c.name)
+                .where(queues.c.name.in_(limited))
+                .order_by(queues.c.name)
+                .with_for_update()
+            )
+        return found
+
+    def active_jobs(self, queue: str, cap: int) -> int:
+        """Jobs of ``queue`` reserved or running, counted up to ``cap``."""
+        inner = (
+            select(literal(1))
+            .where(jobs.c.queue == queue, jobs.c.state.in_([s.value for s in LEASED_STATES]))
+            .limit(cap)
+            .subquery()
+        )
+        return int(self._conn.execute(select(func.count()).select_from(inner)).scalar_one())
+
+    def set_queue_controls(
+        self, name: str, now_ms: int, *, paused: bool | None = None, limit: int | Unset | None = UNSET
+    ) -> QueueRecord | None:
+        """Changes a known queue's controls; None when it is not known."""
+        values: dict[str, Any] = {"updated_at_ms": now_ms}
+        if paused is not None:
+            values["paused"] = paused
+        if not isinstance(limit, Unset):
+            values["concurrency_limit"] = limit
+        if self._conn.execute(update(queues).where(queues.c.name == name).values(values)).rowcount != 1:
+            return None
+        row = self._conn.execute(select(queues).where(queues.c.name == name)).first()
+        return queue_from_row(row) if row is not None else None

@@ -1,0 +1,83 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from worker_sdk.proto.runwick.v1 import job_pb2 as _job_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class QueueStateCount(_message.Message):
+    __slots__ = ("state", "count", "capped")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CAPPED_FIELD_NUMBER: _ClassVar[int]
+    state: _job_pb2.JobState
+    count: int
+    capped: bool
+    def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ..., capped: _Optional[bool] = ...) -> None: ...
+
+class Queue(_message.Message):
+    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AVAILABLE_AGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    paused: bool
+    concurrency_limit: int
+    counts: _containers.RepeatedCompositeFieldContainer[QueueStateCount]
+    oldest_available_age: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[Queue]
+    def __init__(self, queues: _Optional[_Iterable[_Union[Queue, _Mapping]]] = ...) -> None: ...
+
+class PauseQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class PauseQueueResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class ResumeQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ResumeQueueResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class SetQueueLimitRequest(_message.Message):
+    __slots__ = ("name", "limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    limit: int
+    def __init__(self, name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SetQueueLimitResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
