@@ -44,6 +44,7 @@ from worker_sdk._info import (
 from worker_sdk._jobs import Upgrader, job
 from worker_sdk._logging import configure_logging
 from worker_sdk._middleware import CallNext, Middleware
+from worker_sdk._queues import QueueInfo
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
 from worker_sdk._settings import JobConfig, JobSettings
 from worker_sdk._worker import Worker
@@ -80,6 +81,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentJobFailure",
     "PermissionDenied",
+    "QueueInfo",
     "Retry",
     "RevealedError",
     "RunwickError",

@@ -19,10 +19,11 @@ from worker_sdk._connection import ConnectionOptions, PemSource, connection_opti
 from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_from_proto
 from worker_sdk._errors import translated_rpc_errors
 from worker_sdk._info import AttemptInfo, EnqueuedJob, JobInfo, JobState, RevealedError
+from worker_sdk._queues import QueueCalls
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 
 
-class Client(AdminCalls):
+class Client(AdminCalls, QueueCalls):
     """The blocking twin of ``AsyncClient``: same arguments, same behaviour.
 
     Use it as ``with Client(...) as client:`` or call ``close()``.

@@ -43,6 +43,7 @@ EXPECTED = [
     "PayloadTooLarge",
     "PermanentJobFailure",
     "PermissionDenied",
+    "QueueInfo",
     "Retry",
     "RevealedError",
     "RunwickError",

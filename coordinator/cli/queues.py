@@ -1,0 +1,111 @@
+"""``runwick queues list|pause|resume|limit`` (R-17): the SDK client's queue calls.
+Listing needs the ``read`` scope, changes ``manage``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from coordinator.cli.connect import add_connection_flags, run_client_command
+from coordinator.cli.output import table
+from worker_sdk import Client, JobState, QueueInfo
+
+_SHOWN_STATES = (
+    JobState.SCHEDULED,
+    JobState.WAITING,
+    JobState.AVAILABLE,
+    JobState.RESERVED,
+    JobState.RUNNING,
+)
+
+
+def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    queues = commands.add_parser("queues", help="list queues, pause and resume them, limit their concurrency")
+    actions = queues.add_subparsers(dest="queues_command", required=True)
+    listing = actions.add_parser("list", help="every queue with its controls and job counts (needs read)")
+    add_connection_flags(listing)
+    for name, text in (
+        ("pause", "stop new claims of the queue's jobs; running ones finish (needs manage; audited)"),
+        ("resume", "let workers claim the queue's jobs again (needs manage; audited)"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("queue", help="the queue's name")
+        add_connection_flags(action)
+    limit = actions.add_parser(
+        "limit", help="at most N of the queue's jobs running at once, on every worker (needs manage; audited)"
+    )
+    limit.add_argument("queue", help="the queue's name")
+    limit.add_argument("limit", help="1 or more, or 'none' to remove the limit")
+    add_connection_flags(limit)
+
+
+def run_queue_command(options: argparse.Namespace) -> int:
+    def command(client: Client) -> int:
+        if options.queues_command == "list":
+            return _list(client, options)
+        if options.queues_command == "pause":
+            return _show(client.pause_queue(options.queue), options)
+        if options.queues_command == "resume":
+            return _show(client.resume_queue(options.queue), options)
+        return _show(client.set_queue_limit(options.queue, _limit(options.limit)), options)
+
+    return run_client_command(options, command)
+
+
+def _limit(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"limit must be a whole number of 1 or more, or none; got {text!r}") from None
+
+
+def queue_json(queue: QueueInfo) -> dict[str, object]:
+    """A queue as ``--json`` prints it: the SDK's field names, counts by state name."""
+    return {
+        "name": queue.name,
+        "paused": queue.paused,
+        "concurrency_limit": queue.concurrency_limit,
+        "counts": {state.value: count for state, count in queue.counts.items()},
+        "capped": sorted(state.value for state in queue.capped),
+        "oldest_available_age_s": (
+            queue.oldest_available_age.total_seconds() if queue.oldest_available_age is not None else None
+        ),
+    }
+
+
+def _list(client: Client, options: argparse.Namespace) -> int:
+    queues = client.list_queues()
+    if options.json:
+        print(json.dumps([queue_json(q) for q in queues]))
+        return 0
+    rows = []
+    for queue in queues:
+        counts = [_count(queue, state) for state in _SHOWN_STATES]
+        age = queue.oldest_available_age
+        rows.append(
+            [
+                queue.name,
+                "paused" if queue.paused else "-",
+                str(queue.concurrency_limit) if queue.concurrency_limit is not None else "-",
+                *counts,
+                f"{age.total_seconds():.1f}s" if age is not None else "-",
+            ]
+        )
+    table(["queue", "paused", "limit", *(s.value for s in _SHOWN_STATES), "oldest"], rows)
+    return 0
+
+
+def _count(queue: QueueInfo, state: JobState) -> str:
+    count = queue.counts.get(state, 0)
+    return f"{count}+" if state in queue.capped else str(count)
+
+
+def _show(queue: QueueInfo, options: argparse.Namespace) -> int:
+    if options.json:
+        print(json.dumps(queue_json(queue)))
+    else:
+        limit = queue.concurrency_limit if queue.concurrency_limit is not None else "none"
+        print(f"{queue.name}  {'paused' if queue.paused else 'running'}, limit {limit}")
+    return 0

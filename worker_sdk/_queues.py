@@ -1,0 +1,128 @@
+"""The queue calls of ``AsyncClient`` and ``Client`` (R-17): list queues with their
+counts, pause and resume them, and set their concurrency limits. Listing needs the
+``read`` scope, changes ``manage``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from worker_sdk._client_base import ClientBase
+from worker_sdk._convert import state_from_proto
+from worker_sdk._errors import ArgumentError, translated_rpc_errors
+from worker_sdk._info import JobState
+from worker_sdk.proto.runwick.v1 import queue_pb2
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue and its controls; ``counts`` and ``oldest_available_age`` are filled by
+    ``list_queues`` only."""
+
+    name: str
+    paused: bool
+    concurrency_limit: int | None
+    """Most of its jobs reserved or running at once, across every worker; None: no limit."""
+    counts: dict[JobState, int] = field(default_factory=dict)
+    """Jobs per state, each exact up to the coordinator's cap (see ``capped``)."""
+    capped: frozenset[JobState] = frozenset()
+    """States whose count reached the cap: there may be more."""
+    oldest_available_age: timedelta | None = None
+    """How long the oldest due job has waited; None when none is due."""
+
+
+def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
+    counts = {state_from_proto(c.state): int(c.count) for c in message.counts}
+    capped = frozenset(state_from_proto(c.state) for c in message.counts if c.capped)
+    age = message.oldest_available_age.ToTimedelta() if message.HasField("oldest_available_age") else None
+    limit = message.concurrency_limit if message.HasField("concurrency_limit") else None
+    return QueueInfo(message.name, message.paused, limit, counts, capped, age)
+
+
+def _name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ArgumentError("queue must be a non-empty str")
+    return name
+
+
+def _limit_request(name: str, limit: int | None) -> queue_pb2.SetQueueLimitRequest:
+    request = queue_pb2.SetQueueLimitRequest(name=_name(name))
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise ArgumentError(f"limit must be an int or None, got {type(limit).__name__}")
+        request.limit = limit
+    return request
+
+
+class AsyncQueueCalls(ClientBase):
+    """The queue calls of ``AsyncClient``."""
+
+    _admin: Any
+
+    async def list_queues(self) -> list[QueueInfo]:
+        """Every queue a job was ever enqueued to, by name, with its controls and counts."""
+        with translated_rpc_errors():
+            response = await self._admin.ListQueues(queue_pb2.ListQueuesRequest(), **self._call_kwargs())
+        return [queue_from_proto(q) for q in response.queues]
+
+    async def pause_queue(self, name: str) -> QueueInfo:
+        """Stops new claims of the queue's jobs; running ones finish. Audited.
+
+        Raises:
+            JobNotFound: No job was ever enqueued to that queue.
+        """
+        request = queue_pb2.PauseQueueRequest(name=_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.PauseQueue(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
+    async def resume_queue(self, name: str) -> QueueInfo:
+        """Lets workers claim the queue's jobs again. Audited."""
+        request = queue_pb2.ResumeQueueRequest(name=_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.ResumeQueue(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
+    async def set_queue_limit(self, name: str, limit: int | None) -> QueueInfo:
+        """At most ``limit`` (1 or more) of the queue's jobs reserved or running at once,
+        across every worker and coordinator replica; None removes the limit. Audited.
+
+        Raises:
+            ArgumentError: The limit is below 1.
+        """
+        request = _limit_request(name, limit)
+        with translated_rpc_errors():
+            response = await self._admin.SetQueueLimit(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
+
+class QueueCalls(ClientBase):
+    """The queue calls of ``Client``; see ``AsyncClient`` for each."""
+
+    _admin: Any
+
+    def list_queues(self) -> list[QueueInfo]:
+        with translated_rpc_errors():
+            response = self._admin.ListQueues(queue_pb2.ListQueuesRequest(), **self._call_kwargs())
+        return [queue_from_proto(q) for q in response.queues]
+
+    def pause_queue(self, name: str) -> QueueInfo:
+        with translated_rpc_errors():
+            response = self._admin.PauseQueue(
+                queue_pb2.PauseQueueRequest(name=_name(name)), **self._call_kwargs()
+            )
+        return queue_from_proto(response.queue)
+
+    def resume_queue(self, name: str) -> QueueInfo:
+        with translated_rpc_errors():
+            response = self._admin.ResumeQueue(
+                queue_pb2.ResumeQueueRequest(name=_name(name)), **self._call_kwargs()
+            )
+        return queue_from_proto(response.queue)
+
+    def set_queue_limit(self, name: str, limit: int | None) -> QueueInfo:
+        request = _limit_request(name, limit)
+        with translated_rpc_errors():
+            response = self._admin.SetQueueLimit(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
