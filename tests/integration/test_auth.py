@@ -28,6 +28,7 @@ from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2_grpc,
     job_service_pb2,
     job_service_pb2_grpc,
+    queue_pb2,
     worker_service_pb2,
     worker_service_pb2_grpc,
 )
@@ -175,6 +176,16 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                 ),
                 "CreateToken": lambda: api.tokens.CreateToken(
                     admin_service_pb2.CreateTokenRequest(name="made-in-matrix", scopes=["read"]), metadata=md
+                ),
+                "ListQueues": lambda: api.tokens.ListQueues(queue_pb2.ListQueuesRequest(), metadata=md),
+                "PauseQueue": lambda: api.tokens.PauseQueue(
+                    queue_pb2.PauseQueueRequest(name="default"), metadata=md
+                ),
+                "ResumeQueue": lambda: api.tokens.ResumeQueue(
+                    queue_pb2.ResumeQueueRequest(name="default"), metadata=md
+                ),
+                "SetQueueLimit": lambda: api.tokens.SetQueueLimit(
+                    queue_pb2.SetQueueLimitRequest(name="default", limit=5), metadata=md
                 ),
             }
             if name in requests:
