@@ -1,0 +1,51 @@
+"""``runwick queues`` end to end: list (table and JSON), pause, resume, limit, and bad
+input with a clear message and exit code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.cli import runwick
+from tests.integration.conftest import Coordinator
+
+pytestmark = pytest.mark.slow
+
+
+async def test_queues_list_pause_resume_and_limit(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    await runwick("jobs", "enqueue", "billing.invoice", "--queue", "billing", *target)
+    await runwick("jobs", "enqueue", "billing.invoice", "--queue", "billing", *target)
+
+    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)
+    assert [(q["name"], q["paused"], q["concurrency_limit"], q["counts"]["available"]) for q in listed] == [
+        ("billing", False, None, 2)
+    ]
+    assert listed[0]["oldest_available_age_s"] >= 0
+
+    paused = await runwick("queues", "pause", "billing", *target)
+    assert paused.stdout.strip() == "billing  paused, limit none"
+    limited = json.loads((await runwick("queues", "limit", "billing", "3", "--json", *target)).stdout)
+    assert (limited["paused"], limited["concurrency_limit"]) == (True, 3)
+    await runwick("queues", "resume", "billing", *target)
+    cleared = await runwick("queues", "limit", "billing", "none", *target)
+    assert cleared.stdout.strip() == "billing  running, limit none"
+
+    table = (await runwick("queues", "list", *target)).stdout.splitlines()
+    assert table[0].split()[:3] == ["queue", "paused", "limit"]
+    assert table[1].split()[:3] == ["billing", "-", "-"]
+
+
+async def test_queue_commands_refuse_bad_input(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    await runwick("jobs", "enqueue", "billing.invoice", "--queue", "billing", *target)
+
+    unknown = await runwick("queues", "pause", "nowhere", *target, check=False)
+    assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "nowhere" in unknown.stderr
+    zero = await runwick("queues", "limit", "billing", "0", *target, check=False)
+    assert zero.returncode == 1 and "INVALID_ARGUMENT: limit" in zero.stderr and "got 0" in zero.stderr
+    word = await runwick("queues", "limit", "billing", "many", *target, check=False)
+    assert word.returncode == 2 and "'many'" in word.stderr
+    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)
+    assert (listed[0]["paused"], listed[0]["concurrency_limit"]) == (False, None)
