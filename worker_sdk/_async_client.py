@@ -87,6 +87,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
         queue: str | None = None,
         parents: Sequence[str] = (),
         idempotency_key: str | None = None,
+        unique_key: str | None = None,
     ) -> str:
         """Enqueues one job and returns its ID.
 
@@ -97,12 +98,14 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
             queue: Overrides the job type's queue.
             parents: Job IDs that must succeed first (R-15).
             idempotency_key: With a key, a second enqueue returns the first job (R-14).
+            unique_key: While a job of this type with this key has not ended, an
+                enqueue with it returns that job's ID instead of creating another.
 
         Raises:
             ArgumentError: The payload or an argument is invalid (also on the coordinator).
             RunwickError: Any other failure, translated from gRPC.
         """
-        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key)
+        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key, unique_key=unique_key)
         return (await self.enqueue_many([item]))[0]
 
     async def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
@@ -127,6 +130,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
         idempotency_key: str | None = None,
         max_executions: int | None = None,
         parents: Sequence[str] = (),
+        unique_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job given by wire name and encoded payload, for tools that have
         no ``@job`` class for it (the ``runwick jobs enqueue`` command).
@@ -164,6 +168,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
             idempotency_key=idempotency_key,
             max_executions=max_executions,
             parents=parents,
+            unique_key=unique_key,
         )
         with translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())

@@ -66,9 +66,10 @@ class Client(AdminCalls, QueueCalls):
         queue: str | None = None,
         parents: Sequence[str] = (),
         idempotency_key: str | None = None,
+        unique_key: str | None = None,
     ) -> str:
         """Enqueues one job and returns its ID; see ``AsyncClient.enqueue``."""
-        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key)
+        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key, unique_key=unique_key)
         return self.enqueue_many([item])[0]
 
     def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
@@ -90,6 +91,7 @@ class Client(AdminCalls, QueueCalls):
         idempotency_key: str | None = None,
         max_executions: int | None = None,
         parents: Sequence[str] = (),
+        unique_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job by wire name and encoded payload; see ``AsyncClient.enqueue_raw``."""
         request = self._raw_enqueue_request(
@@ -102,6 +104,7 @@ class Client(AdminCalls, QueueCalls):
             idempotency_key=idempotency_key,
             max_executions=max_executions,
             parents=parents,
+            unique_key=unique_key,
         )
         with translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())

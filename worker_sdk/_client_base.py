@@ -40,6 +40,9 @@ class EnqueueItem:
     job_id: str | None = None
     """A client-chosen ID (``new_job_id()``), so jobs of one batch can name each other
     as ``parents``; None lets the coordinator choose."""
+    unique_key: str | None = None
+    """At most one unfinished job of this type with this key: while one exists, the
+    enqueue returns its ID instead of creating another."""
 
 
 def check_job_id(job_id: object) -> str:
@@ -150,6 +153,7 @@ class ClientBase:
             settings=layer.to_proto(),
             parent_ids=_parents(item.parents),
             id=check_id("job_id", item.job_id) if item.job_id is not None else "",
+            unique_key=_optional_key("unique_key", item.unique_key),
         )
         _set_run_at(message, item.run_at)
         return message
@@ -166,6 +170,7 @@ class ClientBase:
         idempotency_key: str | None,
         max_executions: int | None,
         parents: Sequence[str],
+        unique_key: str | None = None,
     ) -> job_service_pb2.EnqueueRequest:
         """One NewJob as given: only types are checked here, values by the coordinator."""
         if not isinstance(wire_name, str) or not isinstance(queue, str):
@@ -185,6 +190,7 @@ class ClientBase:
             idempotency_key=_idempotency_key(idempotency_key),
             settings=SettingsLayer(max_executions=max_executions).over(self._defaults).to_proto(),
             parent_ids=_parents(parents),
+            unique_key=_optional_key("unique_key", unique_key),
         )
         _set_run_at(message, run_at)
         return job_service_pb2.EnqueueRequest(jobs=[message])
@@ -266,6 +272,14 @@ def _set_run_at(message: job_service_pb2.NewJob, run_at: datetime | None) -> Non
         if not isinstance(run_at, datetime) or run_at.utcoffset() is None:
             raise ArgumentError("run_at must be a timezone-aware datetime")
         message.run_at.FromDatetime(run_at)
+
+
+def _optional_key(name: str, key: str | None) -> str:
+    if key is None:
+        return ""
+    if not isinstance(key, str) or not key:
+        raise ArgumentError(f"{name} must be a non-empty str or None")
+    return key
 
 
 def _idempotency_key(key: str | None) -> str:

@@ -125,6 +125,7 @@ def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
         settings=settings_layer(job.settings, index),
         parent_ids=tuple(job.parent_ids),
         job_id=job.id or None,
+        unique_key=job.unique_key or None,
     )
 
 

@@ -31,6 +31,10 @@ def add_jobs_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     enqueue.add_argument("--run-at", help="ISO 8601 time with zone, e.g. 2026-12-01T10:00:00Z")
     enqueue.add_argument("--idempotency-key")
     enqueue.add_argument(
+        "--unique-key",
+        help="while a job of this wire name with this key has not ended, return it instead of a new one",
+    )
+    enqueue.add_argument(
         "--parent",
         action="append",
         default=[],
@@ -87,6 +91,7 @@ def _enqueue(client: Client, options: argparse.Namespace) -> int:
         idempotency_key=options.idempotency_key or None,
         max_executions=options.max_executions,
         parents=options.parent,
+        unique_key=options.unique_key or None,
     )
     if options.json:
         print(json.dumps({"id": item.id, "existing": item.existing, "state": item.state.value}))

@@ -49,6 +49,9 @@ class JobRecord:
     history_seq: int
     """How many transitions the job has made; every write is guarded by it (R-11)."""
     cancel_requested: bool
+    unique_key: str | None = None
+    """While this job has not ended, an enqueue of its wire name with the same key
+    returns it instead of creating another."""
 
     @property
     def settings(self) -> JobSettings:
@@ -254,6 +257,9 @@ class NewJobSpec:
     job_id: str | None = None
     """A client-chosen ID (a UUID; UUIDv7 keeps the time order), so jobs of one batch can
     name each other as parents; None lets the coordinator choose."""
+    unique_key: str | None = None
+    """At most one unfinished job per wire name with this key: while one exists, this
+    enqueue returns it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The write half of an enqueue: one transaction that inserts a batch of new jobs with
-their dependencies (R-15), honouring idempotency keys (R-14).
+their dependencies (R-15), honouring idempotency keys (R-14) and unique keys (one
+unfinished job per wire name and key: a repeat returns it).
 
 A job's parents are existing jobs or jobs of the same batch (named by their
 client-chosen IDs), so a whole workflow is one all-or-nothing call. Existing parents
@@ -35,6 +36,8 @@ def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: 
     returns what became of each job, in batch order."""
     keys = [job.record.idempotency_key for job in batch if job.record.idempotency_key]
     existing_by_key = tx.jobs_by_idempotency_keys(keys)
+    unique = [_unique(job.record) for job in batch if job.record.unique_key]
+    unfinished_by_unique = tx.unfinished_by_unique_keys(key for key in unique if key is not None)
     _check_chosen_ids_free(tx, batch)
     batch_ids = {job.record.id for job in batch}
     external = {parent for job in batch for parent in job.parent_ids if parent not in batch_ids}
@@ -50,23 +53,25 @@ def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: 
                 )
     results: dict[int, Enqueued] = {}
     taken: dict[str, JobRecord] = {}
+    taken_unique: dict[tuple[str, str], JobRecord] = {}
     states: dict[str, JobState] = {job_id: parent.state for job_id, parent in parents.items()}
     fresh: list[JobRecord] = []
     edges: list[Dependency] = []
     for position in order:
         job = batch[position]
-        key = job.record.idempotency_key
-        found = existing_by_key.get(key) if key else None
-        twin = taken.get(key) if key else None
-        if found is not None or twin is not None:
-            same = found or twin
-            assert same is not None
+        key, unique_key = job.record.idempotency_key, _unique(job.record)
+        same = (existing_by_key.get(key) or taken.get(key)) if key else None
+        if same is None and unique_key is not None:
+            same = unfinished_by_unique.get(unique_key) or taken_unique.get(unique_key)
+        if same is not None:
             results[job.index] = Enqueued(same.id, same.state, existing=True)
             states[job.record.id] = same.state
             continue
         record = _with_parents(job, states, now_ms)
         if key:
             taken[key] = record
+        if unique_key is not None and not record.state.terminal:
+            taken_unique[unique_key] = record
         states[record.id] = record.state
         fresh.append(record)
         edges += [_edge(record.id, parent_id, parents.get(parent_id)) for parent_id in job.parent_ids]
@@ -77,6 +82,10 @@ def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: 
     if any(record.state is JobState.AVAILABLE for record in fresh):
         tx.notify_jobs_available()
     return [results[job.index] for job in batch]
+
+
+def _unique(record: JobRecord) -> tuple[str, str] | None:
+    return (record.wire_name, record.unique_key) if record.unique_key else None
 
 
 def _with_parents(job: NewJob, states: dict[str, JobState], now_ms: int) -> JobRecord:

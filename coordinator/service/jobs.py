@@ -25,8 +25,8 @@ from coordinator.validation import check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
 
-MAX_IDEMPOTENCY_KEY_LENGTH = 256
-"""The ``jobs.idempotency_key`` column's size, in characters."""
+MAX_KEY_LENGTH = 256
+"""The ``jobs.idempotency_key`` and ``jobs.unique_key`` columns' size, in characters."""
 
 
 class JobsService:
@@ -88,7 +88,8 @@ class JobsService:
             )
         parents = check_parents(spec.parent_ids, bounds.max_parents_per_job, index=index)
         job_id = require_id("job_id", spec.job_id, index=index) if spec.job_id else uuid7(now)
-        _check_idempotency_key(spec.idempotency_key, index)
+        _check_key("idempotency_key", spec.idempotency_key, index, "IDEMPOTENCY_KEY_INVALID")
+        _check_key("unique_key", spec.unique_key, index, "UNIQUE_KEY_INVALID")
         try:
             settings = resolve_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
@@ -123,6 +124,7 @@ class JobsService:
             output=None,
             history_seq=1,
             cancel_requested=False,
+            unique_key=spec.unique_key or None,
         )
         return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
 
@@ -209,20 +211,15 @@ def _insertion_order(batch: list[NewJob]) -> list[int]:
         ) from cycle
 
 
-def _check_idempotency_key(key: str | None, index: int) -> None:
+def _check_key(field: str, key: str | None, index: int, reason: str) -> None:
     # Checked here so both engines refuse alike: SQLite would store an over-long key or a
     # NUL, PostgreSQL would fail the whole batch with a database error.
-    if key and len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+    if key and len(key) > MAX_KEY_LENGTH:
         raise InvalidArgument(
-            "idempotency_key",
-            f"{quote(key)} is {len(key)} characters, the limit is {MAX_IDEMPOTENCY_KEY_LENGTH}",
+            field,
+            f"{quote(key)} is {len(key)} characters, the limit is {MAX_KEY_LENGTH}",
             index=index,
-            reason="IDEMPOTENCY_KEY_INVALID",
+            reason=reason,
         )
     if key and "\x00" in key:
-        raise InvalidArgument(
-            "idempotency_key",
-            "must not contain NUL characters",
-            index=index,
-            reason="IDEMPOTENCY_KEY_INVALID",
-        )
+        raise InvalidArgument(field, "must not contain NUL characters", index=index, reason=reason)

@@ -63,6 +63,8 @@ jobs = Table(
     Column("history_seq", Integer, nullable=False),
     # cancelled while running; the run's end (or its lease lapsing) cancels the job.
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
+    # Unique jobs: at most one job per (wire_name, unique_key) that has not ended.
+    Column("unique_key", String(256)),
 )
 
 _CLAIMABLE = "state IN ('available', 'scheduled')"
@@ -90,6 +92,15 @@ Index(
 )
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
+_UNFINISHED = "unique_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled')"
+Index(
+    "ux_jobs_unique_key",
+    jobs.c.wire_name,
+    jobs.c.unique_key,
+    unique=True,
+    sqlite_where=text(_UNFINISHED),
+    postgresql_where=text(_UNFINISHED),
+)
 Index(
     "ux_jobs_idempotency_key",
     jobs.c.idempotency_key,

@@ -97,6 +97,25 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         rows = self._conn.execute(select(jobs).where(jobs.c.idempotency_key.in_(ordered)))
         return {r.idempotency_key: r for r in map(job_from_row, rows) if r.idempotency_key}
 
+    def unfinished_by_unique_keys(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], JobRecord]:
+        """The jobs that have not ended among those with these ``(wire_name, unique_key)``."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        found: dict[tuple[str, str], JobRecord] = {}
+        for chunk in chunks(sorted({key for _, key in wanted})):
+            rows = self._conn.execute(
+                select(jobs).where(
+                    jobs.c.unique_key.in_(chunk),
+                    jobs.c.state.not_in([state.value for state in JobState if state.terminal]),
+                )
+            )
+            for job in map(job_from_row, rows):
+                assert job.unique_key is not None
+                if (job.wire_name, job.unique_key) in wanted:
+                    found[(job.wire_name, job.unique_key)] = job
+        return found
+
     def claimable(
         self, queues: Sequence[str], wire_names: Sequence[str], now_ms: int, limit: int
     ) -> list[JobRecord]:

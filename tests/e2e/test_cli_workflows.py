@@ -88,3 +88,11 @@ async def test_an_unknown_parent_is_refused_naming_it(coordinator: Coordinator) 
     assert refused.returncode == 1
     assert "NOT_FOUND" in refused.stderr and unknown in refused.stderr
     assert coordinator.running.store.count_by_state() == {}
+
+
+async def test_enqueue_with_a_unique_key_returns_the_unfinished_job(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    args = ("jobs", "enqueue", "tests.step", "--unique-key", "nightly", "--json", *target)
+    first = json.loads((await runwick(*args)).stdout)
+    again = json.loads((await runwick(*args)).stdout)
+    assert (again["id"], again["existing"], first["existing"]) == (first["id"], True, False)

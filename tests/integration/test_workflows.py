@@ -99,3 +99,13 @@ async def test_bad_workflows_get_clear_statuses_and_create_nothing(
     assert exists.value.reason == "JOB_ID_TAKEN"
 
     assert coordinator.running.store.count_by_state() == {"available": 1}  # only "taken"
+
+
+async def test_a_unique_key_returns_the_unfinished_job_over_the_api(
+    coordinator: Coordinator, client: AsyncClient
+) -> None:
+    first = await client.enqueue(Step("nightly"), unique_key="nightly-2026-12-01")
+    again = await client.enqueue(Step("nightly, again"), unique_key="nightly-2026-12-01")
+    assert again == first
+    raw = client.enqueue_raw
+    assert (await raw("tests.step", b'{"name": "x"}', unique_key="nightly-2026-12-01")).existing
