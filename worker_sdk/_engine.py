@@ -56,6 +56,7 @@ class Engine:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._lease_s = config.lease.total_seconds()
         self._metrics = metrics
         self._handlers = dict(handlers)
         self._middleware = tuple(middleware)
@@ -152,7 +153,9 @@ class Engine:
         if self._draining:
             self._send(pb.WorkerMessage(release=pb.Release(attempt_id=attempt_id)))
             return
-        table.runs[attempt_id] = Run(assignment)
+        # The coordinator granted the lease we asked for when it claimed the job, a moment
+        # before this arrived: measured from here, on our own clock, whatever the skew.
+        table.runs[attempt_id] = Run(assignment, lease_deadline=table.clock() + self._lease_s)
         self._send(pb.WorkerMessage(start=pb.StartRequest(attempt_id=attempt_id)))
 
     def _on_start_answer(self, answer: pb.StartAnswer) -> None:
@@ -169,6 +172,9 @@ class Engine:
             del self.table.runs[run.attempt_id]
             self._replenish()
             return
+        if self._lease_lapsed(run):
+            self._finish(run, None)
+            return
         if run.phase is Phase.RELEASING:
             # Granted before our Release arrived: the execution is charged. Inside the drain
             # window it runs like any other run (R-12 lets running handlers finish);
@@ -184,7 +190,7 @@ class Engine:
         run.task = asyncio.create_task(self._execute(run), name=f"runwick-run-{run.attempt_id}")
 
     def _on_heartbeat_answer(self, answer: pb.HeartbeatAnswer) -> None:
-        self.heartbeater.answered()
+        self.heartbeater.answered(answer.lost_attempt_ids)
         for attempt_id in answer.lost_attempt_ids:
             run = self.table.runs.get(attempt_id)
             if run is None or run.lost:
@@ -260,8 +266,33 @@ class Engine:
             parent_outputs={parent.job_id: parent.output for parent in assignment.parent_outputs},
         )
 
+    def _lease_lapsed(self, run: Run) -> bool:
+        """True, logged and counted, when the run's lease is over by the worker's clock.
+
+        Then the coordinator has recorded the attempt abandoned (or will at its next
+        expiry pass) and may run the job elsewhere: the handler must not be called, and
+        no result is sent (the coordinator ended the attempt itself).
+        """
+        overdue_s = self.table.clock() - run.lease_deadline
+        if overdue_s < 0:
+            return False
+        assignment = run.assignment
+        logger.warning(
+            "attempt %s: lease lapsed %.3f s before the handler could start (was the process "
+            "paused?); not running it, the coordinator recovers the job",
+            run.attempt_id,
+            overdue_s,
+            extra=_ids(run),
+        )
+        if self._metrics is not None:
+            self._metrics.lease_lapsed_starts.labels(assignment.queue, assignment.wire_name).inc()
+        return True
+
     async def _execute(self, run: Run) -> None:
         assert run.ctx is not None
+        if self._lease_lapsed(run):  # the last check before the pipeline calls the handler
+            self._finish(run, None)
+            return
         assignment = run.assignment
         pipeline_run = PipelineRun(
             handler=self._handlers[assignment.wire_name],

@@ -5,13 +5,17 @@ unanswered half a lease after it was sent (at least one interval), the stream is
 treated as dead and restarted (its unacknowledged results are re-sent on the next one).
 Half a lease leaves time to reconnect and renew before the lease lapses, without
 restarting a healthy stream whose coordinator is briefly busy.
+
+An answer renews, in the worker's own view, the leases of the attempts the heartbeat
+named and the answer did not report lost: for a lease from when the heartbeat was
+sent (the coordinator renewed them later than that, so this never overestimates).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from worker_sdk._convert import duration
@@ -40,10 +44,13 @@ class Heartbeater:
         self._interval_s = interval.total_seconds()
         self._silence_limit_s = max(self._interval_s, lease.total_seconds() / 2)
         self._lease = lease
+        self._lease_s = lease.total_seconds()
         self._send = send
         self._on_silence = on_silence
         self._sent_at: float | None = None
-        """Loop time of the heartbeat awaiting its answer, if any."""
+        """When (``RunTable.clock``) the heartbeat awaiting its answer was sent, if any."""
+        self._sent_ids: list[str] = []
+        """The attempts that heartbeat named."""
 
     async def run(self) -> None:
         """Beats every interval until cancelled."""
@@ -53,7 +60,7 @@ class Heartbeater:
 
     def beat(self) -> None:
         """Sends one heartbeat now if anything is in flight and none awaits its answer."""
-        now = asyncio.get_running_loop().time()
+        now = self._table.clock()
         if self._sent_at is not None:
             if now - self._sent_at >= self._silence_limit_s:
                 logger.warning(
@@ -72,6 +79,7 @@ class Heartbeater:
         )
         if self._send(message):
             self._sent_at = now
+            self._sent_ids = attempt_ids
         else:
             self._failed("not_sent")
 
@@ -79,10 +87,16 @@ class Heartbeater:
         if self._metrics is not None:
             self._metrics.heartbeat_failures.labels(reason).inc()
 
-    def answered(self) -> None:
-        """Records a HeartbeatAnswer."""
+    def answered(self, lost_attempt_ids: Iterable[str]) -> None:
+        """Records a HeartbeatAnswer: renews the leases of the attempts not reported lost."""
+        if self._sent_at is not None:
+            lost = set(lost_attempt_ids)
+            renewed = [attempt_id for attempt_id in self._sent_ids if attempt_id not in lost]
+            self._table.renew(renewed, self._sent_at + self._lease_s)
         self._sent_at = None
+        self._sent_ids = []
 
     def reset(self) -> None:
         """Forgets the unanswered heartbeat of a stream that is gone."""
         self._sent_at = None
+        self._sent_ids = []

@@ -51,6 +51,13 @@ class WorkerMetrics:
             ["reason"],
             registry=registry,
         )
+        self.lease_lapsed_starts = Counter(
+            "runwick_worker_lease_lapsed_starts_total",
+            "Starts granted when the claim's lease had already lapsed by the worker's clock "
+            "(the process was paused): the handler was not called and no result was sent.",
+            ["queue", "wire_name"],
+            registry=registry,
+        )
         self.reconnects = Counter(
             "runwick_worker_reconnects_total",
             "Connection attempts after a stream to the coordinator ended or failed.",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from worker_sdk._context import JobContext
@@ -32,6 +33,10 @@ class Run:
     """One claim in flight."""
 
     assignment: worker_service_pb2.Assignment
+    lease_deadline: float
+    """When the claim's lease lapses by the worker's own view (``RunTable.clock``): the
+    lease measured from the assignment's arrival, renewed by answered heartbeats. Not
+    the coordinator's ``lease_expires_at``: that is on the coordinator's wall clock."""
     phase: Phase = Phase.STARTING
     ctx: JobContext | None = None
     task: asyncio.Task[None] | None = None
@@ -56,6 +61,8 @@ class RunTable:
         """Result messages sent but not yet acknowledged, by attempt ID, in send order."""
         self.credit_outstanding = 0
         """Credit the coordinator holds on the current stream (not yet used by assignments)."""
+        self.clock: Callable[[], float] = time.monotonic
+        """The monotonic clock leases and heartbeat silence are judged by (seconds)."""
         self._changed = asyncio.Event()
 
     def known(self, attempt_id: str) -> bool:
@@ -74,6 +81,13 @@ class RunTable:
             for attempt_id, run in self.runs.items()
             if not run.lost and run.phase is not Phase.RELEASING
         ]
+
+    def renew(self, attempt_ids: Iterable[str], lease_deadline: float) -> None:
+        """Extends the leases of those attempts still in flight to ``lease_deadline``."""
+        for attempt_id in attempt_ids:
+            run = self.runs.get(attempt_id)
+            if run is not None and run.lease_deadline < lease_deadline:
+                run.lease_deadline = lease_deadline
 
     def in_phase(self, phase: Phase) -> list[Run]:
         """The runs in ``phase``, oldest first."""

@@ -13,6 +13,7 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from types import AsyncGeneratorType
 from typing import Any, Protocol
 
 import grpc
@@ -136,9 +137,15 @@ class Session:
     async def _serve_once(self) -> None:
         outbox: asyncio.Queue[worker_service_pb2.WorkerMessage | None] = asyncio.Queue()
         outbox.put_nowait(self._handler.hello())
-        call = self._stub.Connect(_drain(outbox), metadata=self._metadata)
+        # Requests go out through call.write from a task of our own, not a request
+        # iterator: grpc cancels the task it runs an iterator in only while the call is
+        # still open, so each stream the coordinator ended left that task (and the
+        # generator it was inside) pending forever, and asyncio logged both as errors
+        # once they were collected. Our writer is stopped however the call ends.
+        call = self._stub.Connect(metadata=self._metadata)
+        writer = asyncio.create_task(_write(call, outbox), name="runwick-stream-writer")
+        responses: AsyncIterator[worker_service_pb2.CoordinatorMessage] = aiter(call)
         try:
-            responses: AsyncIterator[worker_service_pb2.CoordinatorMessage] = aiter(call)
             try:
                 first = await asyncio.wait_for(anext(responses), self._hello_timeout_s)
             except StopAsyncIteration:
@@ -156,11 +163,11 @@ class Session:
         finally:
             was_ready = self._outbox is outbox
             self._outbox = None
-            call.cancel()
             if was_ready:
                 if self._metrics is not None:
                     self._metrics.connected.dec()
                 self._handler.on_closed()
+            await _end_call(call, writer, responses)
 
     def _log_end(self, attempt: asyncio.Task[None]) -> None:
         if attempt.cancelled():
@@ -179,12 +186,34 @@ class Session:
             logger.debug("stream failure", exc_info=error)
 
 
-async def _drain(
+async def _write(
+    call: Any,
     outbox: asyncio.Queue[worker_service_pb2.WorkerMessage | None],
-) -> AsyncIterator[worker_service_pb2.WorkerMessage]:
-    """The request stream: everything queued, until a None half-closes it."""
-    while True:
-        message = await outbox.get()
-        if message is None:
-            return
-        yield message
+) -> None:
+    """Writes everything queued, in order, until a None half-closes the stream."""
+    try:
+        while (message := await outbox.get()) is not None:
+            await call.write(message)
+        await call.done_writing()
+    except (grpc.RpcError, asyncio.InvalidStateError) as error:
+        # The call is over; the reader sees why. Whatever matters is replayed on the next one.
+        logger.debug("stream writer stopped (%s)", type(error).__name__)
+
+
+async def _end_call(
+    call: Any,
+    writer: asyncio.Task[None],
+    responses: AsyncIterator[worker_service_pb2.CoordinatorMessage],
+) -> None:
+    """Ends one stream in order: stop and await the writer, close the response
+    generator unless it is running (then it ends with the call), cancel the call."""
+    try:
+        writer.cancel()
+        await asyncio.wait({writer})
+        if isinstance(responses, AsyncGeneratorType) and not responses.ag_running:
+            await responses.aclose()
+    finally:
+        call.cancel()
+    if not writer.cancelled() and (error := writer.exception()) is not None:
+        logger.warning("stream writer failed (%s)", type(error).__name__)
+        logger.debug("stream writer failure", exc_info=error)

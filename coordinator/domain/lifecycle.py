@@ -44,6 +44,8 @@ class JobView:
     """A user cancelled the job while it ran (R-8): any end short of success cancels it."""
     generation: int = 1
     """Starts at 1; each manual retry starts the next (R-9)."""
+    lease_expires_at_ms: int | None = None
+    """When the current claim's lease lapses (R-4, R-10)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +91,19 @@ def initial_state(run_at_ms: int, now_ms: int) -> JobState:
     return JobState.SCHEDULED if run_at_ms > now_ms else JobState.AVAILABLE
 
 
-def decide_start(job: JobView, attempt_id: str) -> StartDecision:
+def decide_start(job: JobView, attempt_id: str, now_ms: int | None = None) -> StartDecision:
     """R-1: authorizing the handler is what charges an execution.
 
-    Only the current attempt of a reserved job may start, and only while budget remains.
+    Only the current attempt of a reserved job may start, only while its lease holds
+    (given ``now_ms``: a lapsed claim is the expiry pass's to recover, R-4) and only
+    while budget remains.
     """
     if job.current_attempt_id != attempt_id:
         return StartDecision(False, reason="superseded attempt")
     if job.state is not JobState.RESERVED:
         return StartDecision(False, reason=f"job is {job.state.value}")
+    if now_ms is not None and job.lease_expires_at_ms is not None and job.lease_expires_at_ms <= now_ms:
+        return StartDecision(False, reason="lease lapsed")
     if job.executions >= job.settings.max_executions:
         return StartDecision(False, reason="execution budget spent")
     return StartDecision(True, execution_number=job.executions + 1)

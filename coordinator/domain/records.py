@@ -74,6 +74,7 @@ class JobRecord:
             current_attempt_id=self.current_attempt_id,
             cancel_requested=self.cancel_requested,
             generation=self.generation,
+            lease_expires_at_ms=self.lease_expires_at_ms,
         )
 
 

@@ -181,7 +181,7 @@ class _BatchRun:
             return StartAnswer(attempt_id, False, reason="attempt already ended")
         if job is None:
             return StartAnswer(attempt_id, False, reason="superseded attempt")
-        decision = decide_start(job.view(), attempt_id)
+        decision = decide_start(job.view(), attempt_id, self.now)
         if not decision.granted:
             return StartAnswer(attempt_id, False, reason=decision.reason)
         self._keep(self.writes.start(job, attempt_id, decision.execution_number))

@@ -102,3 +102,20 @@ def _job_of(harness: Harness, attempt_id: str) -> str:
     attempt = harness.store.get_attempt(attempt_id)
     assert attempt is not None
     return attempt.job_id
+
+
+def test_a_start_asked_after_the_lease_lapsed_is_refused_before_the_expiry_pass(harness: Harness) -> None:
+    """The claim's lease ran out (the worker paused past it); until the expiry pass ends
+    the attempt, a start must not be granted: the job would be charged for a run its
+    worker will not make, and may run elsewhere once recovered."""
+    attempt_id = _claim(harness)
+    harness.clock.advance(LEASE_MS)
+    before = harness.rows()
+
+    answer = harness.start(attempt_id, sender=HOLDER)
+
+    assert (answer.granted, answer.reason) == (False, "lease lapsed")
+    assert harness.rows() == before
+    harness.lapse(0)
+    [attempt] = harness.store.list_attempts(_job_of(harness, attempt_id))
+    assert attempt.outcome is Outcome.UNSTARTED_ABANDONED

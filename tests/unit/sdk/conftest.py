@@ -54,6 +54,11 @@ class FakeStream:
         """Ends the stream from the coordinator's side (status UNAVAILABLE)."""
         self.outbox.put_nowait(None)
 
+    def end(self) -> None:
+        """Ends the stream from the coordinator's side with status OK, as a coordinator
+        rotating an old connection does, without waiting for the worker's half-close."""
+        self.outbox.put_nowait(_END)
+
     async def next(self, kind: str, timeout_s: float = WAIT_S) -> Any:
         """The next message of ``kind`` (skipping others), as its oneof payload."""
         async with asyncio.timeout(timeout_s):
