@@ -44,6 +44,11 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "ListTokens": Scope.ADMIN,
     _ADMIN + "RevokeToken": Scope.ADMIN,
     _ADMIN + "ListAuditEvents": Scope.ADMIN,
+    _ADMIN + "CreateSchedule": Scope.MANAGE,
+    _ADMIN + "ListSchedules": Scope.READ,
+    _ADMIN + "PauseSchedule": Scope.MANAGE,
+    _ADMIN + "ResumeSchedule": Scope.MANAGE,
+    _ADMIN + "DeleteSchedule": Scope.MANAGE,
 }
 """R-21: the scope each RPC needs."""
 

@@ -27,6 +27,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from coordinator.errors import (
+    AlreadyExists,
     CoordinatorError,
     FailedPrecondition,
     InvalidArgument,
@@ -52,6 +53,7 @@ MALFORMED_REASON = "MALFORMED_MESSAGE"
 STATUS_BY_ERROR: dict[type[CoordinatorError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,

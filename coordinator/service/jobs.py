@@ -65,6 +65,13 @@ class JobsService:
         # fails and the next pass finds that job and returns it instead (R-14).
         return self.store.transact(lambda tx: self._insert(tx, new_jobs, now), what="an enqueue")
 
+    def enqueue_in(self, tx: Tx, specs: list[NewJobSpec]) -> list[Enqueued]:
+        """``enqueue`` inside the caller's transaction (a schedule's tick commits with the
+        schedule's advance); checks every job first, as ``enqueue`` does."""
+        now = self.clock.now_ms()
+        new_jobs = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        return self._insert(tx, new_jobs, now)
+
     def _new_job(self, index: int, spec: NewJobSpec, now: int) -> JobRecord:
         bounds = self.store.bounds
         check_name("wire_name", spec.wire_name, index=index, max_length=bounds.max_wire_name_length)

@@ -38,6 +38,7 @@ from coordinator.store.rows import (
     token_from_row,
     token_row,
 )
+from coordinator.store.schedules import ScheduleWrites
 from coordinator.store.schema import attempts, audit_events, jobs, tokens, transitions
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
@@ -326,3 +327,10 @@ class Tx:
         """Audit events commit or roll back with the change they record; the database
         refuses updates and deletes of them."""
         self._conn.execute(insert(audit_events), [event_row(event)])
+
+    # -- schedules (R-18) --------------------------------------------------------------
+
+    @property
+    def schedules(self) -> ScheduleWrites:
+        """The schedule operations of this transaction (``store.schedules``)."""
+        return ScheduleWrites(self._conn, self._postgres)

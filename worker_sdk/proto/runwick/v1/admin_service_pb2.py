@@ -25,13 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunwick/v1/admin_service.proto\x12\nrunwick.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x0e\n\x06queues\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x06 \x01(\t\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\"G\n\x13\x43reateTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\",\n\x11ListTokensRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"7\n\x12ListTokensResponse\x12!\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Token\" \n\x12RevokeTokenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"7\n\x13RevokeTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\"\xaa\x01\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x63tor_token_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\"_\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.runwick.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xd7\x02\n\x0c\x41\x64minService\x12N\n\x0b\x43reateToken\x12\x1e.runwick.v1.CreateTokenRequest\x1a\x1f.runwick.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.runwick.v1.ListTokensRequest\x1a\x1e.runwick.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.runwick.v1.RevokeTokenRequest\x1a\x1f.runwick.v1.RevokeTokenResponse\x12Z\n\x0fListAuditEvents\x12\".runwick.v1.ListAuditEventsRequest\x1a#.runwick.v1.ListAuditEventsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunwick/v1/admin_service.proto\x12\nrunwick.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x0e\n\x06queues\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x06 \x01(\t\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\"G\n\x13\x43reateTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\",\n\x11ListTokensRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"7\n\x12ListTokensResponse\x12!\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Token\" \n\x12RevokeTokenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"7\n\x13RevokeTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\"\xaa\x01\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x63tor_token_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\"_\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.runwick.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa8\x03\n\x08Schedule\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x10\n\x08timezone\x18\x03 \x01(\t\x12\x11\n\twire_name\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\r\n\x05queue\x18\x06 \x01(\t\x12%\n\x08\x63\x61tch_up\x18\x07 \x01(\x0e\x32\x13.runwick.v1.CatchUp\x12\x0e\n\x06paused\x18\x08 \x01(\x08\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tlast_tick\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_job_id\x18\x0c \x01(\t\x12-\n\tnext_runs\x18\r \x03(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rskipped_ticks\x18\x0e \x03(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9f\x01\n\x15\x43reateScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x10\n\x08timezone\x18\x03 \x01(\t\x12\x11\n\twire_name\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\r\n\x05queue\x18\x06 \x01(\t\x12%\n\x08\x63\x61tch_up\x18\x07 \x01(\x0e\x32\x13.runwick.v1.CatchUp\"@\n\x16\x43reateScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"=\n\x14ListSchedulesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x15ListSchedulesResponse\x12\'\n\tschedules\x18\x01 \x03(\x0b\x32\x14.runwick.v1.Schedule\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14PauseScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15PauseScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"%\n\x15ResumeScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x16ResumeScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"%\n\x15\x44\x65leteScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x16\x44\x65leteScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule*M\n\x07\x43\x61tchUp\x12\x18\n\x14\x43\x41TCH_UP_UNSPECIFIED\x10\x00\x12\x11\n\rCATCH_UP_SKIP\x10\x01\x12\x15\n\x11\x43\x41TCH_UP_RUN_ONCE\x10\x02\x32\x8e\x06\n\x0c\x41\x64minService\x12N\n\x0b\x43reateToken\x12\x1e.runwick.v1.CreateTokenRequest\x1a\x1f.runwick.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.runwick.v1.ListTokensRequest\x1a\x1e.runwick.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.runwick.v1.RevokeTokenRequest\x1a\x1f.runwick.v1.RevokeTokenResponse\x12Z\n\x0fListAuditEvents\x12\".runwick.v1.ListAuditEventsRequest\x1a#.runwick.v1.ListAuditEventsResponse\x12W\n\x0e\x43reateSchedule\x12!.runwick.v1.CreateScheduleRequest\x1a\".runwick.v1.CreateScheduleResponse\x12T\n\rListSchedules\x12 .runwick.v1.ListSchedulesRequest\x1a!.runwick.v1.ListSchedulesResponse\x12T\n\rPauseSchedule\x12 .runwick.v1.PauseScheduleRequest\x1a!.runwick.v1.PauseScheduleResponse\x12W\n\x0eResumeSchedule\x12!.runwick.v1.ResumeScheduleRequest\x1a\".runwick.v1.ResumeScheduleResponse\x12W\n\x0e\x44\x65leteSchedule\x12!.runwick.v1.DeleteScheduleRequest\x1a\".runwick.v1.DeleteScheduleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runwick.v1.admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_CATCHUP']._serialized_start=2082
+  _globals['_CATCHUP']._serialized_end=2159
   _globals['_TOKEN']._serialized_start=80
   _globals['_TOKEN']._serialized_end=261
   _globals['_CREATETOKENREQUEST']._serialized_start=263
@@ -52,6 +54,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=866
   _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=868
   _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=958
-  _globals['_ADMINSERVICE']._serialized_start=961
-  _globals['_ADMINSERVICE']._serialized_end=1304
+  _globals['_SCHEDULE']._serialized_start=961
+  _globals['_SCHEDULE']._serialized_end=1385
+  _globals['_CREATESCHEDULEREQUEST']._serialized_start=1388
+  _globals['_CREATESCHEDULEREQUEST']._serialized_end=1547
+  _globals['_CREATESCHEDULERESPONSE']._serialized_start=1549
+  _globals['_CREATESCHEDULERESPONSE']._serialized_end=1613
+  _globals['_LISTSCHEDULESREQUEST']._serialized_start=1615
+  _globals['_LISTSCHEDULESREQUEST']._serialized_end=1676
+  _globals['_LISTSCHEDULESRESPONSE']._serialized_start=1678
+  _globals['_LISTSCHEDULESRESPONSE']._serialized_end=1767
+  _globals['_PAUSESCHEDULEREQUEST']._serialized_start=1769
+  _globals['_PAUSESCHEDULEREQUEST']._serialized_end=1805
+  _globals['_PAUSESCHEDULERESPONSE']._serialized_start=1807
+  _globals['_PAUSESCHEDULERESPONSE']._serialized_end=1870
+  _globals['_RESUMESCHEDULEREQUEST']._serialized_start=1872
+  _globals['_RESUMESCHEDULEREQUEST']._serialized_end=1909
+  _globals['_RESUMESCHEDULERESPONSE']._serialized_start=1911
+  _globals['_RESUMESCHEDULERESPONSE']._serialized_end=1975
+  _globals['_DELETESCHEDULEREQUEST']._serialized_start=1977
+  _globals['_DELETESCHEDULEREQUEST']._serialized_end=2014
+  _globals['_DELETESCHEDULERESPONSE']._serialized_start=2016
+  _globals['_DELETESCHEDULERESPONSE']._serialized_end=2080
+  _globals['_ADMINSERVICE']._serialized_start=2162
+  _globals['_ADMINSERVICE']._serialized_end=2944
 # @@protoc_insertion_point(module_scope)
