@@ -48,7 +48,12 @@ def postgres_url() -> Iterator[str]:
 def _truncate(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE transitions, attempts, jobs, tokens, audit_events"))
+        conn.execute(
+            text(
+                "TRUNCATE transitions, attempts, jobs, tokens, audit_events, "
+                "schedule_skipped_ticks, schedules"
+            )
+        )
     engine.dispose()
 
 
