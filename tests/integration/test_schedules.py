@@ -7,9 +7,13 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from coordinator.config import CoordinatorConfig
+from coordinator.process import start_coordinator
 from tests.integration.conftest import Coordinator
-from tests.support import eventually_async
+from tests.integration.rawstream import RawWorker
+from tests.support import eventually, eventually_async
 from worker_sdk import AlreadyExists, ArgumentError, AsyncClient, CatchUp, JobNotFound, JobState
+from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 HOUR_MS = 3_600_000
 
@@ -135,3 +139,25 @@ async def test_after_downtime_missed_ticks_are_listed_as_skipped(
     assert schedule.skipped_ticks == tuple(sorted(schedule.skipped_ticks, reverse=True))
     assert all(tick.minute == 0 and tick.second == 0 for tick in schedule.skipped_ticks)
     assert [job async for job in client.list_jobs(wire_name="reports.hourly")] == []
+
+
+async def test_a_ticks_job_wakes_an_idle_worker_at_once(database_url: str) -> None:
+    """No idle re-check: only the facade's wake-up after a pass can hand the job over."""
+    config = CoordinatorConfig(database_url=database_url, port=0, idle_recheck_interval_s=3600)
+    running = await start_coordinator(config)
+    worker = RawWorker(running.target, "idle-worker", ["tests.tick"])
+    try:
+        await worker.next("welcome")
+        worker.send(credit=pb.Credit(count=1))
+        await eventually(lambda: running.app.dispatcher.claim_rounds >= 1)  # it looked, found none
+        async with AsyncClient(running.target) as client:
+            await client.create_schedule(
+                "every-second", cron="* * * * * *", timezone="UTC", wire_name="tests.tick"
+            )
+            assignment = await worker.next("assignment", timeout=10)
+            await client.pause_schedule("every-second")
+            job = await client.get(assignment.job_id)  # type: ignore[attr-defined]
+        assert (job.idempotency_key or "").startswith("schedule:every-second:")
+    finally:
+        await worker.close()
+        await running.stop(grace_s=1)
