@@ -32,6 +32,13 @@ class CoordinatorConfig:
     maintenance_interval_s: float = 1.0
     """How often lease expiry and due-job promotion run (``scheduler.leases``,
     ``scheduler.due``)."""
+    schedule_interval_s: float = 1.0
+    """How often the schedule loop enqueues the ticks that have come (R-18,
+    ``scheduler.cron``); a tick's job is enqueued at most this late."""
+    schedule_grace_s: float = 60.0
+    """How late a schedule's tick may still be enqueued. Ticks older than this when a
+    pass finds them were missed while no coordinator ran: recorded as skipped, or with
+    the ``run_once`` catch-up policy folded into one job."""
     clock_refresh_interval_s: float = 60.0
     """How often a PostgreSQL replica re-reads the database clock it anchors its own to
     (R-13, ``scheduler.clock``)."""

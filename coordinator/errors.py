@@ -4,7 +4,7 @@ CoordinatorError
 ├── InvalidArgument      a request field is wrong (names the field, and the index in a batch)
 │   └── JobOutputTooLarge  a success write's output is over ``max_output_bytes`` (SPEC §5)
 ├── NotFound             the job or attempt does not exist
-├── AlreadyExists        the object to create exists already (a client-chosen job ID)
+├── AlreadyExists        the thing to create exists already (a client-chosen job ID, a schedule)
 ├── FailedPrecondition   the job is in the wrong state for the operation
 ├── PermissionDenied     the caller may not act on this object (another worker's attempt)
 └── Unavailable          the database cannot be reached right now

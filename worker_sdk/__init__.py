@@ -2,7 +2,8 @@
 
 - ``@job(...)`` declares a dataclass as a job type.
 - ``Client`` / ``AsyncClient`` enqueue jobs and read them back, cancel and retry them,
-  and administer API tokens and the audit log.
+  manage recurring schedules (``ScheduleInfo``, ``CatchUp``), and administer API tokens
+  and the audit log.
 - ``ConnectionOptions`` says how to reach the coordinator (target, token, TLS); the
   clients and the worker take its fields as arguments, or one ready-made.
 - ``Worker`` runs handlers for jobs the coordinator pushes over one gRPC stream.
@@ -46,6 +47,7 @@ from worker_sdk._logging import configure_logging
 from worker_sdk._middleware import CallNext, Middleware
 from worker_sdk._queues import QueueInfo
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
+from worker_sdk._schedules import CatchUp, ScheduleInfo
 from worker_sdk._settings import JobConfig, JobSettings
 from worker_sdk._worker import Worker
 
@@ -57,6 +59,7 @@ __all__ = [
     "AuditEvent",
     "CallNext",
     "CancelCause",
+    "CatchUp",
     "Client",
     "ConnectionOptions",
     "CoordinatorError",
@@ -85,6 +88,7 @@ __all__ = [
     "Retry",
     "RevealedError",
     "RunwickError",
+    "ScheduleInfo",
     "Success",
     "TokenInfo",
     "Unauthenticated",

@@ -1,7 +1,9 @@
-"""The admin calls of ``AsyncClient`` and ``Client``: API tokens and the audit log.
+"""The admin calls of ``AsyncClient`` and ``Client``: API tokens and the audit log, and
+recurring schedules.
 
-Every call needs a token with the ``admin`` scope (R-21). The requests are built here
-once; the two classes below only add the transport, and each client inherits one.
+Token and audit calls need a token with the ``admin`` scope (R-21); schedule changes
+need ``manage`` and listing them ``read``. The requests are built here once; the two
+classes below only add the transport, and each client inherits one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from worker_sdk._client_base import ClientBase, check_id
 from worker_sdk._convert import audit_event_from_proto, created_token_from_proto, token_from_proto
 from worker_sdk._errors import ArgumentError, translated_rpc_errors
 from worker_sdk._info import AuditEvent, CreatedToken, TokenInfo
+from worker_sdk._schedules import (
+    CatchUp,
+    ScheduleInfo,
+    create_schedule_request,
+    schedule_from_proto,
+    schedule_name,
+)
 from worker_sdk.proto.runwick.v1 import admin_service_pb2
 
 
@@ -116,6 +125,103 @@ class AsyncAdminCalls(ClientBase):
             if not token:
                 return
 
+    # -- recurring schedules (R-18) -------------------------------------------------------
+
+    async def create_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        timezone: str,
+        wire_name: str,
+        payload: bytes = b"{}",
+        queue: str = "default",
+        catch_up: CatchUp | str = CatchUp.SKIP,
+    ) -> ScheduleInfo:
+        """Creates a recurring schedule: each tick of ``cron`` in ``timezone`` enqueues one
+        job (``wire_name``, ``payload``, ``queue``), once whatever the number of
+        coordinator replicas. Needs the ``manage`` scope.
+
+        Args:
+            name: Unique; letters and digits of any script, ``.``, ``_``, ``-``.
+            cron: Five fields (minute hour day-of-month month day-of-week), six with a
+                leading seconds field, or ``@hourly``, ``@daily``, ``@weekly``,
+                ``@monthly``, ``@yearly``.
+            timezone: An IANA time zone name, e.g. ``Europe/Berlin`` or ``UTC``. A local
+                time that does not exist (DST) is skipped; one that happens twice runs once.
+            wire_name: The job type of the jobs it enqueues.
+            payload: Their payload as the worker decodes it (UTF-8 JSON for SDK workers).
+            queue: Their queue.
+            catch_up: Ticks missed while no coordinator ran: ``skip`` them (recorded,
+                not run) or ``run_once`` (one job for the whole gap).
+
+        Raises:
+            ArgumentError: A value is invalid (``field_violations`` names it: ``cron``,
+                ``timezone``, ...); nothing was created.
+            AlreadyExists: A schedule of this name exists.
+        """
+        request = create_schedule_request(
+            name,
+            cron=cron,
+            timezone=timezone,
+            wire_name=wire_name,
+            payload=payload,
+            queue=queue,
+            catch_up=catch_up,
+        )
+        with translated_rpc_errors():
+            response = await self._admin.CreateSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
+    async def list_schedules(self, *, page_size: int | None = None) -> AsyncIterator[ScheduleInfo]:
+        """Yields the schedules by name, each with its next runs and newest skipped
+        ticks, fetching pages as needed. Needs the ``read`` scope."""
+        token = ""
+        while True:
+            request = admin_service_pb2.ListSchedulesRequest(page_size=page_size or 0, page_token=token)
+            with translated_rpc_errors():
+                response = await self._admin.ListSchedules(request, **self._call_kwargs())
+            for schedule in response.schedules:
+                yield schedule_from_proto(schedule)
+            token = response.next_page_token
+            if not token:
+                return
+
+    async def pause_schedule(self, name: str) -> ScheduleInfo:
+        """Stops enqueueing the schedule's ticks until it is resumed (``manage``).
+
+        Raises:
+            JobNotFound: There is no such schedule (NOT_FOUND, reason ``SCHEDULE_NOT_FOUND``).
+        """
+        request = admin_service_pb2.PauseScheduleRequest(name=schedule_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.PauseSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
+    async def resume_schedule(self, name: str) -> ScheduleInfo:
+        """Enqueues the schedule's ticks again from the first after now; those while it
+        was paused are not run (``manage``).
+
+        Raises:
+            JobNotFound: There is no such schedule (NOT_FOUND, reason ``SCHEDULE_NOT_FOUND``).
+        """
+        request = admin_service_pb2.ResumeScheduleRequest(name=schedule_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.ResumeSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
+    async def delete_schedule(self, name: str) -> ScheduleInfo:
+        """Deletes the schedule and returns it as it was; the jobs it enqueued stay
+        (``manage``).
+
+        Raises:
+            JobNotFound: There is no such schedule (NOT_FOUND, reason ``SCHEDULE_NOT_FOUND``).
+        """
+        request = admin_service_pb2.DeleteScheduleRequest(name=schedule_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.DeleteSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
 
 class AdminCalls(ClientBase):
     """The admin calls of ``Client``: the blocking twins of ``AsyncAdminCalls``."""
@@ -158,3 +264,64 @@ class AdminCalls(ClientBase):
             token = response.next_page_token
             if not token:
                 return
+
+    # -- recurring schedules (R-18) -------------------------------------------------------
+
+    def create_schedule(
+        self,
+        name: str,
+        *,
+        cron: str,
+        timezone: str,
+        wire_name: str,
+        payload: bytes = b"{}",
+        queue: str = "default",
+        catch_up: CatchUp | str = CatchUp.SKIP,
+    ) -> ScheduleInfo:
+        """Creates a recurring schedule; see ``AsyncClient.create_schedule``."""
+        request = create_schedule_request(
+            name,
+            cron=cron,
+            timezone=timezone,
+            wire_name=wire_name,
+            payload=payload,
+            queue=queue,
+            catch_up=catch_up,
+        )
+        with translated_rpc_errors():
+            response = self._admin.CreateSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
+    def list_schedules(self, *, page_size: int | None = None) -> Iterator[ScheduleInfo]:
+        """Yields the schedules by name; see ``AsyncClient.list_schedules``."""
+        token = ""
+        while True:
+            request = admin_service_pb2.ListSchedulesRequest(page_size=page_size or 0, page_token=token)
+            with translated_rpc_errors():
+                response = self._admin.ListSchedules(request, **self._call_kwargs())
+            for schedule in response.schedules:
+                yield schedule_from_proto(schedule)
+            token = response.next_page_token
+            if not token:
+                return
+
+    def pause_schedule(self, name: str) -> ScheduleInfo:
+        """Pauses the schedule; see ``AsyncClient.pause_schedule``."""
+        request = admin_service_pb2.PauseScheduleRequest(name=schedule_name(name))
+        with translated_rpc_errors():
+            response = self._admin.PauseSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
+    def resume_schedule(self, name: str) -> ScheduleInfo:
+        """Resumes the schedule; see ``AsyncClient.resume_schedule``."""
+        request = admin_service_pb2.ResumeScheduleRequest(name=schedule_name(name))
+        with translated_rpc_errors():
+            response = self._admin.ResumeSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)
+
+    def delete_schedule(self, name: str) -> ScheduleInfo:
+        """Deletes the schedule; see ``AsyncClient.delete_schedule``."""
+        request = admin_service_pb2.DeleteScheduleRequest(name=schedule_name(name))
+        with translated_rpc_errors():
+            response = self._admin.DeleteSchedule(request, **self._call_kwargs())
+        return schedule_from_proto(response.schedule)

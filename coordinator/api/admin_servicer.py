@@ -1,4 +1,6 @@
-"""AdminService: tokens and the audit log, and queue controls (scopes in ``api.auth``)."""
+"""AdminService: tokens and the audit log (``admin``), queue controls and recurring
+schedules (``read`` to list them, ``manage`` to change them); the scopes are in
+``api.auth``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import grpc
 from coordinator.api.auth import current_actor
 from coordinator.api.convert import duration, state_to_pb, timestamp
 from coordinator.app import Coordinator
-from coordinator.domain.records import AuditEvent, QueueRecord, QueueStats, TokenRecord
+from coordinator.domain.records import DEFAULT_QUEUE, AuditEvent, QueueRecord, QueueStats, TokenRecord
+from coordinator.domain.schedules import CatchUp, NewScheduleSpec, ScheduleView
+from coordinator.errors import InvalidArgument
 from worker_sdk.proto.runwick.v1 import admin_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, queue_pb2
 
@@ -74,6 +78,49 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         record = await self.app.set_queue_limit(request.name, limit, current_actor(context))
         return queue_pb2.SetQueueLimitResponse(queue=queue_to_pb(record))
 
+    # -- recurring schedules (R-18) -------------------------------------------------------
+
+    async def CreateSchedule(
+        self, request: pb.CreateScheduleRequest, context: Context
+    ) -> pb.CreateScheduleResponse:
+        spec = NewScheduleSpec(
+            name=request.name,
+            cron=request.cron,
+            timezone=request.timezone,
+            wire_name=request.wire_name,
+            payload=request.payload,
+            queue=request.queue or DEFAULT_QUEUE,
+            catch_up=catch_up_from_pb(request.catch_up),
+        )
+        view = await self.app.create_schedule(spec, current_actor(context))
+        return pb.CreateScheduleResponse(schedule=schedule_to_pb(view))
+
+    async def ListSchedules(
+        self, request: pb.ListSchedulesRequest, context: Context
+    ) -> pb.ListSchedulesResponse:
+        views, token = await self.app.list_schedules(
+            page_size=request.page_size, page_token=request.page_token
+        )
+        return pb.ListSchedulesResponse(schedules=[schedule_to_pb(v) for v in views], next_page_token=token)
+
+    async def PauseSchedule(
+        self, request: pb.PauseScheduleRequest, context: Context
+    ) -> pb.PauseScheduleResponse:
+        view = await self.app.pause_schedule(request.name, current_actor(context))
+        return pb.PauseScheduleResponse(schedule=schedule_to_pb(view))
+
+    async def ResumeSchedule(
+        self, request: pb.ResumeScheduleRequest, context: Context
+    ) -> pb.ResumeScheduleResponse:
+        view = await self.app.resume_schedule(request.name, current_actor(context))
+        return pb.ResumeScheduleResponse(schedule=schedule_to_pb(view))
+
+    async def DeleteSchedule(
+        self, request: pb.DeleteScheduleRequest, context: Context
+    ) -> pb.DeleteScheduleResponse:
+        view = await self.app.delete_schedule(request.name, current_actor(context))
+        return pb.DeleteScheduleResponse(schedule=schedule_to_pb(view))
+
 
 def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
     message = queue_pb2.Queue(name=record.name, paused=record.paused)
@@ -116,3 +163,42 @@ def event_to_pb(event: AuditEvent) -> pb.AuditEvent:
         peer=event.peer,
         detail=event.detail or "",
     )
+
+
+_CATCH_UP_TO_PB = {policy: pb.CatchUp.Value(f"CATCH_UP_{policy.name}") for policy in CatchUp}
+PB_TO_CATCH_UP = {value: policy for policy, value in _CATCH_UP_TO_PB.items()}
+
+
+def catch_up_from_pb(value: int) -> CatchUp:
+    """UNSPECIFIED is ``skip``; InvalidArgument for values this server does not know."""
+    if value == pb.CATCH_UP_UNSPECIFIED:
+        return CatchUp.SKIP
+    if value not in PB_TO_CATCH_UP:
+        raise InvalidArgument(
+            "catch_up",
+            f"unknown catch-up policy {value}; use CATCH_UP_SKIP or CATCH_UP_RUN_ONCE",
+            reason="UNKNOWN_ENUM",
+        )
+    return PB_TO_CATCH_UP[value]
+
+
+def schedule_to_pb(view: ScheduleView) -> pb.Schedule:
+    record = view.record
+    message = pb.Schedule(
+        name=record.name,
+        cron=record.cron,
+        timezone=record.timezone,
+        wire_name=record.wire_name,
+        payload=record.payload,
+        queue=record.queue,
+        catch_up=_CATCH_UP_TO_PB[record.catch_up],  # type: ignore[arg-type]
+        paused=record.paused,
+        created_at=timestamp(record.created_at_ms),
+        updated_at=timestamp(record.updated_at_ms),
+        last_job_id=record.last_job_id or "",
+        next_runs=[timestamp(ms) for ms in view.next_runs_ms],
+        skipped_ticks=[timestamp(ms) for ms in view.skipped_ticks_ms],
+    )
+    if record.last_tick_ms is not None:
+        message.last_tick.CopyFrom(timestamp(record.last_tick_ms))
+    return message

@@ -48,6 +48,11 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "PauseQueue": Scope.MANAGE,
     _ADMIN + "ResumeQueue": Scope.MANAGE,
     _ADMIN + "SetQueueLimit": Scope.MANAGE,
+    _ADMIN + "CreateSchedule": Scope.MANAGE,
+    _ADMIN + "ListSchedules": Scope.READ,
+    _ADMIN + "PauseSchedule": Scope.MANAGE,
+    _ADMIN + "ResumeSchedule": Scope.MANAGE,
+    _ADMIN + "DeleteSchedule": Scope.MANAGE,
 }
 """R-21: the scope each RPC needs."""
 

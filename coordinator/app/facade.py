@@ -34,10 +34,12 @@ from coordinator.domain.records import (
     Relatives,
     TokenRecord,
 )
+from coordinator.domain.schedules import NewScheduleSpec, ScheduleView
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.scheduler.clock import DatabaseClock, database_offset_ms
+from coordinator.scheduler.cron import ScheduleTicks
 from coordinator.scheduler.due import due_promotion
 from coordinator.scheduler.leases import lease_expiry
 from coordinator.scheduler.revocations import RevokedTokenStreams
@@ -49,6 +51,7 @@ from coordinator.service.executors import Executors
 from coordinator.service.jobs import JobsService
 from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
+from coordinator.service.schedules import Fired, SchedulesService
 from coordinator.service.tokens import NewToken, TokenService
 from coordinator.store import Store
 from coordinator.store.notify import listen_for_jobs
@@ -86,6 +89,7 @@ class Coordinator:
         self.manage = ManagementService(store, clock)
         self.audit_log = AuditLog(store, config)
         self.queues = QueueService(store, clock, config)
+        self.schedules = SchedulesService(store, clock, config, self.jobs)
         self.dispatcher = Dispatcher(
             self.ops.process,
             config,
@@ -105,6 +109,9 @@ class Coordinator:
             config.queue_count_cap,
             self.metrics.queue_stats,
             self._database_checked,
+        )
+        self.schedule_ticks = ScheduleTicks(
+            self.schedules, self.executors, self._schedule_fired, config.schedule_interval_s
         )
         self.revoked_streams = RevokedTokenStreams(
             store,
@@ -169,6 +176,7 @@ class Coordinator:
             ("leases", self.lease_expiry.run),
             ("due", self.due_promotion.run),
             ("stats", self.queue_statistics.run),
+            ("schedules", self.schedule_ticks.run),
         ]
         if self.config.auth_enabled:
             loops.append(("revocations", self.revoked_streams.run))
@@ -200,6 +208,11 @@ class Coordinator:
         after advancing the clock)."""
         await self.lease_expiry.run_once()
         await self.due_promotion.run_once()
+
+    async def run_schedules(self) -> list[Fired]:
+        """One pass of the schedule loop: enqueues the ticks that have come (tests with
+        a fake clock call it after advancing the clock)."""
+        return await self.schedule_ticks.run_once()
 
     async def drain(self, timeout_s: float) -> None:
         """Asks every worker to finish and go, and waits until they have or time is up."""
@@ -328,6 +341,31 @@ class Coordinator:
     async def reveal_error(self, attempt_id: str, actor: Actor) -> AttemptRecord:
         """R-22 (audited): the attempt with its exception message and full text."""
         return await self.executors.write(self.manage.reveal_error, attempt_id, actor)
+
+    # -- recurring schedules (R-18) -----------------------------------------------------
+
+    def _schedule_fired(self, fired: Fired) -> None:
+        """A schedule's new jobs, as ``enqueue`` hands them on: metrics and the dispatcher."""
+        for spec, item in fired.enqueued:
+            if not item.existing:
+                self.metrics.enqueued(spec.queue, spec.wire_name)
+                self.dispatcher.jobs_available(spec.run_at_ms)
+
+    async def create_schedule(self, spec: NewScheduleSpec, actor: Actor) -> ScheduleView:
+        return await self.executors.write(self.schedules.create, spec, actor)
+
+    async def list_schedules(self, *, page_size: int, page_token: str) -> tuple[list[ScheduleView], str]:
+        return await self.executors.read(self.schedules.list, page_size=page_size, page_token=page_token)
+
+    async def pause_schedule(self, name: str, actor: Actor) -> ScheduleView:
+        return await self.executors.write(self.schedules.pause, name, actor)
+
+    async def resume_schedule(self, name: str, actor: Actor) -> ScheduleView:
+        return await self.executors.write(self.schedules.resume, name, actor)
+
+    async def delete_schedule(self, name: str, actor: Actor) -> ScheduleView:
+        """Deletes the schedule (audited); the jobs it enqueued stay."""
+        return await self.executors.write(self.schedules.delete, name, actor)
 
     # -- tokens and the audit log -------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""The ``runwick`` command: serve, migrate, worker, bench, jobs, tokens, audit.
+"""The ``runwick`` command: serve, migrate, worker, bench, jobs, schedules, tokens, audit.
 
 One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bounds`` for
-serve's limits), ``worker``, ``bench``, ``jobs`` and ``manage`` (``jobs ...``) and
-``admin`` (``tokens``, ``audit``), ``queues``; client commands connect through ``connect`` and print
-through ``output``. Server pieces are imported only inside the functions that run the
-coordinator or read its database (``serve``, ``bench``), so ``runwick jobs`` and
+serve's limits), ``worker``, ``bench``, ``jobs`` and ``manage`` (``jobs ...``),
+``admin`` (``tokens``, ``audit``), ``queues`` and ``schedules``; client commands connect
+through ``connect`` and print through ``output``. Server pieces are imported only inside
+the functions that run the coordinator or read its database (``serve``, ``bench``), so ``runwick jobs`` and
 ``runwick worker`` work with the SDK-only install (``pip install runwick``).
 """
 
@@ -17,6 +17,7 @@ from coordinator.cli.admin import add_admin_commands, run_admin_command
 from coordinator.cli.bench import add_bench_command, run_bench
 from coordinator.cli.jobs import add_jobs_commands, run_jobs_command
 from coordinator.cli.queues import add_queue_commands, run_queue_command
+from coordinator.cli.schedules import add_schedules_commands, run_schedules_command
 from coordinator.cli.serve import add_serve_commands, run_migrate, run_serve
 from coordinator.cli.worker import add_worker_command, run_worker
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_jobs_commands(commands)
     add_admin_commands(commands)
     add_queue_commands(commands)
+    add_schedules_commands(commands)
     return parser
 
 
@@ -51,4 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_admin_command(options)
     if options.command == "queues":
         return run_queue_command(options)
+    if options.command == "schedules":
+        return run_schedules_command(options)
     return run_jobs_command(options)

@@ -25,6 +25,7 @@ from worker_sdk import (
     JobState,
     Outcome,
     RevealedError,
+    ScheduleInfo,
     TokenInfo,
 )
 
@@ -142,6 +143,26 @@ def audit_json(event: AuditEvent) -> dict[str, Any]:
         target=event.target,
         peer=event.peer,
         detail=event.detail,
+    )
+
+
+def schedule_json(schedule: ScheduleInfo) -> dict[str, Any]:
+    """A schedule as ``--json`` prints it (the wire ``Schedule``)."""
+    return _message(
+        name=schedule.name,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        wire_name=schedule.wire_name,
+        payload=schedule.payload,
+        queue=schedule.queue,
+        catch_up=f"CATCH_UP_{schedule.catch_up.name}",
+        paused=schedule.paused,
+        created_at=schedule.created_at,
+        updated_at=schedule.updated_at,
+        last_tick=schedule.last_tick,
+        last_job_id=schedule.last_job_id,
+        next_runs=[_json_value(moment) for moment in schedule.next_runs],
+        skipped_ticks=[_json_value(moment) for moment in schedule.skipped_ticks],
     )
 
 

@@ -52,6 +52,19 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="seconds between lease-expiry passes [RUNWICK_MAINTENANCE_INTERVAL_S]",
     )
     serve.add_argument(
+        "--schedule-interval",
+        type=float,
+        default=float(_env("RUNWICK_SCHEDULE_INTERVAL_S", "1.0")),
+        help="seconds between passes that enqueue schedules' ticks [RUNWICK_SCHEDULE_INTERVAL_S]",
+    )
+    serve.add_argument(
+        "--schedule-grace",
+        type=float,
+        default=float(_env("RUNWICK_SCHEDULE_GRACE_S", "60")),
+        help="seconds a schedule's tick may be late and still run; older ones were missed "
+        "[RUNWICK_SCHEDULE_GRACE_S]",
+    )
+    serve.add_argument(
         "--drain-timeout",
         type=float,
         default=float(_env("RUNWICK_DRAIN_TIMEOUT_S", "30")),
@@ -157,6 +170,8 @@ def run_serve(options: argparse.Namespace) -> int:
         host=options.host,
         port=options.port,
         maintenance_interval_s=options.maintenance_interval,
+        schedule_interval_s=options.schedule_interval,
+        schedule_grace_s=options.schedule_grace,
         drain_timeout_s=options.drain_timeout,
         health_port=_port_or_none(options.health_port),
         metrics_port=_port_or_none(options.metrics_port),

@@ -20,7 +20,7 @@ from coordinator.domain.settings import SettingsError, resolve_settings
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.service.enqueue import NewJob, insert_batch
-from coordinator.store import Store
+from coordinator.store import Store, Tx
 from coordinator.validation import check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,13 @@ class JobsService:
         # When another enqueue with the same idempotency key commits first, the insert
         # fails and the next pass finds that job and returns it instead (R-14).
         return self.store.transact(lambda tx: insert_batch(tx, batch, order, now), what="an enqueue")
+
+    def enqueue_in(self, tx: Tx, specs: list[NewJobSpec]) -> list[Enqueued]:
+        """``enqueue`` inside the caller's transaction (a schedule's tick commits with the
+        schedule's advance); checks every job first, as ``enqueue`` does."""
+        now = self.clock.now_ms()
+        batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        return insert_batch(tx, batch, _insertion_order(batch), now)
 
     def _new_job(self, index: int, spec: NewJobSpec, now: int) -> NewJob:
         bounds = self.store.bounds

@@ -206,3 +206,39 @@ audit_events = Table(
     Column("detail", Text),
 )
 Index("ix_audit_events_target", audit_events.c.target, audit_events.c.id)
+
+# Recurring schedules. ``next_tick_ms`` is where the next pass starts (NULL while
+# paused); each tick's job carries the idempotency key ``schedule:<name>:<tick>``, so the
+# jobs table's unique key makes every tick one job whichever replica enqueues it.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("name", String(256), primary_key=True),
+    Column("cron", String(256), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("wire_name", String(256), nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("queue", String(256), nullable=False),
+    Column("catch_up", String(16), nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("next_tick_ms", BigInteger),
+    Column("last_tick_ms", BigInteger),
+    Column("last_job_id", String(36)),
+)
+Index("ix_schedules_next_tick", schedules.c.next_tick_ms)
+
+# Ticks missed while no coordinator ran, newest kept (``StoreBounds.max_skipped_ticks``).
+schedule_skipped_ticks = Table(
+    "schedule_skipped_ticks",
+    metadata,
+    Column(
+        "schedule_name",
+        String(256),
+        ForeignKey("schedules.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("tick_ms", BigInteger, primary_key=True),
+    Column("recorded_at_ms", BigInteger, nullable=False),
+)

@@ -29,9 +29,11 @@ from coordinator.domain.records import (
     TokenRecord,
     Transition,
 )
+from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.states import JobState
 from coordinator.store import migrate as migrations
 from coordinator.store import reads
+from coordinator.store import schedules as schedule_reads
 from coordinator.store.engine import create_read_engine, create_write_engine, is_sqlite, normalize_url
 from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
 from coordinator.store.reads import RunTimings
@@ -226,3 +228,24 @@ class Store:
             return reads.list_audit_events(
                 conn, action=action, target=target, before_id=before_id, limit=limit
             )
+
+    # -- schedules (R-18) --------------------------------------------------------------
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        with self._reading() as conn:
+            return schedule_reads.get_schedule(conn, name)
+
+    def list_schedules(self, *, after_name: str | None, limit: int) -> list[ScheduleRecord]:
+        """By name, keyset-paged after ``after_name``."""
+        with self._reading() as conn:
+            return schedule_reads.list_schedules(conn, after_name=after_name, limit=limit)
+
+    def newest_skipped_ticks(self, names: Sequence[str], per_schedule: int) -> dict[str, list[int]]:
+        """Per schedule, its newest ``per_schedule`` skipped ticks, newest first."""
+        with self._reading() as conn:
+            return schedule_reads.newest_skipped_ticks(conn, names, per_schedule)
+
+    def due_schedule_names(self, now_ms: int, limit: int) -> list[str]:
+        """Unpaused schedules whose next tick has come, the most overdue first."""
+        with self._reading() as conn:
+            return schedule_reads.due_schedule_names(conn, now_ms, limit)

@@ -32,6 +32,7 @@ from coordinator.store.rows import (
     job_row,
     new_attempt_row,
 )
+from coordinator.store.schedules import ScheduleWrites
 from coordinator.store.schema import attempts, jobs, transitions
 from coordinator.store.tx_access import AccessOps
 from coordinator.store.tx_base import chunks
@@ -295,3 +296,10 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             )
             renewed.update((row[0], bool(row[1])) for row in self._conn.execute(statement))
         return renewed
+
+    # -- schedules (R-18) --------------------------------------------------------------
+
+    @property
+    def schedules(self) -> ScheduleWrites:
+        """The schedule operations of this transaction (``store.schedules``)."""
+        return ScheduleWrites(self._conn, self._postgres)

@@ -59,6 +59,7 @@ class Api:
     jobs: Any = field(init=False)
     workers: Any = field(init=False)
     tokens: Any = field(init=False)
+    schedules_made: int = 0
 
     def __post_init__(self) -> None:
         self.jobs = job_service_pb2_grpc.JobServiceStub(self.channel)
@@ -76,6 +77,19 @@ class Api:
             job_service_pb2.EnqueueRequest(jobs=[job]), metadata=metadata(self.admin)
         )
         return str(response.jobs[0].id)
+
+    async def schedule(self, *, paused: bool = False) -> str:
+        """A new schedule's name (made with the all-scope admin token)."""
+        self.schedules_made += 1
+        name = f"matrix-{self.schedules_made}"
+        request = admin_service_pb2.CreateScheduleRequest(
+            name=name, cron="0 0 1 1 *", timezone="UTC", wire_name="tests.matrix"
+        )
+        await self.tokens.CreateSchedule(request, metadata=metadata(self.admin))
+        if paused:
+            pause = admin_service_pb2.PauseScheduleRequest(name=name)
+            await self.tokens.PauseSchedule(pause, metadata=metadata(self.admin))
+        return name
 
     async def cancelled_job(self) -> str:
         job_id = await self.enqueue()
@@ -205,6 +219,23 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                 return await _status(
                     api.tokens.RevokeToken(admin_service_pb2.RevokeTokenRequest(id=victim), metadata=md)
                 )
+            if name == "CreateSchedule":
+                api.schedules_made += 1
+                request = admin_service_pb2.CreateScheduleRequest(
+                    name=f"made-in-matrix-{api.schedules_made}",
+                    cron="0 0 1 1 *",
+                    timezone="UTC",
+                    wire_name="tests.matrix",
+                )
+                return await _status(api.tokens.CreateSchedule(request, metadata=md))
+            if name == "ListSchedules":
+                return await _status(
+                    api.tokens.ListSchedules(admin_service_pb2.ListSchedulesRequest(), metadata=md)
+                )
+            if name in ("PauseSchedule", "ResumeSchedule", "DeleteSchedule"):
+                target = await api.schedule(paused=name == "ResumeSchedule")
+                message = getattr(admin_service_pb2, f"{name}Request")(name=target)
+                return await _status(getattr(api.tokens, name)(message, metadata=md))
             if name == "Connect":
                 return await _connect(api, token)
             raise AssertionError(f"no call for {method}: add one")

@@ -75,6 +75,31 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/runwick.v1.AdminService/CreateSchedule',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.CreateScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/runwick.v1.AdminService/ListSchedules',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/runwick.v1.AdminService/PauseSchedule',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.PauseScheduleResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/runwick.v1.AdminService/ResumeSchedule',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.ResumeScheduleRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.ResumeScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/runwick.v1.AdminService/DeleteSchedule',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -134,6 +159,46 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Recurring schedules (R-18). Each tick enqueues one job (wire name, payload, queue of
+        the schedule) with the idempotency key `schedule:<name>:<tick, UTC ISO 8601>`, once
+        whatever the number of replicas. Changes are audited (`schedule.create`, ...).
+        INVALID_ARGUMENT names the bad field (`cron`, `timezone`, ...); a taken name is
+        ALREADY_EXISTS; an unknown one NOT_FOUND. Nothing changes on an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """By name, keyset paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """No ticks are enqueued while paused; pausing a paused schedule changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Ticks resume from the first after now: those while paused are neither run nor
+        recorded as skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """The jobs it enqueued stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +241,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetQueueLimit,
                     request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.CreateScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.PauseScheduleResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.ResumeScheduleRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.ResumeScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -394,6 +484,141 @@ class AdminService:
             '/runwick.v1.AdminService/SetQueueLimit',
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/CreateSchedule',
+            runwick_dot_v1_dot_admin__service__pb2.CreateScheduleRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.CreateScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/ListSchedules',
+            runwick_dot_v1_dot_admin__service__pb2.ListSchedulesRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/PauseSchedule',
+            runwick_dot_v1_dot_admin__service__pb2.PauseScheduleRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.PauseScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/ResumeSchedule',
+            runwick_dot_v1_dot_admin__service__pb2.ResumeScheduleRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.ResumeScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/DeleteSchedule',
+            runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,
