@@ -24,7 +24,14 @@ from coordinator.domain.records import AttemptRecord, AuditEvent, JobRecord, Tok
 from coordinator.domain.states import JobState
 from coordinator.store import migrate as migrations
 from coordinator.store import reads
-from coordinator.store.engine import create_read_engine, create_write_engine, is_sqlite, normalize_url
+from coordinator.store.engine import (
+    DEFAULT_TIMEOUTS,
+    DatabaseTimeouts,
+    create_read_engine,
+    create_write_engine,
+    is_sqlite,
+    normalize_url,
+)
 from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
 from coordinator.store.reads import RunTimings
 from coordinator.store.tx import Tx
@@ -43,21 +50,32 @@ WRITE_TRIES = 3
 class Store:
     """Owns the engines; runs write transactions and answers reads."""
 
-    def __init__(self, url: str, *, bounds: StoreBounds | None = None) -> None:
+    def __init__(
+        self, url: str, *, bounds: StoreBounds | None = None, timeouts: DatabaseTimeouts | None = None
+    ) -> None:
         self.bounds = (bounds or DEFAULT_BOUNDS).validate()
         """The limits of SPEC §5 this store and the services over it apply."""
+        self.timeouts = timeouts or DEFAULT_TIMEOUTS
+        """How long a connection may hold a transaction open or wait (``engine``)."""
         self.url = normalize_url(url)
         self.postgres = not is_sqlite(self.url)
-        self._write_engine = create_write_engine(self.url)
-        self._read_engine = create_read_engine(self.url, self._write_engine)
+        self._write_engine = create_write_engine(self.url, self.timeouts)
+        self._read_engine = create_read_engine(self.url, self._write_engine, self.timeouts)
         self.on_transaction: Callable[[float], None] | None = None
         """Called with every write transaction's duration in seconds (for metrics)."""
 
     @classmethod
-    def open(cls, url: str, *, create: bool | None = None, bounds: StoreBounds | None = None) -> Store:
+    def open(
+        cls,
+        url: str,
+        *,
+        create: bool | None = None,
+        bounds: StoreBounds | None = None,
+        timeouts: DatabaseTimeouts | None = None,
+    ) -> Store:
         """Opens the store. SQLite is created and migrated on first open; PostgreSQL
         must have been migrated (``runwick migrate``) unless ``create`` is true."""
-        store = cls(url, bounds=bounds)
+        store = cls(url, bounds=bounds, timeouts=timeouts)
         create = (not store.postgres) if create is None else create
         try:
             if create:
