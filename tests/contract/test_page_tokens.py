@@ -87,17 +87,26 @@ def _with_history(harness: Harness) -> None:
         tokens.create(f"t{n}", ["read"], [], OPERATOR)
 
 
-@pytest.mark.parametrize("token", BAD_TOKENS)
 @pytest.mark.parametrize("listing", [_list_jobs, _list_events], ids=["jobs", "audit"])
-def test_a_token_not_issued_for_the_list_is_invalid_argument(harness: Harness, listing, token: str) -> None:
+def test_a_token_not_issued_for_the_list_is_invalid_argument(harness: Harness, listing) -> None:
     _with_history(harness)
+    answers = {}
 
-    with pytest.raises(InvalidArgument) as refused:
-        listing(harness, token)
+    for token in BAD_TOKENS:
+        try:
+            answers[token] = listing(harness, token)
+        except InvalidArgument as refused:
+            answers[token] = (refused.field, refused.reason, len(str(refused)) < 400)
+        except Exception as failed:  # what a client would get as INTERNAL
+            answers[token] = failed
 
-    assert refused.value.field == "page_token"
-    assert refused.value.reason == "PAGE_TOKEN_INVALID"
-    assert len(str(refused.value)) < 400  # quotes a short prefix of what was sent
+    # Each refused naming page_token, quoting at most a short prefix of what was sent.
+    wrong = {
+        token[:40]: answer
+        for token, answer in answers.items()
+        if answer != ("page_token", "PAGE_TOKEN_INVALID", True)
+    }
+    assert wrong == {}
 
 
 def test_a_token_of_one_list_is_refused_by_the_other(harness: Harness) -> None:
