@@ -25,6 +25,21 @@ class CoordinatorConfig:
     bounds: StoreBounds = field(default_factory=StoreBounds)
     """The limits of SPEC §5 (payload, names, parents, output, failure text, batch and
     page sizes, history); the store applies them (``Store.open(..., bounds=...)``)."""
+    pg_idle_in_transaction_timeout_ms: int = 10_000
+    """PostgreSQL ``idle_in_transaction_session_timeout`` of every connection the store
+    opens: a replica frozen inside a transaction (SIGSTOP, a paused VM) loses its session
+    after this long, so the rows it locked, which lease expiry skips, are freed. Well
+    below the default 60 s lease; 0 turns it off."""
+    pg_lock_timeout_ms: int = 5_000
+    """PostgreSQL ``lock_timeout``: a statement waiting this long for a row lock fails
+    (UNAVAILABLE, try again) instead of hanging; 0 turns it off."""
+    pg_statement_timeout_ms: int = 30_000
+    """PostgreSQL ``statement_timeout``: a statement running this long is cancelled
+    (UNAVAILABLE); 0 turns it off."""
+    sqlite_busy_timeout_ms: int = 30_000
+    """SQLite ``busy_timeout``: how long a transaction waits for the database's write lock
+    (held only by another process on the file) before it fails (UNAVAILABLE). SQLite needs
+    no other timeout: one coordinator process is its only writer."""
     default_page_size: int = 100
     """Page size when the request leaves it unset (clamped to ``bounds.max_page_size``)."""
     batch_window_ms: int = 2

@@ -53,7 +53,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
 from coordinator.service.schedules import Fired, SchedulesService
 from coordinator.service.tokens import NewToken, TokenService
-from coordinator.store import Store
+from coordinator.store import DatabaseTimeouts, Store
 from coordinator.store.notify import listen_for_jobs
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,15 @@ class Coordinator:
         """Opens the store (creating SQLite on first start) and, with authentication on,
         creates the bootstrap admin token when there is no token yet."""
         if store is None:
-            store = await asyncio.to_thread(Store.open, config.database_url, bounds=config.bounds)
+            timeouts = DatabaseTimeouts(
+                pg_idle_in_transaction_timeout_ms=config.pg_idle_in_transaction_timeout_ms,
+                pg_lock_timeout_ms=config.pg_lock_timeout_ms,
+                pg_statement_timeout_ms=config.pg_statement_timeout_ms,
+                sqlite_busy_timeout_ms=config.sqlite_busy_timeout_ms,
+            )
+            store = await asyncio.to_thread(
+                Store.open, config.database_url, bounds=config.bounds, timeouts=timeouts
+            )
         elif store.bounds != config.bounds:
             raise ValueError(
                 "the store's bounds differ from config.bounds; open it with bounds=config.bounds"

@@ -95,6 +95,7 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default=float(_env("RUNWICK_MAX_CONNECTION_AGE_GRACE_S", "60")),
         help="seconds open streams get after that [RUNWICK_MAX_CONNECTION_AGE_GRACE_S]",
     )
+    _database_timeout_flags(serve)
     add_logging_flags(serve)
     _security_flags(serve)
     add_bounds_flags(serve)
@@ -111,6 +112,45 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
         default=_env("RUNWICK_DATABASE_URL", DEFAULT_DATABASE_URL),
         help="sqlite:///path or postgresql://user@host/db [RUNWICK_DATABASE_URL]",
     )
+
+
+DATABASE_TIMEOUTS = (
+    # (flag and config field stem, default seconds, what it bounds)
+    ("pg_idle_in_transaction_timeout", "10", "PostgreSQL: end a session idle this long inside a transaction"),
+    ("pg_lock_timeout", "5", "PostgreSQL: fail a statement waiting this long for a lock"),
+    ("pg_statement_timeout", "30", "PostgreSQL: cancel a statement running this long"),
+    ("sqlite_busy_timeout", "30", "SQLite: fail a transaction waiting this long for the write lock"),
+)
+"""Every transaction the coordinator opens is bounded; each flag is in seconds, 0 = off."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 2_000_000:  # PostgreSQL takes at most 2**31 - 1 ms
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 (off) to 2000000 seconds")
+    return value
+
+
+def _database_timeout_flags(serve: argparse.ArgumentParser) -> None:
+    group = serve.add_argument_group("database timeouts", "seconds; 0 turns one off")
+    for stem, default, what in DATABASE_TIMEOUTS:
+        env = f"RUNWICK_{stem.upper()}_S"
+        group.add_argument(
+            "--" + stem.replace("_", "-"),
+            dest=stem,
+            type=_seconds,
+            default=_env(env, default),  # a string default goes through ``type`` too
+            metavar="S",
+            help=f"{what} (default {default}) [{env}]",
+        )
+
+
+def database_timeouts_config(options: argparse.Namespace) -> dict[str, Any]:
+    """The CoordinatorConfig fields the database timeout flags set, in milliseconds."""
+    return {f"{stem}_ms": round(getattr(options, stem) * 1000) for stem, _, _ in DATABASE_TIMEOUTS}
 
 
 def _security_flags(serve: argparse.ArgumentParser) -> None:
@@ -166,6 +206,7 @@ def run_serve(options: argparse.Namespace) -> int:
     config = CoordinatorConfig(
         bounds=bounds,
         **_security_config(options),
+        **database_timeouts_config(options),
         database_url=options.database_url,
         host=options.host,
         port=options.port,

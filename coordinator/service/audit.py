@@ -11,6 +11,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
 from coordinator.domain.records import AuditEvent
 from coordinator.errors import InvalidArgument
+from coordinator.service.paging import decode_audit_token, encode_audit_token
 from coordinator.store import Store
 from coordinator.validation import check_filter
 
@@ -53,18 +54,17 @@ class AuditLog:
     def list(
         self, *, action: str | None, target: str | None, page_size: int, page_token: str
     ) -> tuple[list[AuditEvent], str]:
-        """A page of events and the next page's token ('' at the end)."""
+        """A page of events and the next page's token ('' at the end); tokens are opaque
+        (``service.paging``) and a malformed one is INVALID_ARGUMENT (``PAGE_TOKEN_INVALID``)."""
         if page_size < 0:
             raise InvalidArgument("page_size", "must not be negative")
         check_filter("action", action)
         check_filter("target", target)
         size = min(page_size or self.config.default_page_size, self.config.max_page_size)
-        before: int | None = None
-        if page_token:
-            if not page_token.isdigit() or len(page_token) > 19:
-                raise InvalidArgument("page_token", f"{page_token[:64]!r} is not a page token of this list")
-            before = int(page_token)
+        before = decode_audit_token(page_token) if page_token else None
         page = self.store.list_audit_events(action=action, target=target, before_id=before, limit=size + 1)
         if len(page) > size:
-            return page[:size], str(page[size - 1].id)
+            last = page[size - 1].id
+            assert last is not None  # events read back from the store have their ID
+            return page[:size], encode_audit_token(last)
         return page, ""

@@ -20,6 +20,7 @@ from coordinator.domain.settings import SettingsError, resolve_settings
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.service.enqueue import NewJob, insert_batch
+from coordinator.service.paging import decode_job_token, encode_job_token
 from coordinator.store import Store, Tx
 from coordinator.validation import check_name, check_parents, quote, require_id
 
@@ -159,7 +160,9 @@ class JobsService:
     ) -> tuple[list[JobRecord], str]:
         """A page of jobs, newest first, and the token of the next page ('' at the end).
 
-        The page size is clamped to ``max_page_size`` silently (SPEC §5).
+        The page size is clamped to ``max_page_size`` silently (SPEC §5). Tokens are
+        opaque (``service.paging``); a malformed one is INVALID_ARGUMENT
+        (``PAGE_TOKEN_INVALID``) and reads nothing.
         """
         bounds = self.store.bounds
         if page_size < 0:
@@ -171,7 +174,7 @@ class JobsService:
         if wire_name is not None:
             check_name("wire_name", wire_name, max_length=bounds.max_wire_name_length)
         size = bounds.clamp_page_size(page_size if page_size > 0 else self.config.default_page_size)
-        after = require_id("page_token", page_token) if page_token else None
+        after = decode_job_token(page_token) if page_token else None
         page = self.store.list_jobs(
             queue=queue,
             state=state,
@@ -180,7 +183,7 @@ class JobsService:
             limit=size + 1,
         )
         if len(page) > size:
-            return page[:size], page[size - 1].id
+            return page[:size], encode_job_token(page[size - 1].id)
         return page, ""
 
     def relatives(self, job_id: str) -> Relatives:

@@ -35,6 +35,7 @@ from coordinator.errors import AlreadyExists, InvalidArgument, NotFound
 from coordinator.service import audit
 from coordinator.service.cron import Cron, CronError, normalize_cron
 from coordinator.service.jobs import JobsService
+from coordinator.service.paging import decode_schedule_token, encode_schedule_token
 from coordinator.store import Store, Tx
 from coordinator.validation import check_name, quote
 
@@ -309,13 +310,10 @@ class SchedulesService:
                 "page_size", f"must not be negative, got {page_size}", reason="OUT_OF_RANGE"
             )
         size = self.store.bounds.clamp_page_size(page_size or self.config.default_page_size)
-        after: str | None = None
-        if page_token:
-            check_name("page_token", page_token)
-            after = page_token
+        after = decode_schedule_token(page_token) if page_token else None
         records = self.store.list_schedules(after_name=after, limit=size + 1)
         page = records[:size]
         per_schedule = min(MAX_LISTED_SKIPPED_TICKS, self.store.bounds.max_skipped_ticks)
         skipped = self.store.newest_skipped_ticks([r.name for r in page], per_schedule)
         views = [self._view(record, skipped.get(record.name, ())) for record in page]
-        return views, (page[-1].name if len(records) > size else "")
+        return views, (encode_schedule_token(page[-1].name) if len(records) > size else "")

@@ -2,9 +2,10 @@
 methods are named operations over domain values (``Store`` for reads and transactions,
 ``Tx`` for the writes of one transaction)."""
 
+from coordinator.store.engine import DatabaseTimeouts
 from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
 from coordinator.store.reads import RunTimings
 from coordinator.store.store import Store
 from coordinator.store.tx import Tx
 
-__all__ = ["DuplicateKey", "RunTimings", "Store", "StoreError", "Tx", "WriteConflict"]
+__all__ = ["DatabaseTimeouts", "DuplicateKey", "RunTimings", "Store", "StoreError", "Tx", "WriteConflict"]

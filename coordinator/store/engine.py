@@ -1,11 +1,62 @@
-"""Engines for both databases, with the settings each needs (SPEC §8)."""
+"""Engines for both databases, with the settings each needs (SPEC §8).
+
+Every transaction the coordinator opens is bounded (``DatabaseTimeouts``). On
+PostgreSQL each connection starts with ``idle_in_transaction_session_timeout``,
+``lock_timeout`` and ``statement_timeout`` (libpq ``options``), so a replica frozen inside
+a transaction (SIGSTOP, a paused VM) is cut off by the server and the rows it locked,
+which lease expiry skips (``SKIP LOCKED``), are freed; a statement waiting on a lock or
+running too long fails (``StoreError``, UNAVAILABLE) instead of hanging.
+
+SQLite needs none of these: it serves one coordinator process, the only writer, so a
+frozen coordinator holds nothing any other replica waits for (there is none); another
+process on the file (``runwick migrate``, a reader) waits at most ``busy_timeout`` for the
+write lock and then fails, and WAL readers never wait. That ``busy_timeout`` is bounded
+like the rest (``sqlite_busy_timeout_ms``).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+
+MAX_TIMEOUT_MS = 2**31 - 1
+"""PostgreSQL's largest value for its timeouts (an ``int`` of milliseconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseTimeouts:
+    """How long one connection may hold a transaction open or wait on the database, in
+    milliseconds; 0 turns a timeout off (PostgreSQL's meaning)."""
+
+    pg_idle_in_transaction_timeout_ms: int = 10_000
+    """PostgreSQL ``idle_in_transaction_session_timeout``: the server ends a session that
+    sits idle inside a transaction this long, releasing its locks."""
+    pg_lock_timeout_ms: int = 5_000
+    """PostgreSQL ``lock_timeout``: a statement waiting this long for a lock fails."""
+    pg_statement_timeout_ms: int = 30_000
+    """PostgreSQL ``statement_timeout``: a statement running this long is cancelled."""
+    sqlite_busy_timeout_ms: int = 30_000
+    """SQLite ``busy_timeout``: how long a transaction waits for the write lock."""
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TIMEOUT_MS:
+                raise ValueError(f"{item.name} must be 0 to {MAX_TIMEOUT_MS} milliseconds, got {value!r}")
+
+    def pg_options(self) -> str:
+        """The libpq ``options`` that set the PostgreSQL timeouts on a new session."""
+        return (
+            f"-c idle_in_transaction_session_timeout={self.pg_idle_in_transaction_timeout_ms} "
+            f"-c lock_timeout={self.pg_lock_timeout_ms} "
+            f"-c statement_timeout={self.pg_statement_timeout_ms}"
+        )
+
+
+DEFAULT_TIMEOUTS = DatabaseTimeouts()
 
 
 def is_sqlite(url: str) -> bool:
@@ -25,26 +76,45 @@ def normalize_url(url: str) -> str:
 # exception text (R-22) or a token hash.
 
 
-def create_write_engine(url: str) -> Engine:
+def create_write_engine(url: str, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS) -> Engine:
     """The engine for writes. On SQLite every transaction is ``BEGIN IMMEDIATE``: a
-    deferred one fails with "database is locked" when it upgrades to a write."""
+    deferred one fails with "database is locked" when it upgrades to a write. On
+    PostgreSQL every connection carries ``timeouts`` (module docstring)."""
     url = normalize_url(url)
     if is_sqlite(url):
-        return _sqlite_engine(url, "BEGIN IMMEDIATE")
-    return create_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True, hide_parameters=True)
+        return _sqlite_engine(url, "BEGIN IMMEDIATE", timeouts)
+    return create_engine(
+        url,
+        pool_size=5,
+        max_overflow=5,
+        pool_pre_ping=True,
+        hide_parameters=True,
+        connect_args={"options": _pg_options(url, timeouts)},
+    )
 
 
-def create_read_engine(url: str, write_engine: Engine) -> Engine:
+def create_read_engine(
+    url: str, write_engine: Engine, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS
+) -> Engine:
     """Reads on SQLite use deferred transactions so they never wait for the writer (WAL)."""
     url = normalize_url(url)
     if is_sqlite(url):
-        return _sqlite_engine(url, "BEGIN")
+        return _sqlite_engine(url, "BEGIN", timeouts)
     return write_engine
 
 
-def _sqlite_engine(url: str, begin: str) -> Engine:
+def _pg_options(url: str, timeouts: DatabaseTimeouts) -> str:
+    """The timeouts' ``options``, then any ``options`` the URL itself gives (which come
+    later and so win, for a setting the URL names)."""
+    given = make_url(url).query.get("options")
+    extra = [given] if isinstance(given, str) else list(given or ())
+    return " ".join([timeouts.pg_options(), *extra])
+
+
+def _sqlite_engine(url: str, begin: str, timeouts: DatabaseTimeouts) -> Engine:
+    busy_ms = timeouts.sqlite_busy_timeout_ms
     engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True
+        url, connect_args={"check_same_thread": False, "timeout": busy_ms / 1000}, hide_parameters=True
     )
 
     @event.listens_for(engine, "connect")
@@ -56,7 +126,7 @@ def _sqlite_engine(url: str, begin: str) -> Engine:
         # FULL: an acknowledged write survives power loss, not only a process crash.
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

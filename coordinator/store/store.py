@@ -1,10 +1,12 @@
 """The store over SQLite and PostgreSQL: one SQLAlchemy Core implementation.
 
 ``Store.transact(body)`` runs ``body(tx)`` in one write transaction (``store.tx.Tx``,
-the named write operations), retrying it whole when a guarded write conflicted; the
-read methods answer from a read connection. Driver errors become ``StoreError`` here
-and nowhere else. Dialect differences are confined to row locking and notification
-(``tx``), the database clock (here) and LISTEN (``notify``).
+the named write operations), retrying it whole when a guarded write conflicted or the
+connection failed before the commit; the read methods answer from a read connection.
+Driver errors become ``StoreError`` here and nowhere else: clients are told the
+database is unavailable, the log gets what the driver said. Dialect differences are
+confined to row locking and notification (``tx``), the database clock (here) and
+LISTEN (``notify``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,15 @@ from coordinator.domain.states import JobState
 from coordinator.store import migrate as migrations
 from coordinator.store import reads
 from coordinator.store import schedules as schedule_reads
-from coordinator.store.engine import create_read_engine, create_write_engine, is_sqlite, normalize_url
-from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
+from coordinator.store.engine import (
+    DEFAULT_TIMEOUTS,
+    DatabaseTimeouts,
+    create_read_engine,
+    create_write_engine,
+    is_sqlite,
+    normalize_url,
+)
+from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
 from coordinator.store.reads import RunTimings
 from coordinator.store.tx import Tx
 
@@ -47,27 +56,45 @@ HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
 """Transitions kept per job by default; older ones are dropped (SPEC §5,
 ``StoreBounds.max_history_per_job``)."""
 WRITE_TRIES = 3
-"""How often ``transact`` runs a body whose guarded write conflicted."""
+"""How often ``transact`` runs a body whose try conflicted or lost its connection."""
+CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
+"""PostgreSQL errors that end the session (admin shutdown, crash shutdown, cannot connect
+now, idle-in-transaction timeout), besides class 08 (connection exception)."""
+ROLLED_BACK_SQLSTATES = frozenset({"40001", "40P01"})
+"""Serialization failure and deadlock: the server rolled the transaction back, so the
+body may run again like after any write conflict."""
+_MAX_DETAIL_CHARS = 500
 
 
 class Store:
     """Owns the engines; runs write transactions and answers reads."""
 
-    def __init__(self, url: str, *, bounds: StoreBounds | None = None) -> None:
+    def __init__(
+        self, url: str, *, bounds: StoreBounds | None = None, timeouts: DatabaseTimeouts | None = None
+    ) -> None:
         self.bounds = (bounds or DEFAULT_BOUNDS).validate()
         """The limits of SPEC §5 this store and the services over it apply."""
+        self.timeouts = timeouts or DEFAULT_TIMEOUTS
+        """How long a connection may hold a transaction open or wait (``engine``)."""
         self.url = normalize_url(url)
         self.postgres = not is_sqlite(self.url)
-        self._write_engine = create_write_engine(self.url)
-        self._read_engine = create_read_engine(self.url, self._write_engine)
+        self._write_engine = create_write_engine(self.url, self.timeouts)
+        self._read_engine = create_read_engine(self.url, self._write_engine, self.timeouts)
         self.on_transaction: Callable[[float], None] | None = None
         """Called with every write transaction's duration in seconds (for metrics)."""
 
     @classmethod
-    def open(cls, url: str, *, create: bool | None = None, bounds: StoreBounds | None = None) -> Store:
+    def open(
+        cls,
+        url: str,
+        *,
+        create: bool | None = None,
+        bounds: StoreBounds | None = None,
+        timeouts: DatabaseTimeouts | None = None,
+    ) -> Store:
         """Opens the store. SQLite is created and migrated on first open; PostgreSQL
         must have been migrated (``runwick migrate``) unless ``create`` is true."""
-        store = cls(url, bounds=bounds)
+        store = cls(url, bounds=bounds, timeouts=timeouts)
         create = (not store.postgres) if create is None else create
         try:
             if create:
@@ -98,30 +125,48 @@ class Store:
     def transact(self, body: Callable[[Tx], T], *, what: str = "write") -> T:
         """Runs ``body`` in one write transaction and returns what it returned.
 
-        A guarded write that conflicted (a job changed between read and write) or an
-        idempotency key that raced rolls the transaction back and ``body`` runs again,
-        up to ``WRITE_TRIES`` times in all; then the last conflict is raised.
+        ``body`` runs again, whole, on a fresh transaction, up to ``WRITE_TRIES`` times in
+        all, when the last try was rolled back without effect: a guarded write conflicted
+        (a job changed between read and write), an idempotency key raced, or the
+        connection failed before the commit (a disconnect, a terminated backend, a
+        failed connect: ``ConnectionLost``). Bodies are written to be re-run. Then the
+        last error is raised. A connection that fails during the commit itself is not
+        retried: whether it committed is unknown, so it is a ``StoreError`` at once.
         """
         for attempt in range(1, WRITE_TRIES + 1):
             try:
-                with self.write() as tx:
+                with self._transaction(what) as tx:
                     return body(tx)
             except (WriteConflict, DuplicateKey) as conflict:
                 if attempt == WRITE_TRIES:
                     raise type(conflict)(f"{what}: {conflict}; try again") from conflict
                 log.info("write conflict in %s (try %d); retrying", what, attempt)
+            except ConnectionLost:
+                if attempt == WRITE_TRIES:
+                    raise
+                log.info(
+                    "lost the database connection in %s (try %d of %d); running it again on a new connection",
+                    what,
+                    attempt,
+                    WRITE_TRIES,
+                )
         raise AssertionError("unreachable")
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[Tx]:
+    def write(self) -> contextlib.AbstractContextManager[Tx]:
         """One write transaction, without retries; commits when the block ends without
         an exception. Prefer ``transact``."""
+        return self._transaction("write")
+
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[Tx]:
         started = time.perf_counter()
+        committing = False
         try:
-            with self._write_engine.begin() as conn:
+            with self._write_engine.connect() as conn, conn.begin():
                 yield Tx(conn, self.postgres, self.bounds)
-        except (OperationalError, DBAPIError) as exc:
-            raise StoreError(f"database error: {exc.orig}") from exc
+                committing = True  # the block is done; leaving ``begin`` commits
+        except DBAPIError as exc:
+            raise _store_error(exc, what, before_commit=not committing) from exc
         finally:
             if self.on_transaction is not None:
                 self.on_transaction(time.perf_counter() - started)
@@ -133,8 +178,8 @@ class Store:
         try:
             with self._read_engine.connect() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
-            raise StoreError(f"database error: {exc.orig}") from exc
+        except DBAPIError as exc:
+            raise _store_error(exc, "a read", before_commit=False) from exc
 
     def database_time_ms(self) -> int | None:
         """The database server's clock (PostgreSQL), to anchor every replica (R-13)."""
@@ -249,3 +294,49 @@ class Store:
         """Unpaused schedules whose next tick has come, the most overdue first."""
         with self._reading() as conn:
             return schedule_reads.due_schedule_names(conn, now_ms, limit)
+
+
+def _store_error(exc: DBAPIError, what: str, *, before_commit: bool) -> StoreError:
+    """The client-facing error for a driver error, which is logged here at WARNING.
+
+    Clients get a clean message (``StoreError``'s default): the driver's text names
+    servers and ports. The log gets it, cut to its first line: PostgreSQL's DETAIL can
+    quote a row's values, and statement parameters are hidden (``engine``). A try the
+    database rolled back (deadlock, serialization) is a ``WriteConflict``; a connection
+    that failed before the commit is ``ConnectionLost``: ``transact`` retries both.
+    """
+    log.warning("database error in %s: %s", what, _driver_detail(exc))
+    if _sqlstate(exc) in ROLLED_BACK_SQLSTATES:
+        return WriteConflict("the database rolled the transaction back (it conflicted with another)")
+    if before_commit and _connection_lost(exc):
+        return ConnectionLost()
+    return StoreError()
+
+
+def _sqlstate(exc: DBAPIError) -> str | None:
+    """The PostgreSQL SQLSTATE of a psycopg error; None for a client-side one (the
+    connection failed or closed) and for SQLite, which has none."""
+    value = getattr(exc.orig, "sqlstate", None)
+    return value if isinstance(value, str) else None
+
+
+def _connection_lost(exc: DBAPIError) -> bool:
+    """Whether the connection itself failed: SQLAlchemy saw a disconnect, psycopg failed
+    on the client side (no SQLSTATE: a refused or broken connection), or the server ended
+    the session."""
+    if exc.connection_invalidated:
+        return True
+    sqlstate = _sqlstate(exc)
+    if sqlstate is None:
+        return isinstance(exc, OperationalError) and hasattr(exc.orig, "sqlstate")
+    return sqlstate.startswith("08") or sqlstate in CONNECTION_SQLSTATES
+
+
+def _driver_detail(exc: DBAPIError) -> str:
+    orig = exc.orig
+    lines = str(orig).strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > _MAX_DETAIL_CHARS:
+        first = first[:_MAX_DETAIL_CHARS] + "…"
+    sqlstate = _sqlstate(exc)
+    return f"{type(orig).__name__}{f' [{sqlstate}]' if sqlstate else ''}: {first}"

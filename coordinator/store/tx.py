@@ -172,7 +172,8 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         try:
             self._conn.execute(insert(jobs), [job_row(job) for job in new_jobs])
         except IntegrityError as exc:
-            raise DuplicateKey(str(exc.orig)) from exc
+            # Not the driver's text: its DETAIL quotes the key's value.
+            raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
         self._conn.execute(
             insert(transitions),
             [

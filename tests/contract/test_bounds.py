@@ -375,7 +375,7 @@ def test_s5_pages_are_clamped_to_max_page_size_silently(harness: Harness) -> Non
         (lambda h: h.jobs.get_job("0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6"), "id", "INVALID_ID"),
         (lambda h: h.jobs.list_attempts("{0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f}"), "job_id", "INVALID_ID"),
         (lambda h: _list(h, page_size=-1), "page_size", "OUT_OF_RANGE"),
-        (lambda h: _list(h, page_token="zzz"), "page_token", "INVALID_ID"),
+        (lambda h: _list(h, page_token="zzz"), "page_token", "PAGE_TOKEN_INVALID"),
         (lambda h: _list(h, queue="bad queue"), "queue", "NAME_INVALID"),
         (lambda h: _list(h, wire_name="x" * 200), "wire_name", "NAME_TOO_LONG"),
     ],

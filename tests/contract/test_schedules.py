@@ -365,6 +365,14 @@ def test_list_pages_by_name(harness: Harness, service: SchedulesService) -> None
     assert token3 == ""
 
 
+@pytest.mark.parametrize("token", ["b", "not a token", "³", "AXM", "AWFi", "x" * 2_000])
+def test_a_page_token_this_list_did_not_hand_out_is_refused(service: SchedulesService, token: str) -> None:
+    """Page tokens are opaque: a schedule's name, or another list's token, is no token."""
+    with pytest.raises(InvalidArgument) as refused:
+        service.list(page_size=2, page_token=token)
+    assert (refused.value.field, refused.value.reason) == ("page_token", "PAGE_TOKEN_INVALID")
+
+
 # -- bad input changes nothing -----------------------------------------------------------
 
 

@@ -119,7 +119,11 @@ async def test_unknown_job_raises_job_not_found_with_its_reason(client: AsyncCli
         ),
         (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(state=99)), "state", "UNKNOWN_ENUM"),  # type: ignore[arg-type]
         (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_size=-1)), "page_size", "OUT_OF_RANGE"),
-        (lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_token="?")), "page_token", "INVALID_ID"),
+        (
+            lambda s: s.ListJobs(job_service_pb2.ListJobsRequest(page_token="?")),
+            "page_token",
+            "PAGE_TOKEN_INVALID",
+        ),
         (
             lambda s: s.WaitJob(job_service_pb2.WaitJobRequest(id=UNKNOWN_ID, timeout=Duration(nanos=1))),
             "timeout",

@@ -6,7 +6,9 @@ Requests are generated from the protobuf descriptors, so every RPC of ``JobServi
 boundary-sized messages: names at and over ``max_wire_name_length`` (with characters
 outside the BMP), payloads and outputs at their bounds and one byte over, IDs known to
 the store, random and malformed, durations and timestamps out of range or not whole
-milliseconds, unknown enum values, messages out of order. After each one:
+milliseconds, unknown enum values, page tokens the coordinator never issued (numbers
+``int`` refuses or SQLite cannot hold, base64 of ill-formed payloads), messages out of
+order. After each one:
 
 - the server answered with a status, never INTERNAL, UNKNOWN or UNAVAILABLE (a database
   error), and a non-OK status carries machine-readable details;
@@ -19,6 +21,7 @@ Small bounds keep boundary-sized messages cheap; examples are few and derandomiz
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import random
@@ -137,6 +140,46 @@ IDS = st.one_of(
         ]
     ),
 )
+
+
+def _token(version: int, kind: bytes, position: bytes) -> str:
+    return base64.urlsafe_b64encode(bytes([version]) + kind + position).rstrip(b"=").decode()
+
+
+_BAD_TOKENS = st.sampled_from(
+    [
+        "³",  # a digit to str.isdigit, not to int
+        "9223372036854775808",  # 2**63: over SQLite's INTEGER
+        "٣",  # an Arabic-Indic digit: int() takes it
+        "9223372036854775807",
+        "-1",
+        "0",
+        "1",
+        "",
+        "====",
+        "AWEAAAAAAAAAAA",  # ListAuditEvents' encoding of position 0 (out of range)
+        "AWH__________w",  # ... of 2**64 - 1
+        "AWGAAAAAAAAAAA",  # ... of 2**63
+        "AWEAAAAAAAAAAQ=",  # padded
+        "AWEAAAAAAAAAAR",  # stray low bits
+    ]
+)
+PAGE_TOKENS = st.one_of(
+    _BAD_TOKENS,
+    _BAD_TOKENS,
+    _BAD_TOKENS,
+    st.integers(-(2**64), 2**64).map(str),
+    st.builds(
+        _token,
+        st.sampled_from([0, 1, 1, 2, 255]),
+        st.sampled_from([b"a", b"j", b"x"]),
+        st.one_of(st.binary(max_size=20), st.integers(0, 2**64 - 1).map(lambda n: n.to_bytes(8, "big"))),
+    ),
+    IDS,
+    TEXT,
+)
+"""Page tokens: numbers ``int`` takes or refuses, in and out of range, URL-safe base64 of
+well- and ill-formed payloads (every version, list and length), IDs and text."""
 NASTY = st.sampled_from(["\x00", "nul\x00", "x" * 300, "😀", "a b", "", "\u202e", "\u2028", " "])
 """Strings that break stores and parsers: NUL (PostgreSQL text refuses it), over-long,
 outside the BMP, control and separator characters."""
@@ -200,7 +243,9 @@ def _field_values(item: FieldDescriptor, depth: int) -> st.SearchStrategy[Any] |
             return None
         return messages(message_type, depth + 1)
     if item.type == FieldDescriptor.TYPE_STRING:
-        if name in ("id", "job_id", "attempt_id", "page_token") or name.endswith("_ids"):
+        if name == "page_token":
+            return PAGE_TOKENS
+        if name in ("id", "job_id", "attempt_id") or name.endswith("_ids"):
             return st.one_of(IDS, IDS, TEXT)
         if name in ("wire_name", "queue", "wire_names", "queues"):
             return st.one_of(NAMES, NAMES, TEXT)
@@ -456,18 +501,27 @@ async def test_s5_every_unary_rpc_answers_any_request_with_a_status(
     if "timeout" in descriptor.input_type.fields_by_name and not request.HasField("timeout"):
         # Unset means WaitJob's 30 s default: generated waits stay short or invalid.
         request.timeout.CopyFrom(Duration(nanos=20_000_000))  # type: ignore[attr-defined]
+    await _check_unary_answer(fuzz, descriptor, request)
+
+
+async def _check_unary_answer(fuzz: Fuzz, descriptor: Any, request: Message) -> grpc.aio.AioRpcError | None:
+    """Sends ``request`` and checks the answer is a status with details, that a failed
+    call changed nothing and that nothing was logged as an error; returns the error."""
+    method = descriptor.name
     call = fuzz.channel.unary_unary(
-        f"/{service}/{method}",
+        f"/{descriptor.containing_service.full_name}/{method}",
         request_serializer=type(request).SerializeToString,
         response_deserializer=GetMessageClass(descriptor.output_type).FromString,
     )
     before = fuzz.rows()
     fuzz.log.take()
 
+    failed: grpc.aio.AioRpcError | None = None
     try:
         await call(request, timeout=15)
         code = grpc.StatusCode.OK
     except grpc.aio.AioRpcError as error:
+        failed = error
         code = error.code()
         assert code in ALLOWED_UNARY, f"{method} answered {code}: {error.details()}"
         assert error.details(), "a status a person can read"
@@ -477,6 +531,34 @@ async def test_s5_every_unary_rpc_answers_any_request_with_a_status(
     event(f"status {code.name}")  # shown by --hypothesis-show-statistics
     fuzz.assert_no_server_errors(fuzz.log.take())
     check_invariants(fuzz)
+    return failed
+
+
+LIST_METHODS = [(s, m) for s, m in UNARY_METHODS if "page_token" in m.input_type.fields_by_name]
+
+
+@pytest.mark.parametrize(
+    ("service", "method"), [(service.full_name, method.name) for service, method in LIST_METHODS]
+)
+@settings(FUZZ_SETTINGS, max_examples=20)
+@given(token=PAGE_TOKENS, page_size=INT32)
+async def test_s5_every_list_rpc_refuses_a_page_token_it_did_not_issue(
+    fuzz: Fuzz, service: str, method: str, token: str, page_size: int
+) -> None:
+    """Page tokens are opaque: whatever a client makes up is INVALID_ARGUMENT naming
+    ``page_token`` (or ``page_size``), never INTERNAL, and reads nothing."""
+    descriptor = next(m for s, m in LIST_METHODS if s.full_name == service and m.name == method)
+    request = GetMessageClass(descriptor.input_type)(page_token=token, page_size=page_size)
+
+    error = await _check_unary_answer(fuzz, descriptor, request)
+
+    if error is not None:
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        reason, _, violations = _rich_details(error)
+        assert [v.field for v in violations] in (["page_token"], ["page_size"]), violations
+        if violations[0].field == "page_token":
+            assert reason == "PAGE_TOKEN_INVALID"
+            event("page_token refused")
 
 
 VALID_NAMES = st.sampled_from(

@@ -1,0 +1,249 @@
+"""A transient database fault fails nothing: ``Store.transact`` runs a body again on a
+new connection when its connection failed before the commit (PostgreSQL: a terminated
+backend), as it does after a write conflict, so a worker batch is still answered. And a
+database error tells clients only that the database is unavailable: the driver's text
+goes to the log, at WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.clock import FakeClock
+from coordinator.domain.states import JobState
+from coordinator.service.work import WorkBatch
+from coordinator.store import DatabaseTimeouts, Store, StoreError, Tx
+
+from .harness import WIRE, Harness
+
+CLEAN_MESSAGE = "the database is unavailable; try again"
+DRIVER_WORDS = ("FATAL", "terminating", "locked", "127.0.0.1", "5432", "psycopg", "sqlite3")
+
+
+@dataclass
+class Faulty:
+    harness: Harness
+    name: str
+    """The ``application_name`` of the store's connections."""
+    terminate: Callable[[], int]
+    """Terminates the backend of each of the store's connections (``pg_terminate_backend``,
+    waiting until each is gone); returns how many it ended."""
+
+    def ours(self, conn: Any) -> bool:
+        return bool(conn.engine.url.query.get("application_name") == self.name)
+
+
+@pytest.fixture
+def faulty(postgres_url: str) -> Iterator[Faulty]:
+    """A harness whose store's connections are named, so a test can end them."""
+    name = f"runwick-fault-{uuid.uuid4().hex[:8]}"
+    url = make_url(postgres_url).update_query_dict({"application_name": name})
+    store = Store.open(url.render_as_string(hide_password=False))
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+
+    def terminate() -> int:
+        with admin.connect() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+                    "WHERE application_name = :name"
+                ),
+                {"name": name},
+            ).scalar()
+        return int(ended or 0)
+
+    try:
+        yield Faulty(Harness.build(store, FakeClock(), CoordinatorConfig()), name, terminate)
+    finally:
+        store.close()
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_a_body_whose_backend_is_terminated_mid_transaction_runs_again(
+    faulty: Faulty, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness, terminate = faulty.harness, faulty.terminate
+    job_id = harness.enqueue()
+    tries: list[int] = []
+
+    def body(tx: Tx) -> JobState:
+        tries.append(len(tries) + 1)
+        found = tx.jobs_by_ids([job_id])  # the transaction is open on its connection
+        if len(tries) == 1:
+            assert terminate() == 1
+        return tx.jobs_by_ids([job_id])[job_id].state if found else JobState.FAILED
+
+    with caplog.at_level(logging.WARNING, logger="coordinator.store"):
+        state = harness.store.transact(body, what="a test body")
+
+    assert (state, tries) == (JobState.AVAILABLE, [1, 2])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("a test body" in w and "terminating connection" in w for w in warnings), warnings
+
+
+@pytest.mark.postgres
+def test_postgres_transactions_after_the_backends_were_terminated_succeed(
+    faulty: Faulty,
+) -> None:
+    harness, terminate = faulty.harness, faulty.terminate
+    first = harness.enqueue()
+    assert terminate() >= 1  # the pooled connection's backend, between two transactions
+
+    second = harness.enqueue()
+
+    assert {harness.job(first).state, harness.job(second).state} == {JobState.AVAILABLE}
+
+
+@pytest.mark.postgres
+def test_postgres_a_worker_batch_is_answered_when_its_backend_is_terminated_mid_batch(
+    faulty: Faulty,
+) -> None:
+    """The batch loses its connection at its first statement; it runs again and every
+    message in it is answered (the dispatcher closes no stream)."""
+    harness, terminate = faulty.harness, faulty.terminate
+    job_id = harness.enqueue(WIRE, queue=faulty.name)
+    claimed = harness.claim_one(job_id)
+    engine: type[Engine] = Engine
+    statements: list[str] = []
+
+    def terminate_once(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not faulty.ours(conn):
+            return
+        statements.append(statement)
+        if len(statements) == 1:
+            assert terminate() == 1
+
+    event.listen(engine, "before_cursor_execute", terminate_once)
+    try:
+        answers = harness.ops.process(WorkBatch(starts=[claimed.attempt_id]))
+    finally:
+        event.remove(engine, "before_cursor_execute", terminate_once)
+
+    assert answers.starts[0].granted
+    assert harness.job(job_id).state is JobState.RUNNING
+    assert len(statements) > 1  # the batch ran again after the first statement failed
+
+
+@pytest.mark.postgres
+def test_postgres_an_error_at_commit_is_not_retried(
+    faulty: Faulty,
+) -> None:
+    """If the connection fails during COMMIT, whether it committed is unknown: the body
+    must not run twice (an enqueue without idempotency key would create two jobs)."""
+    harness, terminate = faulty.harness, faulty.terminate
+    tries: list[int] = []
+    engine: type[Engine] = Engine
+
+    def terminate_before_commit(conn: Any) -> None:
+        if faulty.ours(conn) and tries:
+            assert terminate() == 1
+
+    def body(tx: Tx) -> None:
+        tries.append(1)
+        tx.jobs_by_ids([job_id])  # the transaction is open: COMMIT has to reach the server
+
+    job_id = harness.enqueue(queue=faulty.name)
+    event.listen(engine, "commit", terminate_before_commit)
+    try:
+        with pytest.raises(StoreError) as failed:
+            harness.store.transact(body)
+    finally:
+        event.remove(engine, "commit", terminate_before_commit)
+
+    assert tries == [1]
+    assert str(failed.value) == CLEAN_MESSAGE
+
+
+def test_sqlite_a_database_error_tells_clients_only_that_the_database_is_unavailable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "runwick.db"
+    store = Store.open(f"sqlite:///{path}", timeouts=DatabaseTimeouts(sqlite_busy_timeout_ms=50))
+    other_process = sqlite3.connect(path, isolation_level=None)
+    try:
+        harness = Harness.build(store, FakeClock(), CoordinatorConfig())
+        other_process.execute("BEGIN IMMEDIATE")  # holds the write lock past busy_timeout
+        with (
+            caplog.at_level(logging.WARNING, logger="coordinator.store"),
+            pytest.raises(StoreError) as failed,
+        ):
+            harness.enqueue()
+    finally:
+        other_process.close()
+        store.close()
+
+    assert str(failed.value) == CLEAN_MESSAGE
+    assert failed.value.reason == "DATABASE_UNAVAILABLE"
+    assert not [word for word in DRIVER_WORDS if word in str(failed.value)]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "database is locked" in warning  # the driver's text, for the operator
+
+
+# -- which driver errors are retried, on both engines -------------------------------------------
+
+RETRIED = [
+    psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+    psycopg.errors.CrashShutdown("terminating connection because of crash of another server process"),
+    psycopg.errors.CannotConnectNow("the database system is starting up"),
+    psycopg.errors.IdleInTransactionSessionTimeout(
+        "terminating connection due to idle-in-transaction timeout"
+    ),
+    psycopg.OperationalError('connection failed: connection to server at "127.0.0.1", port 5432 failed'),
+    psycopg.errors.DeadlockDetected("deadlock detected\nDETAIL:  Process 1 waits for ShareLock"),
+    psycopg.errors.SerializationFailure("could not serialize access due to concurrent update"),
+]
+NOT_RETRIED = [
+    psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+    psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+    psycopg.errors.UniqueViolation("duplicate key value\nDETAIL:  Key (name)=(card 4242) already exists."),
+    sqlite3.OperationalError("database is locked"),
+]
+
+
+def _failing_once(error: Exception, tries: list[int]) -> Callable[[Tx], str]:
+    def body(tx: Tx) -> str:
+        tries.append(len(tries) + 1)
+        if len(tries) == 1:
+            raise OperationalError("SELECT 1", {}, error)
+        return "done"
+
+    return body
+
+
+@pytest.mark.parametrize("error", RETRIED, ids=lambda e: type(e).__name__)
+def test_a_try_that_lost_its_connection_or_was_rolled_back_runs_again(store: Store, error: Exception) -> None:
+    tries: list[int] = []
+
+    assert store.transact(_failing_once(error, tries)) == "done"
+
+    assert tries == [1, 2]
+
+
+@pytest.mark.parametrize("error", NOT_RETRIED, ids=lambda e: type(e).__name__)
+def test_other_database_errors_fail_at_once_with_a_clean_message(
+    store: Store, error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    tries: list[int] = []
+
+    with caplog.at_level(logging.WARNING, logger="coordinator.store"), pytest.raises(StoreError) as failed:
+        store.transact(_failing_once(error, tries), what="a test body")
+
+    assert tries == [1]
+    assert (str(failed.value), failed.value.reason) == (CLEAN_MESSAGE, "DATABASE_UNAVAILABLE")
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "a test body" in warning and str(error).splitlines()[0] in warning
+    assert "DETAIL" not in warning and "4242" not in warning  # a row's values stay out of the log
