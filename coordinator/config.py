@@ -95,9 +95,9 @@ class CoordinatorConfig:
     none (``runwick serve`` defaults to 9233)."""
     health_check_interval_s: float = 5.0
     """How often a background task reads the database: readiness and the queue gauges."""
-    queue_count_cap: int = 100_000
-    """Queue listings and gauges count each queue's jobs per state exactly up to this many
-    (an index range scan each); above it they report the cap (R-17)."""
+    queue_count_fold_interval_s: float = 1.0
+    """How often the job-count deltas each write appends are folded into the maintained
+    counts per queue and state (R-17, ``scheduler.counts``)."""
     health_check_timeout_s: float = 5.0
     """A database check slower than this makes the coordinator not ready."""
     drain_reserve_s: float = 2.0

@@ -25,19 +25,16 @@ class QueueInfo:
     concurrency_limit: int | None
     """Most of its jobs reserved or running at once, across every worker; None: no limit."""
     counts: dict[JobState, int] = field(default_factory=dict)
-    """Jobs per state, each exact up to the coordinator's cap (see ``capped``)."""
-    capped: frozenset[JobState] = frozenset()
-    """States whose count reached the cap: there may be more."""
+    """Jobs per state."""
     oldest_available_age: timedelta | None = None
     """How long the oldest due job has waited; None when none is due."""
 
 
 def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
     counts = {state_from_proto(c.state): int(c.count) for c in message.counts}
-    capped = frozenset(state_from_proto(c.state) for c in message.counts if c.capped)
     age = message.oldest_available_age.ToTimedelta() if message.HasField("oldest_available_age") else None
     limit = message.concurrency_limit if message.HasField("concurrency_limit") else None
-    return QueueInfo(message.name, message.paused, limit, counts, capped, age)
+    return QueueInfo(message.name, message.paused, limit, counts, age)
 
 
 def _name(name: object) -> str:

@@ -132,7 +132,7 @@ def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
 def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
     message = queue_to_pb(stats.queue)
     for state, count in stats.counts.items():
-        message.counts.add(state=state_to_pb(state), count=count, capped=state in stats.capped)
+        message.counts.add(state=state_to_pb(state), count=count)
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
     return message

@@ -39,6 +39,7 @@ from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.scheduler.clock import DatabaseClock, database_offset_ms
+from coordinator.scheduler.counts import QueueCountFolding
 from coordinator.scheduler.cron import ScheduleTicks
 from coordinator.scheduler.due import due_promotion
 from coordinator.scheduler.leases import lease_expiry
@@ -89,6 +90,9 @@ class Coordinator:
         self.manage = ManagementService(store, clock)
         self.audit_log = AuditLog(store, config)
         self.queues = QueueService(store, clock, config)
+        self.count_folding = QueueCountFolding(
+            self.queues, self.executors, config.queue_count_fold_interval_s
+        )
         self.schedules = SchedulesService(store, clock, config, self.jobs)
         self.dispatcher = Dispatcher(
             self.ops.process,
@@ -106,7 +110,6 @@ class Coordinator:
             clock,
             config.health_check_interval_s,
             config.health_check_timeout_s,
-            config.queue_count_cap,
             self.metrics.queue_stats,
             self._database_checked,
         )
@@ -184,6 +187,7 @@ class Coordinator:
             ("leases", self.lease_expiry.run),
             ("due", self.due_promotion.run),
             ("stats", self.queue_statistics.run),
+            ("counts", self.count_folding.run),
             ("schedules", self.schedule_ticks.run),
         ]
         if self.config.auth_enabled:

@@ -68,7 +68,6 @@ def queue_json(queue: QueueInfo) -> dict[str, object]:
         "paused": queue.paused,
         "concurrency_limit": queue.concurrency_limit,
         "counts": {state.value: count for state, count in queue.counts.items()},
-        "capped": sorted(state.value for state in queue.capped),
         "oldest_available_age_s": (
             queue.oldest_available_age.total_seconds() if queue.oldest_available_age is not None else None
         ),
@@ -82,7 +81,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
         return 0
     rows = []
     for queue in queues:
-        counts = [_count(queue, state) for state in _SHOWN_STATES]
+        counts = [str(queue.counts.get(state, 0)) for state in _SHOWN_STATES]
         age = queue.oldest_available_age
         rows.append(
             [
@@ -95,11 +94,6 @@ def _list(client: Client, options: argparse.Namespace) -> int:
         )
     table(["queue", "paused", "limit", *(s.value for s in _SHOWN_STATES), "oldest"], rows)
     return 0
-
-
-def _count(queue: QueueInfo, state: JobState) -> str:
-    count = queue.counts.get(state, 0)
-    return f"{count}+" if state in queue.capped else str(count)
 
 
 def _show(queue: QueueInfo, options: argparse.Namespace) -> int:

@@ -188,12 +188,10 @@ class QueueRecord:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """A queue with its jobs counted per state, each count exact up to a cap."""
+    """A queue with its jobs counted per state."""
 
     queue: QueueRecord
     counts: dict[JobState, int]
-    capped: frozenset[JobState]
-    """The states whose count reached the cap (there may be more)."""
     oldest_due_run_at_ms: int | None
     """The run-at of the queue's oldest claimable job that is due; None when none is."""
 

@@ -20,12 +20,12 @@ OnStats = Callable[[Mapping[tuple[str, str], int], Mapping[str, int], int], None
 OnChecked = Callable[[bool], Awaitable[None]]
 
 
-def read_queue_stats(store: Store, clock: Clock, cap: int) -> QueueStats:
+def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
     """The gauges' values, from the same bounded counts ``runwick queues list`` shows."""
     now_ms = clock.now_ms()
     depths: dict[tuple[str, str], int] = {}
     oldest: dict[str, int] = {}
-    for stats in store.queue_stats(now_ms, cap):
+    for stats in store.queue_stats(now_ms):
         name = stats.queue.name
         depths.update(
             ((name, state.value), count)
@@ -44,7 +44,6 @@ class QueueStatistics:
         clock: Clock,
         interval_s: float,
         timeout_s: float,
-        count_cap: int,
         on_stats: OnStats,
         on_checked: OnChecked,
     ) -> None:
@@ -52,7 +51,6 @@ class QueueStatistics:
         self.clock = clock
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.count_cap = count_cap
         self.on_stats = on_stats
         self.on_checked = on_checked
         # Its own thread: a check hanging on a dead database must not hold up reads.
@@ -65,9 +63,7 @@ class QueueStatistics:
         loop = asyncio.get_running_loop()
         ok = False
         if self._check is None or self._check.done():
-            self._check = loop.run_in_executor(
-                self._executor, read_queue_stats, self.store, self.clock, self.count_cap
-            )
+            self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
         try:
             depths, oldest, now_ms = await asyncio.wait_for(asyncio.shield(self._check), self.timeout_s)
         except TimeoutError:

@@ -24,9 +24,13 @@ class QueueService:
         self.clock = clock
         self.config = config
 
+    def fold_counts(self) -> int:
+        """Folds the job-count deltas written since the last fold (a background pass)."""
+        return self.store.transact(lambda tx: tx.fold_queue_counts(), what="folding queue counts")
+
     def list(self) -> list[QueueStats]:
-        """Every known queue, by name, with its jobs counted per state (bounded)."""
-        return self.store.queue_stats(self.clock.now_ms(), self.config.queue_count_cap)
+        """Every known queue, by name, with its jobs counted per state."""
+        return self.store.queue_stats(self.clock.now_ms())
 
     def pause(self, name: str, actor: Actor) -> tuple[QueueRecord, Effects]:
         """A paused queue hands out no new claims; running jobs finish."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, literal, select
+from sqlalchemy import Connection, func, select
 
 from coordinator.domain.records import (
     AttemptRecord,
@@ -26,7 +26,17 @@ from coordinator.store.rows import (
     token_from_row,
     transition_from_row,
 )
-from coordinator.store.schema import attempts, audit_events, dependencies, jobs, queues, tokens, transitions
+from coordinator.store.schema import (
+    attempts,
+    audit_events,
+    dependencies,
+    jobs,
+    queue_count_deltas,
+    queue_counts,
+    queues,
+    tokens,
+    transitions,
+)
 
 _LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
 
@@ -118,41 +128,36 @@ def next_due_ms(conn: Connection, queues: Sequence[str], after_ms: int) -> int |
     return int(value) if value is not None else None
 
 
-def queue_stats(conn: Connection, now_ms: int, cap: int) -> list[QueueStats]:
-    """Every known queue with its jobs counted per state up to ``cap`` each, and its
-    oldest due job: a few index range scans per queue, never a scan of the table."""
+def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
+    """Every known queue with its jobs per state (the maintained counts plus the deltas not
+    folded yet: two small reads, never a scan of the jobs) and its oldest due job (the
+    first entry of its part of the due index)."""
+    counts: dict[str, dict[JobState, int]] = {}
+    for queue, state, count in conn.execute(select(queue_counts)):
+        counts.setdefault(queue, {})[JobState(state)] = int(count)
+    pending = select(
+        queue_count_deltas.c.queue, queue_count_deltas.c.state, func.sum(queue_count_deltas.c.delta)
+    )
+    for queue, state, delta in conn.execute(
+        pending.group_by(queue_count_deltas.c.queue, queue_count_deltas.c.state)
+    ):
+        by_state = counts.setdefault(queue, {})
+        by_state[JobState(state)] = by_state.get(JobState(state), 0) + int(delta)
     result: list[QueueStats] = []
     for queue in map(queue_from_row, conn.execute(select(queues).order_by(queues.c.name))):
-        counts = [
-            select(func.count())
-            .select_from(
-                select(literal(1))
-                .where(jobs.c.queue == queue.name, jobs.c.state == state.value)
-                .limit(cap)
-                .subquery()
-            )
-            .scalar_subquery()
-            .label(state.value)
-            for state in JobState
-        ]
-        oldest = (
-            select(func.min(jobs.c.run_at_ms))
-            .where(
+        oldest = conn.execute(
+            select(func.min(jobs.c.run_at_ms)).where(
                 jobs.c.queue == queue.name,
                 jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]),
                 jobs.c.run_at_ms <= now_ms,
             )
-            .scalar_subquery()
-            .label("oldest")
-        )
-        row = conn.execute(select(*counts, oldest)).one()._mapping
-        by_state = {state: int(row[state.value]) for state in JobState}
+        ).scalar()
+        by_state = counts.get(queue.name, {})
         result.append(
             QueueStats(
                 queue=queue,
-                counts=by_state,
-                capped=frozenset(state for state, count in by_state.items() if count >= cap),
-                oldest_due_run_at_ms=int(row["oldest"]) if row["oldest"] is not None else None,
+                counts={state: by_state.get(state, 0) for state in JobState},
+                oldest_due_run_at_ms=int(oldest) if oldest is not None else None,
             )
         )
     return result

@@ -80,8 +80,8 @@ Index(
     postgresql_where=text(_CLAIMABLE),
 )
 Index("ix_jobs_leased", jobs.c.state, sqlite_where=text(_LEASED), postgresql_where=text(_LEASED))
-# bounded counts per queue and state, and each queue's oldest due job, without a
-# scan of the table.
+# each queue's reserved and running jobs (a limited queue's claims count them) and
+# its oldest due job, without a scan of the table.
 Index("ix_jobs_queue_state", jobs.c.queue, jobs.c.state)
 Index(
     "ix_jobs_due",
@@ -146,6 +146,25 @@ queues = Table(
     Column("concurrency_limit", Integer),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
+)
+
+# jobs per queue and state, maintained with every write: each transaction appends
+# its changes as deltas (insert-only, so replicas never wait on a counter row), and a
+# background pass folds them into ``queue_counts``. A count is the row plus the deltas.
+queue_counts = Table(
+    "queue_counts",
+    metadata,
+    Column("queue", String(256), primary_key=True),
+    Column("state", String(16), primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)
+queue_count_deltas = Table(
+    "queue_count_deltas",
+    metadata,
+    Column("id", _AutoId, primary_key=True, autoincrement=True),
+    Column("queue", String(256), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("delta", Integer, nullable=False),
 )
 
 # one row per (child, parent). No foreign key to the parent: retention may

@@ -237,11 +237,11 @@ class Store:
         with self._reading() as conn:
             return reads.next_due_ms(conn, queues, after_ms)
 
-    def queue_stats(self, now_ms: int, cap: int) -> list[QueueStats]:
-        """Every known queue, its controls, its jobs per state (each count exact up to
-        ``cap``) and its oldest due job (R-17)."""
+    def queue_stats(self, now_ms: int) -> list[QueueStats]:
+        """Every known queue, its controls, its jobs per state and its oldest due job
+        (R-17), without a scan of the jobs."""
         with self._reading() as conn:
-            return reads.queue_stats(conn, now_ms, cap)
+            return reads.queue_stats(conn, now_ms)
 
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as conn:

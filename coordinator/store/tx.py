@@ -7,6 +7,7 @@ writer. Operations take and return domain values; SQL stays here.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -174,6 +175,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
+        self.count_jobs(Counter((job.queue, job.state.value) for job in new_jobs))
         self._conn.execute(
             insert(transitions),
             [
@@ -228,6 +230,13 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             groups.setdefault(tuple(sorted(values)), []).append(row)
         for columns, rows in groups.items():
             self._execute_guarded(_job_update(columns), rows, "job changed under a write")
+        moved: Counter[tuple[str, str]] = Counter()
+        for job_changes in folded.values():
+            first, last = job_changes[0].before, job_changes[-1].after
+            if first.state is not last.state:
+                moved[(first.queue, first.state.value)] -= 1
+                moved[(first.queue, last.state.value)] += 1
+        self.count_jobs(moved)
         self._conn.execute(insert(transitions), history)
         keep = self.bounds.max_history_per_job
         cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}

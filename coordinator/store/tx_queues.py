@@ -3,17 +3,18 @@ claims obey (pause, concurrency limit), and their changes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import bindparam, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from coordinator.domain.records import QueueRecord
 from coordinator.domain.states import LEASED_STATES
 from coordinator.store.rows import queue_from_row
-from coordinator.store.schema import jobs, queues
+from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queues
 from coordinator.store.tx_base import TxBase
 
 
@@ -22,6 +23,13 @@ class Unset:
 
 
 UNSET = Unset()
+
+
+def _insert_counts(postgres: bool) -> Any:
+    """An INSERT of zero counts that skips rows another fold added meanwhile."""
+    if postgres:
+        return postgresql_insert(queue_counts).on_conflict_do_nothing(index_elements=["queue", "state"])
+    return sqlite_insert(queue_counts).on_conflict_do_nothing(index_elements=["queue", "state"])
 
 
 def _insert_ignoring_duplicates(postgres: bool) -> Any:
@@ -75,6 +83,50 @@ class QueueOps(TxBase):
                 .with_for_update()
             )
         return found
+
+    def count_jobs(self, deltas: Mapping[tuple[str, str], int]) -> None:
+        """Records how this transaction changed the jobs per (queue, state): appended as
+        deltas, so concurrent transactions never wait on a counter row."""
+        rows = [{"queue": q, "state": s, "delta": d} for (q, s), d in sorted(deltas.items()) if d]
+        if rows:
+            self._conn.execute(insert(queue_count_deltas), rows)
+
+    def fold_queue_counts(self) -> int:
+        """Folds the deltas appended so far into ``queue_counts`` and returns how many it
+        folded. Deletes exactly the rows it adds (DELETE ... RETURNING), so a delta that
+        commits meanwhile is folded next time, never lost."""
+        deltas: Counter[tuple[str, str]] = Counter()
+        folded = 0
+        returning = queue_count_deltas.delete().returning(
+            queue_count_deltas.c.queue, queue_count_deltas.c.state, queue_count_deltas.c.delta
+        )
+        for queue, state, delta in self._conn.execute(returning):
+            deltas[(queue, state)] += delta
+            folded += 1
+        changed = [{"q": q, "s": s, "d": d} for (q, s), d in sorted(deltas.items()) if d]
+        if changed:
+            known = {
+                (row[0], row[1])
+                for row in self._conn.execute(
+                    select(queue_counts.c.queue, queue_counts.c.state).where(
+                        queue_counts.c.queue.in_(sorted({c["q"] for c in changed}))
+                    )
+                )
+            }
+            missing = [
+                {"queue": c["q"], "state": c["s"], "count": 0}
+                for c in changed
+                if (c["q"], c["s"]) not in known
+            ]
+            if missing:
+                self._conn.execute(_insert_counts(self._postgres), missing)
+            self._conn.execute(
+                update(queue_counts)
+                .where(queue_counts.c.queue == bindparam("q"), queue_counts.c.state == bindparam("s"))
+                .values(count=queue_counts.c.count + bindparam("d")),
+                changed,
+            )
+        return folded
 
     def active_jobs(self, queue: str, cap: int) -> int:
         """Jobs of ``queue`` reserved or running, counted up to ``cap``."""

@@ -108,26 +108,58 @@ def test_a_limit_holds_across_replicas_claiming_at_once(postgres_url: str) -> No
             store.close()
 
 
-def test_listing_counts_each_queue_per_state_up_to_a_cap(harness: Harness) -> None:
+def test_listing_counts_each_queue_per_state_before_and_after_folding(harness: Harness) -> None:
     for _ in range(4):
         harness.enqueue(queue="a")
     harness.enqueue(queue="a", run_at_ms=harness.clock.now_ms() + 60_000)
     harness.clock.advance(1_500)
-    harness.run(harness.enqueue(queue="b"))
+    claimed = harness.run(harness.enqueue(queue="b"))
+    harness.report(claimed.attempt_id, Outcome.PERMANENT_FAILURE)
+    queues = _queues(harness)
 
-    listed = {s.queue.name: s for s in _queues(harness, queue_count_cap=3).list()}
+    for _ in range(2):  # the deltas as written, then folded into the counts: the same answer
+        listed = {s.queue.name: s for s in queues.list()}
+        assert sorted(listed) == ["a", "b"]
+        a, b = listed["a"].counts, listed["b"].counts
+        assert (a[JobState.AVAILABLE], a[JobState.SCHEDULED], a[JobState.RUNNING]) == (4, 1, 0)
+        assert (b[JobState.FAILED], b[JobState.RUNNING], b[JobState.AVAILABLE]) == (1, 0, 0)
+        assert harness.clock.now_ms() - (listed["a"].oldest_due_run_at_ms or 0) == 1_500
+        assert listed["b"].oldest_due_run_at_ms is None
+        assert queues.fold_counts() >= 0
 
-    assert sorted(listed) == ["a", "b"]
-    a = listed["a"]
-    assert (a.counts[JobState.AVAILABLE], a.counts[JobState.SCHEDULED], a.counts[JobState.RUNNING]) == (
-        3,
-        1,
-        0,
-    )
-    assert a.capped == {JobState.AVAILABLE}
-    assert harness.clock.now_ms() - (a.oldest_due_run_at_ms or 0) == 1_500
-    b = listed["b"]
-    assert (b.counts[JobState.RUNNING], b.oldest_due_run_at_ms, b.capped) == (1, None, frozenset())
+    assert queues.fold_counts() == 0  # nothing left to fold
+
+
+def test_the_counts_match_the_jobs_after_every_kind_of_write(harness: Harness) -> None:
+    """The maintained counts equal a plain count of the jobs after enqueues, claims,
+    starts, results, releases, lapses, cancels and retries."""
+    from coordinator.service.manage import ManagementService
+
+    manage = ManagementService(harness.store, harness.clock)
+    ids = [harness.enqueue(queue=f"q{n}") for n in range(6)]
+    done = harness.run(ids[0])
+    harness.report(done.attempt_id, Outcome.SUCCEEDED)
+    retried = harness.run(ids[1])
+    harness.report(retried.attempt_id, Outcome.RETRYABLE_FAILURE)
+    released = harness.claim_one(ids[2])
+    harness.release(released.attempt_id)
+    harness.claim_one(ids[3])
+    harness.lapse(LEASE_MS)
+    manage.cancel(ids[4], OPERATOR)
+    manage.retry(ids[4], OPERATOR)
+    queues = _queues(harness)
+    queues.fold_counts()
+
+    listed = {
+        (stats.queue.name, state.value): count
+        for stats in queues.list()
+        for state, count in stats.counts.items()
+        if count
+    }
+    actual: dict[tuple[str, str], int] = {}
+    for job in harness.all_jobs():
+        actual[(job.queue, job.state.value)] = actual.get((job.queue, job.state.value), 0) + 1
+    assert listed == actual
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class QueueStateCount(_message.Message):
-    __slots__ = ("state", "count", "capped")
+    __slots__ = ("state", "count")
     STATE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
-    CAPPED_FIELD_NUMBER: _ClassVar[int]
     state: _job_pb2.JobState
     count: int
-    capped: bool
-    def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ..., capped: _Optional[bool] = ...) -> None: ...
+    def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age")
