@@ -84,6 +84,7 @@ ALLOWED_UNARY = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,  # a client-chosen job ID or a schedule name taken
     grpc.StatusCode.FAILED_PRECONDITION,
     grpc.StatusCode.OUT_OF_RANGE,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
