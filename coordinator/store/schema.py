@@ -80,6 +80,15 @@ Index(
 Index("ix_jobs_leased", jobs.c.state, sqlite_where=text(_LEASED), postgresql_where=text(_LEASED))
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
+# retention's purge query (``store.purge``) walks one terminal state by finish time.
+_TERMINAL = "state IN ('succeeded', 'failed', 'cancelled')"
+Index(
+    "ix_jobs_finished",
+    jobs.c.state,
+    jobs.c.finished_at_ms,
+    sqlite_where=text(_TERMINAL),
+    postgresql_where=text(_TERMINAL),
+)
 Index(
     "ux_jobs_idempotency_key",
     jobs.c.idempotency_key,

@@ -27,6 +27,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import CLAIMABLE_STATES, CODE_PARENT_FAILED, LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
+from coordinator.store.purge import purge_jobs
 from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
@@ -400,3 +401,13 @@ class Tx:
         """Audit events commit or roll back with the change they record; the database
         refuses updates and deletes of them."""
         self._conn.execute(insert(audit_events), [event_row(event)])
+
+    # -- retention (R-19; the SQL is in ``store.purge``) ----------------------------------
+
+    def purge(self, state: JobState, finished_before_ms: int, limit: int) -> int:
+        """Removes up to ``limit`` (clamped to ``max_purge_batch``) jobs in the terminal
+        ``state`` that finished before ``finished_before_ms``, with their attempts,
+        history and own dependency rows; returns how many. See ``store.purge``."""
+        return purge_jobs(
+            self._conn, self._postgres, state, finished_before_ms, self.bounds.clamp_purge_batch(limit)
+        )
