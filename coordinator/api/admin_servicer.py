@@ -1,4 +1,4 @@
-"""AdminService: tokens and the audit log (every RPC needs ``admin``, see ``api.auth``)."""
+"""AdminService: tokens, the audit log and purges (every RPC needs ``admin``, see ``api.auth``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 
 from coordinator.api.auth import current_actor
-from coordinator.api.convert import timestamp
+from coordinator.api.convert import duration_ms, state_from_pb, timestamp
 from coordinator.app import Coordinator
 from coordinator.domain.records import AuditEvent, TokenRecord
 from worker_sdk.proto.runwick.v1 import admin_service_pb2 as pb
@@ -47,6 +47,12 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
             page_token=request.page_token,
         )
         return pb.ListAuditEventsResponse(events=[event_to_pb(e) for e in events], next_page_token=token)
+
+    async def PurgeJobs(self, request: pb.PurgeJobsRequest, context: Context) -> pb.PurgeJobsResponse:
+        state = state_from_pb(request.state, "state")
+        older_than = duration_ms(request.older_than, "older_than") if request.HasField("older_than") else None
+        purged = await self.app.purge_jobs(state, older_than, current_actor(context))
+        return pb.PurgeJobsResponse(purged=purged)
 
 
 def token_to_pb(record: TokenRecord) -> pb.Token:

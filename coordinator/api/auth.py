@@ -44,6 +44,7 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "ListTokens": Scope.ADMIN,
     _ADMIN + "RevokeToken": Scope.ADMIN,
     _ADMIN + "ListAuditEvents": Scope.ADMIN,
+    _ADMIN + "PurgeJobs": Scope.ADMIN,
 }
 """R-21: the scope each RPC needs."""
 

@@ -22,36 +22,42 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunwick/v1/admin_service.proto\x12\nrunwick.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x0e\n\x06queues\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x06 \x01(\t\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\"G\n\x13\x43reateTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\",\n\x11ListTokensRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"7\n\x12ListTokensResponse\x12!\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Token\" \n\x12RevokeTokenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"7\n\x13RevokeTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\"\xaa\x01\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x63tor_token_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\"_\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.runwick.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xd7\x02\n\x0c\x41\x64minService\x12N\n\x0b\x43reateToken\x12\x1e.runwick.v1.CreateTokenRequest\x1a\x1f.runwick.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.runwick.v1.ListTokensRequest\x1a\x1e.runwick.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.runwick.v1.RevokeTokenRequest\x1a\x1f.runwick.v1.RevokeTokenResponse\x12Z\n\x0fListAuditEvents\x12\".runwick.v1.ListAuditEventsRequest\x1a#.runwick.v1.ListAuditEventsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunwick/v1/admin_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\xb5\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x0e\n\x06queues\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x06 \x01(\t\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\"G\n\x13\x43reateTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\",\n\x11ListTokensRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"7\n\x12ListTokensResponse\x12!\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Token\" \n\x12RevokeTokenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"7\n\x13RevokeTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\"\xaa\x01\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x63tor_token_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\"_\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.runwick.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"f\n\x10PurgeJobsRequest\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.runwick.v1.JobState\x12-\n\nolder_than\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"#\n\x11PurgeJobsResponse\x12\x0e\n\x06purged\x18\x01 \x01(\x03\x32\xa1\x03\n\x0c\x41\x64minService\x12N\n\x0b\x43reateToken\x12\x1e.runwick.v1.CreateTokenRequest\x1a\x1f.runwick.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.runwick.v1.ListTokensRequest\x1a\x1e.runwick.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.runwick.v1.RevokeTokenRequest\x1a\x1f.runwick.v1.RevokeTokenResponse\x12Z\n\x0fListAuditEvents\x12\".runwick.v1.ListAuditEventsRequest\x1a#.runwick.v1.ListAuditEventsResponse\x12H\n\tPurgeJobs\x12\x1c.runwick.v1.PurgeJobsRequest\x1a\x1d.runwick.v1.PurgeJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runwick.v1.admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOKEN']._serialized_start=80
-  _globals['_TOKEN']._serialized_end=261
-  _globals['_CREATETOKENREQUEST']._serialized_start=263
-  _globals['_CREATETOKENREQUEST']._serialized_end=329
-  _globals['_CREATETOKENRESPONSE']._serialized_start=331
-  _globals['_CREATETOKENRESPONSE']._serialized_end=402
-  _globals['_LISTTOKENSREQUEST']._serialized_start=404
-  _globals['_LISTTOKENSREQUEST']._serialized_end=448
-  _globals['_LISTTOKENSRESPONSE']._serialized_start=450
-  _globals['_LISTTOKENSRESPONSE']._serialized_end=505
-  _globals['_REVOKETOKENREQUEST']._serialized_start=507
-  _globals['_REVOKETOKENREQUEST']._serialized_end=539
-  _globals['_REVOKETOKENRESPONSE']._serialized_start=541
-  _globals['_REVOKETOKENRESPONSE']._serialized_end=596
-  _globals['_AUDITEVENT']._serialized_start=599
-  _globals['_AUDITEVENT']._serialized_end=769
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=771
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=866
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=868
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=958
-  _globals['_ADMINSERVICE']._serialized_start=961
-  _globals['_ADMINSERVICE']._serialized_end=1304
+  _globals['_TOKEN']._serialized_start=134
+  _globals['_TOKEN']._serialized_end=315
+  _globals['_CREATETOKENREQUEST']._serialized_start=317
+  _globals['_CREATETOKENREQUEST']._serialized_end=383
+  _globals['_CREATETOKENRESPONSE']._serialized_start=385
+  _globals['_CREATETOKENRESPONSE']._serialized_end=456
+  _globals['_LISTTOKENSREQUEST']._serialized_start=458
+  _globals['_LISTTOKENSREQUEST']._serialized_end=502
+  _globals['_LISTTOKENSRESPONSE']._serialized_start=504
+  _globals['_LISTTOKENSRESPONSE']._serialized_end=559
+  _globals['_REVOKETOKENREQUEST']._serialized_start=561
+  _globals['_REVOKETOKENREQUEST']._serialized_end=593
+  _globals['_REVOKETOKENRESPONSE']._serialized_start=595
+  _globals['_REVOKETOKENRESPONSE']._serialized_end=650
+  _globals['_AUDITEVENT']._serialized_start=653
+  _globals['_AUDITEVENT']._serialized_end=823
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=825
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=920
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=922
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=1012
+  _globals['_PURGEJOBSREQUEST']._serialized_start=1014
+  _globals['_PURGEJOBSREQUEST']._serialized_end=1116
+  _globals['_PURGEJOBSRESPONSE']._serialized_start=1118
+  _globals['_PURGEJOBSRESPONSE']._serialized_end=1153
+  _globals['_ADMINSERVICE']._serialized_start=1156
+  _globals['_ADMINSERVICE']._serialized_end=1573
 # @@protoc_insertion_point(module_scope)

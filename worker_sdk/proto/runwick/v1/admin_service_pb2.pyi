@@ -1,6 +1,8 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from worker_sdk.proto.runwick.v1 import job_pb2 as _job_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -108,3 +110,17 @@ class ListAuditEventsResponse(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
     next_page_token: str
     def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PurgeJobsRequest(_message.Message):
+    __slots__ = ("state", "older_than")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_FIELD_NUMBER: _ClassVar[int]
+    state: _job_pb2.JobState
+    older_than: _duration_pb2.Duration
+    def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., older_than: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PurgeJobsResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...
