@@ -1,11 +1,12 @@
-"""The ``runwick`` command: serve, migrate, worker, bench, jobs, tokens, audit.
+"""The ``runwick`` command: serve, migrate, worker, bench, jobs, tokens, audit, purge.
 
-One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bounds`` for
-serve's limits), ``worker``, ``bench``, ``jobs`` and ``manage`` (``jobs ...``) and
-``admin`` (``tokens``, ``audit``); client commands connect through ``connect`` and print
-through ``output``. Server pieces are imported only inside the functions that run the
-coordinator or read its database (``serve``, ``bench``), so ``runwick jobs`` and
-``runwick worker`` work with the SDK-only install (``pip install runwick``).
+One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bounds`` and
+``retention`` for serve's limits and retention), ``worker``, ``bench``, ``jobs`` and
+``manage`` (``jobs ...``), ``admin`` (``tokens``, ``audit``) and ``purge``; client commands
+connect through ``connect`` and print through ``output``. Server pieces are imported
+only inside the functions that run the coordinator or read its database (``serve``,
+``bench``), so ``runwick jobs`` and ``runwick worker`` work with the SDK-only install
+(``pip install runwick``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from coordinator.cli.admin import add_admin_commands, run_admin_command
 from coordinator.cli.bench import add_bench_command, run_bench
 from coordinator.cli.jobs import add_jobs_commands, run_jobs_command
+from coordinator.cli.purge import add_purge_command, run_purge
 from coordinator.cli.serve import add_serve_commands, run_migrate, run_serve
 from coordinator.cli.worker import add_worker_command, run_worker
 
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_command(commands)
     add_jobs_commands(commands)
     add_admin_commands(commands)
+    add_purge_command(commands)
     return parser
 
 
@@ -47,4 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_bench(options)
     if options.command in ("tokens", "audit"):
         return run_admin_command(options)
+    if options.command == "purge":
+        return run_purge(options)
     return run_jobs_command(options)
