@@ -69,7 +69,7 @@ def _value(name: str, text: str, where: str) -> int | float | None:
     if name in AGES and stripped in OFF:
         return None
     try:
-        ms = parse_duration_ms(text)
+        ms = 0 if stripped in OFF else parse_duration_ms(text)
     except DurationError as exc:
         raise ConfigError(f"{name}: {exc} (from {where})") from None
     if name == INTERVAL:
