@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.settings import SettingsLayer
+from coordinator.domain.states import JobState
 
 DEFAULT_DATABASE_URL = "sqlite:///runwick.db"
+DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,17 @@ class CoordinatorConfig:
     made available by another replica."""
     maintenance_batch: int = 500
     """Most expired leases or due jobs handled per transaction."""
+    # -- retention (R-19, ``scheduler.retention``): age since ``finished_at_ms``; None keeps
+    # jobs in that state forever.
+    retain_succeeded_ms: int | None = 7 * DAY_MS
+    """How long succeeded jobs are kept (default 7 days) before retention purges them."""
+    retain_failed_ms: int | None = 30 * DAY_MS
+    """How long failed jobs are kept (default 30 days)."""
+    retain_cancelled_ms: int | None = 30 * DAY_MS
+    """How long cancelled jobs are kept (default 30 days)."""
+    retention_interval_s: float = 60.0
+    """How often retention looks for jobs past their age (each pass purges in batches of
+    ``bounds.max_purge_batch``, one transaction each, until none is left)."""
     drain_timeout_s: float = 30.0
     """On shutdown, how long connected workers get to finish before the server stops."""
     hello_timeout_s: float = 10.0
@@ -127,6 +140,24 @@ class CoordinatorConfig:
     @property
     def max_failure_detail_bytes(self) -> int:
         return self.bounds.max_failure_detail_bytes
+
+    def retention_ages_ms(self) -> dict[JobState, int]:
+        """The age after which retention purges each terminal state it purges at all;
+        raises ConfigError for an age or interval that is not positive."""
+        ages = {
+            JobState.SUCCEEDED: self.retain_succeeded_ms,
+            JobState.FAILED: self.retain_failed_ms,
+            JobState.CANCELLED: self.retain_cancelled_ms,
+        }
+        for state, age in ages.items():
+            if age is not None and (isinstance(age, bool) or not isinstance(age, int) or age <= 0):
+                raise ConfigError(
+                    f"retain_{state.value}_ms must be a positive whole number of milliseconds, "
+                    f"got {age!r}; None keeps {state.value} jobs forever"
+                )
+        if not self.retention_interval_s > 0:
+            raise ConfigError(f"retention_interval_s must be positive, got {self.retention_interval_s!r}")
+        return {state: age for state, age in ages.items() if age is not None}
 
     def message_limit_bytes(self) -> int:
         """The gRPC message size limit to serve with; raises ConfigError when an explicit

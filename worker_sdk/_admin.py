@@ -1,5 +1,5 @@
-"""The admin calls of ``AsyncClient`` and ``Client``: API tokens and the audit log, and
-recurring schedules.
+"""The admin calls of ``AsyncClient`` and ``Client``: API tokens, the audit log, purges
+of finished jobs, and recurring schedules.
 
 Token and audit calls need a token with the ``admin`` scope (R-21); schedule changes
 need ``manage`` and listing them ``read``. The requests are built here once; the two
@@ -9,12 +9,19 @@ classes below only add the transport, and each client inherits one.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 from worker_sdk._client_base import ClientBase, check_id
-from worker_sdk._convert import audit_event_from_proto, created_token_from_proto, token_from_proto
+from worker_sdk._convert import (
+    audit_event_from_proto,
+    created_token_from_proto,
+    duration,
+    state_to_proto,
+    token_from_proto,
+)
 from worker_sdk._errors import ArgumentError, translated_rpc_errors
-from worker_sdk._info import AuditEvent, CreatedToken, TokenInfo
+from worker_sdk._info import AuditEvent, CreatedToken, JobState, TokenInfo
 from worker_sdk._schedules import (
     CatchUp,
     ScheduleInfo,
@@ -50,6 +57,17 @@ def _audit_request(
     return admin_service_pb2.ListAuditEventsRequest(
         page_size=page_size or 0, page_token=page_token, action=action or "", target=target or ""
     )
+
+
+def _purge_request(state: JobState | str, older_than: timedelta) -> admin_service_pb2.PurgeJobsRequest:
+    """The request; which states may be purged and how old is the coordinator's to check."""
+    try:
+        value = JobState(state)
+    except ValueError:
+        raise ArgumentError(f"unknown job state {state!r}") from None
+    if not isinstance(older_than, timedelta):
+        raise ArgumentError(f"older_than must be a timedelta, got {type(older_than).__name__}")
+    return admin_service_pb2.PurgeJobsRequest(state=state_to_proto(value), older_than=duration(older_than))
 
 
 class AsyncAdminCalls(ClientBase):
@@ -222,6 +240,28 @@ class AsyncAdminCalls(ClientBase):
             response = await self._admin.DeleteSchedule(request, **self._call_kwargs())
         return schedule_from_proto(response.schedule)
 
+    async def purge_jobs(self, state: JobState | str, older_than: timedelta) -> int:
+        """Removes now the jobs in ``state`` that finished more than ``older_than`` ago,
+        with their attempts and history, as retention does (R-19); returns how many.
+
+        Children keep their copies of a purged parent's output. The purge is audited
+        (``jobs.purge``).
+
+        Args:
+            state: ``succeeded``, ``failed`` or ``cancelled``.
+            older_than: How long ago a job must have finished, whole milliseconds;
+                ``timedelta(0)`` purges every job of the state finished by now.
+
+        Raises:
+            ArgumentError: A state that is not terminal, or a negative ``older_than``
+                (INVALID_ARGUMENT naming the field); nothing was removed.
+            PermissionDenied: This client's token lacks ``admin``.
+        """
+        request = _purge_request(state, older_than)
+        with translated_rpc_errors():
+            response = await self._admin.PurgeJobs(request, **self._call_kwargs())
+        return int(response.purged)
+
 
 class AdminCalls(ClientBase):
     """The admin calls of ``Client``: the blocking twins of ``AsyncAdminCalls``."""
@@ -325,3 +365,11 @@ class AdminCalls(ClientBase):
         with translated_rpc_errors():
             response = self._admin.DeleteSchedule(request, **self._call_kwargs())
         return schedule_from_proto(response.schedule)
+
+    def purge_jobs(self, state: JobState | str, older_than: timedelta) -> int:
+        """Removes now the ``state`` jobs that finished more than ``older_than`` ago and
+        returns how many; see ``AsyncClient.purge_jobs``."""
+        request = _purge_request(state, older_than)
+        with translated_rpc_errors():
+            response = self._admin.PurgeJobs(request, **self._call_kwargs())
+        return int(response.purged)

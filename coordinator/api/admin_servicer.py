@@ -1,5 +1,5 @@
-"""AdminService: tokens and the audit log (``admin``), queue controls and recurring
-schedules (``read`` to list them, ``manage`` to change them); the scopes are in
+"""AdminService: tokens, the audit log and purges (``admin``), queue controls and
+recurring schedules (``read`` to list them, ``manage`` to change them); the scopes are in
 ``api.auth``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from coordinator.api.auth import current_actor
-from coordinator.api.convert import duration, state_to_pb, timestamp
+from coordinator.api.convert import duration, duration_ms, state_from_pb, state_to_pb, timestamp
 from coordinator.app import Coordinator
 from coordinator.domain.records import DEFAULT_QUEUE, AuditEvent, QueueRecord, QueueStats, TokenRecord
 from coordinator.domain.schedules import CatchUp, NewScheduleSpec, ScheduleView
@@ -136,6 +136,12 @@ def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
     return message
+
+    async def PurgeJobs(self, request: pb.PurgeJobsRequest, context: Context) -> pb.PurgeJobsResponse:
+        state = state_from_pb(request.state, "state")
+        older_than = duration_ms(request.older_than, "older_than") if request.HasField("older_than") else None
+        purged = await self.app.purge_jobs(state, older_than, current_actor(context))
+        return pb.PurgeJobsResponse(purged=purged)
 
 
 def token_to_pb(record: TokenRecord) -> pb.Token:

@@ -53,6 +53,7 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "PauseSchedule": Scope.MANAGE,
     _ADMIN + "ResumeSchedule": Scope.MANAGE,
     _ADMIN + "DeleteSchedule": Scope.MANAGE,
+    _ADMIN + "PurgeJobs": Scope.ADMIN,
 }
 """R-21: the scope each RPC needs."""
 

@@ -43,6 +43,7 @@ from coordinator.scheduler.counts import QueueCountFolding
 from coordinator.scheduler.cron import ScheduleTicks
 from coordinator.scheduler.due import due_promotion
 from coordinator.scheduler.leases import lease_expiry
+from coordinator.scheduler.retention import Retention, purge_all
 from coordinator.scheduler.revocations import RevokedTokenStreams
 from coordinator.scheduler.stats import QueueStatistics
 from coordinator.service.audit import AuditLog
@@ -52,6 +53,7 @@ from coordinator.service.executors import Executors
 from coordinator.service.jobs import JobsService
 from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
+from coordinator.service.retention import RetentionService, check_purge
 from coordinator.service.schedules import Fired, SchedulesService
 from coordinator.service.tokens import NewToken, TokenService
 from coordinator.store import DatabaseTimeouts, Store
@@ -123,6 +125,10 @@ class Coordinator:
             self._token_revoked_elsewhere,
             config.auth_cache_ttl_s,
         )
+        self.retention_service = RetentionService(store, clock)
+        self.retention = Retention(
+            self.retention_service, self.executors, config.retention_ages_ms(), config.retention_interval_s
+        )
         self._readiness_listeners: list[ReadinessListener] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -139,6 +145,7 @@ class Coordinator:
     ) -> Coordinator:
         """Opens the store (creating SQLite on first start) and, with authentication on,
         creates the bootstrap admin token when there is no token yet."""
+        config.retention_ages_ms()  # a bad retention setting fails before the store opens
         if store is None:
             timeouts = DatabaseTimeouts(
                 pg_idle_in_transaction_timeout_ms=config.pg_idle_in_transaction_timeout_ms,
@@ -192,6 +199,8 @@ class Coordinator:
         ]
         if self.config.auth_enabled:
             loops.append(("revocations", self.revoked_streams.run))
+        if self.retention.ages:
+            loops.append(("retention", self.retention.run))
         if isinstance(self.clock, OffsetClock):
             refresh = DatabaseClock(
                 self.store, self.clock, self.executors, self.config.clock_refresh_interval_s
@@ -378,6 +387,21 @@ class Coordinator:
     async def delete_schedule(self, name: str, actor: Actor) -> ScheduleView:
         """Deletes the schedule (audited); the jobs it enqueued stay."""
         return await self.executors.write(self.schedules.delete, name, actor)
+
+    # -- retention (R-19) ---------------------------------------------------------------
+
+    async def run_retention(self) -> dict[JobState, int]:
+        """One retention pass now: how many jobs of each state it purged (tests with a
+        fake clock call it after advancing the clock)."""
+        return await self.retention.run_once()
+
+    async def purge_jobs(self, state: JobState | None, older_than_ms: int | None, actor: Actor) -> int:
+        """Purges now (audited, ``jobs.purge``) the ``state`` jobs that finished more than
+        ``older_than_ms`` ago, in batches as retention does; returns how many. Raises
+        InvalidArgument for a state that is not terminal or a negative age."""
+        state, older_than_ms = check_purge(state, older_than_ms)
+        cutoff = self.retention_service.cutoff_ms(older_than_ms)
+        return await purge_all(self.retention_service, self.executors, state, cutoff, actor=actor)
 
     # -- tokens and the audit log -------------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""The ``runwick`` command: serve, migrate, worker, bench, jobs, schedules, tokens, audit.
+"""The ``runwick`` command: serve, migrate, worker, bench, jobs, queues, schedules,
+tokens, audit, purge.
 
-One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bounds`` for
-serve's limits), ``worker``, ``bench``, ``jobs`` and ``manage`` (``jobs ...``),
-``admin`` (``tokens``, ``audit``), ``queues`` and ``schedules``; client commands connect
-through ``connect`` and print through ``output``. Server pieces are imported only inside
-the functions that run the coordinator or read its database (``serve``, ``bench``), so ``runwick jobs`` and
+One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bounds`` and
+``retention`` for serve's limits and retention), ``worker``, ``bench``, ``jobs`` and
+``manage`` (``jobs ...``), ``admin`` (``tokens``, ``audit``), ``queues``, ``schedules``
+and ``purge``; client commands connect through ``connect`` and print through
+``output``. Server pieces are imported only inside the functions that run the
+coordinator or read its database (``serve``, ``bench``), so ``runwick jobs`` and
 ``runwick worker`` work with the SDK-only install (``pip install runwick``).
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from coordinator.cli.admin import add_admin_commands, run_admin_command
 from coordinator.cli.bench import add_bench_command, run_bench
 from coordinator.cli.jobs import add_jobs_commands, run_jobs_command
+from coordinator.cli.purge import add_purge_command, run_purge
 from coordinator.cli.queues import add_queue_commands, run_queue_command
 from coordinator.cli.schedules import add_schedules_commands, run_schedules_command
 from coordinator.cli.serve import add_serve_commands, run_migrate, run_serve
@@ -35,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_commands(commands)
     add_queue_commands(commands)
     add_schedules_commands(commands)
+    add_purge_command(commands)
     return parser
 
 
@@ -55,4 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_queue_command(options)
     if options.command == "schedules":
         return run_schedules_command(options)
+    if options.command == "purge":
+        return run_purge(options)
     return run_jobs_command(options)

@@ -26,6 +26,9 @@ from coordinator.config import ConfigError
 from coordinator.domain.bounds import BoundsError, StoreBounds
 
 BOUNDS_TABLE = "bounds"
+RETENTION_TABLE = "retention"
+"""Read by ``cli.retention``; named here so the file's tables are checked in one place."""
+CONFIG_TABLES = (BOUNDS_TABLE, RETENTION_TABLE)
 CONFIG_ENV = "RUNWICK_CONFIG"
 BOUND_NAMES = tuple(item.name for item in fields(StoreBounds))
 
@@ -44,7 +47,8 @@ def add_bounds_flags(parser: argparse.ArgumentParser) -> None:
         "--config",
         default=None,
         metavar="PATH",
-        help=f"TOML file whose [{BOUNDS_TABLE}] table sets the bounds below [{CONFIG_ENV}]",
+        help=f"TOML file whose [{BOUNDS_TABLE}] and [{RETENTION_TABLE}] tables set the bounds and "
+        f"retention below [{CONFIG_ENV}]",
     )
     group = parser.add_argument_group(
         "bounds (SPEC §5)", "limits on what the store accepts; flag > environment > config file > default"
@@ -61,12 +65,9 @@ def add_bounds_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def load_bounds_table(path: str | Path) -> dict[str, int]:
-    """The ``[bounds]`` table of a TOML config file (empty when it has none).
-
-    Raises ConfigError for an unreadable file, bad TOML, unknown tables or keys, and
-    values that are not integers.
-    """
+def load_config_document(path: str | Path) -> dict[str, Any]:
+    """The TOML config file; raises ConfigError for an unreadable file, bad TOML and
+    tables other than ``CONFIG_TABLES``."""
     try:
         with open(path, "rb") as file:
             document = tomllib.load(file)
@@ -74,11 +75,20 @@ def load_bounds_table(path: str | Path) -> dict[str, int]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(document) - {BOUNDS_TABLE})
+    unknown = sorted(set(document) - set(CONFIG_TABLES))
     if unknown:
-        raise ConfigError(
-            f"config file {path}: unknown setting(s) {', '.join(unknown)}; known: [{BOUNDS_TABLE}]"
-        )
+        known = ", ".join(f"[{name}]" for name in CONFIG_TABLES)
+        raise ConfigError(f"config file {path}: unknown setting(s) {', '.join(unknown)}; known: {known}")
+    return document
+
+
+def load_bounds_table(path: str | Path) -> dict[str, int]:
+    """The ``[bounds]`` table of a TOML config file (empty when it has none).
+
+    Raises ConfigError for an unreadable file, bad TOML, unknown tables or keys, and
+    values that are not integers.
+    """
+    document = load_config_document(path)
     table: Any = document.get(BOUNDS_TABLE, {})
     if not isinstance(table, dict):
         raise ConfigError(f"config file {path}: {BOUNDS_TABLE} must be a table ([{BOUNDS_TABLE}])")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
 from coordinator.cli.logs import add_logging_flags
+from coordinator.cli.retention import add_retention_flags, retention_from_options
 from worker_sdk import configure_logging
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     add_logging_flags(serve)
     _security_flags(serve)
     add_bounds_flags(serve)
+    add_retention_flags(serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _database_flag(migrate)
@@ -200,11 +202,13 @@ def run_serve(options: argparse.Namespace) -> int:
 
     try:
         bounds = bounds_from_options(options)
+        retention = retention_from_options(options)
     except ConfigError as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
     config = CoordinatorConfig(
         bounds=bounds,
+        **retention,
         **_security_config(options),
         **database_timeouts_config(options),
         database_url=options.database_url,

@@ -1,5 +1,5 @@
-"""The audit log (R-22): reveals, cancels, retries, token and schedule changes, each
-with who did it (token ID and name), what, to which target, when and from where.
+"""The audit log (R-22): reveals, cancels, retries, token, queue and schedule changes and
+purges, each with who did it (token ID and name), what, to which target, when and from where.
 
 Events are written by the service that makes the change, in the same transaction, so a
 change is never without its event nor an event without its change.
@@ -27,6 +27,8 @@ SCHEDULE_CREATE = "schedule.create"
 SCHEDULE_PAUSE = "schedule.pause"
 SCHEDULE_RESUME = "schedule.resume"
 SCHEDULE_DELETE = "schedule.delete"
+JOBS_PURGE = "jobs.purge"
+"""R-19: a purge asked for by an operator; target is the state, detail the cutoff."""
 
 
 def event(actor: Actor, action: str, target: str, now_ms: int, detail: str | None = None) -> AuditEvent:

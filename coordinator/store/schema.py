@@ -101,6 +101,15 @@ Index(
     sqlite_where=text(_UNFINISHED),
     postgresql_where=text(_UNFINISHED),
 )
+# retention's purge query (``store.purge``) walks one terminal state by finish time.
+_TERMINAL = "state IN ('succeeded', 'failed', 'cancelled')"
+Index(
+    "ix_jobs_finished",
+    jobs.c.state,
+    jobs.c.finished_at_ms,
+    sqlite_where=text(_TERMINAL),
+    postgresql_where=text(_TERMINAL),
+)
 Index(
     "ux_jobs_idempotency_key",
     jobs.c.idempotency_key,

@@ -24,6 +24,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
+from coordinator.store.purge import purge_jobs
 from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
@@ -313,3 +314,15 @@ class Tx(QueueOps, DependencyOps, AccessOps):
     def schedules(self) -> ScheduleWrites:
         """The schedule operations of this transaction (``store.schedules``)."""
         return ScheduleWrites(self._conn, self._postgres)
+
+    # -- retention (R-19; the SQL is in ``store.purge``) ----------------------------------
+
+    def purge(self, state: JobState, finished_before_ms: int, limit: int) -> int:
+        """Removes up to ``limit`` (clamped to ``max_purge_batch``) jobs in the terminal
+        ``state`` that finished before ``finished_before_ms``, with their attempts,
+        history and own dependency rows; returns how many. See ``store.purge``."""
+        removed = purge_jobs(
+            self._conn, self._postgres, state, finished_before_ms, self.bounds.clamp_purge_batch(limit)
+        )
+        self.count_jobs({(queue, state.value): -count for queue, count in removed.items()})
+        return sum(removed.values())

@@ -26,6 +26,7 @@ from tests.support import health_status
 from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
+    job_pb2,
     job_service_pb2,
     job_service_pb2_grpc,
     queue_pb2,
@@ -187,6 +188,12 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                 ),
                 "ListAuditEvents": lambda: api.tokens.ListAuditEvents(
                     admin_service_pb2.ListAuditEventsRequest(), metadata=md
+                ),
+                "PurgeJobs": lambda: api.tokens.PurgeJobs(
+                    admin_service_pb2.PurgeJobsRequest(
+                        state=job_pb2.JOB_STATE_SUCCEEDED, older_than=Duration(seconds=86_400)
+                    ),
+                    metadata=md,
                 ),
                 "CreateToken": lambda: api.tokens.CreateToken(
                     admin_service_pb2.CreateTokenRequest(name="made-in-matrix", scopes=["read"]), metadata=md

@@ -66,6 +66,15 @@ def test_package_exports() -> None:
         assert getattr(worker_sdk, name) is not None, name
 
 
+ADMIN_CALLS = ["create_token", "list_audit_events", "list_tokens", "purge_jobs", "revoke_token"]
+
+
+def test_clients_have_the_admin_calls() -> None:
+    """Both clients carry the same admin calls (R-19 added ``purge_jobs``)."""
+    for client in (worker_sdk.Client, worker_sdk.AsyncClient):
+        assert [name for name in ADMIN_CALLS if callable(getattr(client, name, None))] == ADMIN_CALLS
+
+
 def test_public_names_have_no_private_siblings() -> None:
     public = {name for name in dir(worker_sdk) if not name.startswith("_")}
     assert public - set(worker_sdk.__all__) <= {"proto", "testing", "grammar", "annotations"}

@@ -22,61 +22,67 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 from worker_sdk.proto.runwick.v1 import queue_pb2 as runwick_dot_v1_dot_queue__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunwick/v1/admin_service.proto\x12\nrunwick.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16runwick/v1/queue.proto\"\xb5\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x0e\n\x06queues\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x06 \x01(\t\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\"G\n\x13\x43reateTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\",\n\x11ListTokensRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"7\n\x12ListTokensResponse\x12!\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Token\" \n\x12RevokeTokenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"7\n\x13RevokeTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\"\xaa\x01\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x63tor_token_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\"_\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.runwick.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa8\x03\n\x08Schedule\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x10\n\x08timezone\x18\x03 \x01(\t\x12\x11\n\twire_name\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\r\n\x05queue\x18\x06 \x01(\t\x12%\n\x08\x63\x61tch_up\x18\x07 \x01(\x0e\x32\x13.runwick.v1.CatchUp\x12\x0e\n\x06paused\x18\x08 \x01(\x08\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tlast_tick\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_job_id\x18\x0c \x01(\t\x12-\n\tnext_runs\x18\r \x03(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rskipped_ticks\x18\x0e \x03(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9f\x01\n\x15\x43reateScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x10\n\x08timezone\x18\x03 \x01(\t\x12\x11\n\twire_name\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\r\n\x05queue\x18\x06 \x01(\t\x12%\n\x08\x63\x61tch_up\x18\x07 \x01(\x0e\x32\x13.runwick.v1.CatchUp\"@\n\x16\x43reateScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"=\n\x14ListSchedulesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x15ListSchedulesResponse\x12\'\n\tschedules\x18\x01 \x03(\x0b\x32\x14.runwick.v1.Schedule\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14PauseScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15PauseScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"%\n\x15ResumeScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x16ResumeScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"%\n\x15\x44\x65leteScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x16\x44\x65leteScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule*M\n\x07\x43\x61tchUp\x12\x18\n\x14\x43\x41TCH_UP_UNSPECIFIED\x10\x00\x12\x11\n\rCATCH_UP_SKIP\x10\x01\x12\x15\n\x11\x43\x41TCH_UP_RUN_ONCE\x10\x02\x32\xce\x08\n\x0c\x41\x64minService\x12N\n\x0b\x43reateToken\x12\x1e.runwick.v1.CreateTokenRequest\x1a\x1f.runwick.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.runwick.v1.ListTokensRequest\x1a\x1e.runwick.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.runwick.v1.RevokeTokenRequest\x1a\x1f.runwick.v1.RevokeTokenResponse\x12Z\n\x0fListAuditEvents\x12\".runwick.v1.ListAuditEventsRequest\x1a#.runwick.v1.ListAuditEventsResponse\x12K\n\nListQueues\x12\x1d.runwick.v1.ListQueuesRequest\x1a\x1e.runwick.v1.ListQueuesResponse\x12K\n\nPauseQueue\x12\x1d.runwick.v1.PauseQueueRequest\x1a\x1e.runwick.v1.PauseQueueResponse\x12N\n\x0bResumeQueue\x12\x1e.runwick.v1.ResumeQueueRequest\x1a\x1f.runwick.v1.ResumeQueueResponse\x12T\n\rSetQueueLimit\x12 .runwick.v1.SetQueueLimitRequest\x1a!.runwick.v1.SetQueueLimitResponse\x12W\n\x0e\x43reateSchedule\x12!.runwick.v1.CreateScheduleRequest\x1a\".runwick.v1.CreateScheduleResponse\x12T\n\rListSchedules\x12 .runwick.v1.ListSchedulesRequest\x1a!.runwick.v1.ListSchedulesResponse\x12T\n\rPauseSchedule\x12 .runwick.v1.PauseScheduleRequest\x1a!.runwick.v1.PauseScheduleResponse\x12W\n\x0eResumeSchedule\x12!.runwick.v1.ResumeScheduleRequest\x1a\".runwick.v1.ResumeScheduleResponse\x12W\n\x0e\x44\x65leteSchedule\x12!.runwick.v1.DeleteScheduleRequest\x1a\".runwick.v1.DeleteScheduleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunwick/v1/admin_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\x1a\x16runwick/v1/queue.proto\"\xb5\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06scopes\x18\x03 \x03(\t\x12\x0e\n\x06queues\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x06 \x01(\t\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06scopes\x18\x02 \x03(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\"G\n\x13\x43reateTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\",\n\x11ListTokensRequest\x12\x17\n\x0finclude_revoked\x18\x01 \x01(\x08\"7\n\x12ListTokensResponse\x12!\n\x06tokens\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Token\" \n\x12RevokeTokenRequest\x12\n\n\x02id\x18\x01 \x01(\t\"7\n\x13RevokeTokenResponse\x12 \n\x05token\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Token\"\xaa\x01\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x03\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0e\x61\x63tor_token_id\x18\x03 \x01(\t\x12\x12\n\nactor_name\x18\x04 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x05 \x01(\t\x12\x0e\n\x06target\x18\x06 \x01(\t\x12\x0c\n\x04peer\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\"_\n\x16ListAuditEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\"Z\n\x17ListAuditEventsResponse\x12&\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x16.runwick.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa8\x03\n\x08Schedule\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x10\n\x08timezone\x18\x03 \x01(\t\x12\x11\n\twire_name\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\r\n\x05queue\x18\x06 \x01(\t\x12%\n\x08\x63\x61tch_up\x18\x07 \x01(\x0e\x32\x13.runwick.v1.CatchUp\x12\x0e\n\x06paused\x18\x08 \x01(\x08\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tlast_tick\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_job_id\x18\x0c \x01(\t\x12-\n\tnext_runs\x18\r \x03(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rskipped_ticks\x18\x0e \x03(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9f\x01\n\x15\x43reateScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x10\n\x08timezone\x18\x03 \x01(\t\x12\x11\n\twire_name\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\r\n\x05queue\x18\x06 \x01(\t\x12%\n\x08\x63\x61tch_up\x18\x07 \x01(\x0e\x32\x13.runwick.v1.CatchUp\"@\n\x16\x43reateScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"=\n\x14ListSchedulesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x15ListSchedulesResponse\x12\'\n\tschedules\x18\x01 \x03(\x0b\x32\x14.runwick.v1.Schedule\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14PauseScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15PauseScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"%\n\x15ResumeScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x16ResumeScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"%\n\x15\x44\x65leteScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x16\x44\x65leteScheduleResponse\x12&\n\x08schedule\x18\x01 \x01(\x0b\x32\x14.runwick.v1.Schedule\"f\n\x10PurgeJobsRequest\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.runwick.v1.JobState\x12-\n\nolder_than\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"#\n\x11PurgeJobsResponse\x12\x0e\n\x06purged\x18\x01 \x01(\x03*M\n\x07\x43\x61tchUp\x12\x18\n\x14\x43\x41TCH_UP_UNSPECIFIED\x10\x00\x12\x11\n\rCATCH_UP_SKIP\x10\x01\x12\x15\n\x11\x43\x41TCH_UP_RUN_ONCE\x10\x02\x32\x98\t\n\x0c\x41\x64minService\x12N\n\x0b\x43reateToken\x12\x1e.runwick.v1.CreateTokenRequest\x1a\x1f.runwick.v1.CreateTokenResponse\x12K\n\nListTokens\x12\x1d.runwick.v1.ListTokensRequest\x1a\x1e.runwick.v1.ListTokensResponse\x12N\n\x0bRevokeToken\x12\x1e.runwick.v1.RevokeTokenRequest\x1a\x1f.runwick.v1.RevokeTokenResponse\x12Z\n\x0fListAuditEvents\x12\".runwick.v1.ListAuditEventsRequest\x1a#.runwick.v1.ListAuditEventsResponse\x12K\n\nListQueues\x12\x1d.runwick.v1.ListQueuesRequest\x1a\x1e.runwick.v1.ListQueuesResponse\x12K\n\nPauseQueue\x12\x1d.runwick.v1.PauseQueueRequest\x1a\x1e.runwick.v1.PauseQueueResponse\x12N\n\x0bResumeQueue\x12\x1e.runwick.v1.ResumeQueueRequest\x1a\x1f.runwick.v1.ResumeQueueResponse\x12T\n\rSetQueueLimit\x12 .runwick.v1.SetQueueLimitRequest\x1a!.runwick.v1.SetQueueLimitResponse\x12W\n\x0e\x43reateSchedule\x12!.runwick.v1.CreateScheduleRequest\x1a\".runwick.v1.CreateScheduleResponse\x12T\n\rListSchedules\x12 .runwick.v1.ListSchedulesRequest\x1a!.runwick.v1.ListSchedulesResponse\x12T\n\rPauseSchedule\x12 .runwick.v1.PauseScheduleRequest\x1a!.runwick.v1.PauseScheduleResponse\x12W\n\x0eResumeSchedule\x12!.runwick.v1.ResumeScheduleRequest\x1a\".runwick.v1.ResumeScheduleResponse\x12W\n\x0e\x44\x65leteSchedule\x12!.runwick.v1.DeleteScheduleRequest\x1a\".runwick.v1.DeleteScheduleResponse\x12H\n\tPurgeJobs\x12\x1c.runwick.v1.PurgeJobsRequest\x1a\x1d.runwick.v1.PurgeJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runwick.v1.admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CATCHUP']._serialized_start=2106
-  _globals['_CATCHUP']._serialized_end=2183
-  _globals['_TOKEN']._serialized_start=104
-  _globals['_TOKEN']._serialized_end=285
-  _globals['_CREATETOKENREQUEST']._serialized_start=287
-  _globals['_CREATETOKENREQUEST']._serialized_end=353
-  _globals['_CREATETOKENRESPONSE']._serialized_start=355
-  _globals['_CREATETOKENRESPONSE']._serialized_end=426
-  _globals['_LISTTOKENSREQUEST']._serialized_start=428
-  _globals['_LISTTOKENSREQUEST']._serialized_end=472
-  _globals['_LISTTOKENSRESPONSE']._serialized_start=474
-  _globals['_LISTTOKENSRESPONSE']._serialized_end=529
-  _globals['_REVOKETOKENREQUEST']._serialized_start=531
-  _globals['_REVOKETOKENREQUEST']._serialized_end=563
-  _globals['_REVOKETOKENRESPONSE']._serialized_start=565
-  _globals['_REVOKETOKENRESPONSE']._serialized_end=620
-  _globals['_AUDITEVENT']._serialized_start=623
-  _globals['_AUDITEVENT']._serialized_end=793
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=795
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=890
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=892
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=982
-  _globals['_SCHEDULE']._serialized_start=985
-  _globals['_SCHEDULE']._serialized_end=1409
-  _globals['_CREATESCHEDULEREQUEST']._serialized_start=1412
-  _globals['_CREATESCHEDULEREQUEST']._serialized_end=1571
-  _globals['_CREATESCHEDULERESPONSE']._serialized_start=1573
-  _globals['_CREATESCHEDULERESPONSE']._serialized_end=1637
-  _globals['_LISTSCHEDULESREQUEST']._serialized_start=1639
-  _globals['_LISTSCHEDULESREQUEST']._serialized_end=1700
-  _globals['_LISTSCHEDULESRESPONSE']._serialized_start=1702
-  _globals['_LISTSCHEDULESRESPONSE']._serialized_end=1791
-  _globals['_PAUSESCHEDULEREQUEST']._serialized_start=1793
-  _globals['_PAUSESCHEDULEREQUEST']._serialized_end=1829
-  _globals['_PAUSESCHEDULERESPONSE']._serialized_start=1831
-  _globals['_PAUSESCHEDULERESPONSE']._serialized_end=1894
-  _globals['_RESUMESCHEDULEREQUEST']._serialized_start=1896
-  _globals['_RESUMESCHEDULEREQUEST']._serialized_end=1933
-  _globals['_RESUMESCHEDULERESPONSE']._serialized_start=1935
-  _globals['_RESUMESCHEDULERESPONSE']._serialized_end=1999
-  _globals['_DELETESCHEDULEREQUEST']._serialized_start=2001
-  _globals['_DELETESCHEDULEREQUEST']._serialized_end=2038
-  _globals['_DELETESCHEDULERESPONSE']._serialized_start=2040
-  _globals['_DELETESCHEDULERESPONSE']._serialized_end=2104
-  _globals['_ADMINSERVICE']._serialized_start=2186
-  _globals['_ADMINSERVICE']._serialized_end=3288
+  _globals['_CATCHUP']._serialized_start=2301
+  _globals['_CATCHUP']._serialized_end=2378
+  _globals['_TOKEN']._serialized_start=158
+  _globals['_TOKEN']._serialized_end=339
+  _globals['_CREATETOKENREQUEST']._serialized_start=341
+  _globals['_CREATETOKENREQUEST']._serialized_end=407
+  _globals['_CREATETOKENRESPONSE']._serialized_start=409
+  _globals['_CREATETOKENRESPONSE']._serialized_end=480
+  _globals['_LISTTOKENSREQUEST']._serialized_start=482
+  _globals['_LISTTOKENSREQUEST']._serialized_end=526
+  _globals['_LISTTOKENSRESPONSE']._serialized_start=528
+  _globals['_LISTTOKENSRESPONSE']._serialized_end=583
+  _globals['_REVOKETOKENREQUEST']._serialized_start=585
+  _globals['_REVOKETOKENREQUEST']._serialized_end=617
+  _globals['_REVOKETOKENRESPONSE']._serialized_start=619
+  _globals['_REVOKETOKENRESPONSE']._serialized_end=674
+  _globals['_AUDITEVENT']._serialized_start=677
+  _globals['_AUDITEVENT']._serialized_end=847
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=849
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=944
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=946
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=1036
+  _globals['_SCHEDULE']._serialized_start=1039
+  _globals['_SCHEDULE']._serialized_end=1463
+  _globals['_CREATESCHEDULEREQUEST']._serialized_start=1466
+  _globals['_CREATESCHEDULEREQUEST']._serialized_end=1625
+  _globals['_CREATESCHEDULERESPONSE']._serialized_start=1627
+  _globals['_CREATESCHEDULERESPONSE']._serialized_end=1691
+  _globals['_LISTSCHEDULESREQUEST']._serialized_start=1693
+  _globals['_LISTSCHEDULESREQUEST']._serialized_end=1754
+  _globals['_LISTSCHEDULESRESPONSE']._serialized_start=1756
+  _globals['_LISTSCHEDULESRESPONSE']._serialized_end=1845
+  _globals['_PAUSESCHEDULEREQUEST']._serialized_start=1847
+  _globals['_PAUSESCHEDULEREQUEST']._serialized_end=1883
+  _globals['_PAUSESCHEDULERESPONSE']._serialized_start=1885
+  _globals['_PAUSESCHEDULERESPONSE']._serialized_end=1948
+  _globals['_RESUMESCHEDULEREQUEST']._serialized_start=1950
+  _globals['_RESUMESCHEDULEREQUEST']._serialized_end=1987
+  _globals['_RESUMESCHEDULERESPONSE']._serialized_start=1989
+  _globals['_RESUMESCHEDULERESPONSE']._serialized_end=2053
+  _globals['_DELETESCHEDULEREQUEST']._serialized_start=2055
+  _globals['_DELETESCHEDULEREQUEST']._serialized_end=2092
+  _globals['_DELETESCHEDULERESPONSE']._serialized_start=2094
+  _globals['_DELETESCHEDULERESPONSE']._serialized_end=2158
+  _globals['_PURGEJOBSREQUEST']._serialized_start=2160
+  _globals['_PURGEJOBSREQUEST']._serialized_end=2262
+  _globals['_PURGEJOBSRESPONSE']._serialized_start=2264
+  _globals['_PURGEJOBSRESPONSE']._serialized_end=2299
+  _globals['_ADMINSERVICE']._serialized_start=2381
+  _globals['_ADMINSERVICE']._serialized_end=3557
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,8 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from worker_sdk.proto.runwick.v1 import job_pb2 as _job_pb2
 from worker_sdk.proto.runwick.v1 import queue_pb2 as _queue_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -227,3 +229,17 @@ class DeleteScheduleResponse(_message.Message):
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     schedule: Schedule
     def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
+class PurgeJobsRequest(_message.Message):
+    __slots__ = ("state", "older_than")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_FIELD_NUMBER: _ClassVar[int]
+    state: _job_pb2.JobState
+    older_than: _duration_pb2.Duration
+    def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., older_than: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PurgeJobsResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...

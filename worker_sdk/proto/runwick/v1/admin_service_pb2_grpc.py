@@ -100,6 +100,11 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleResponse.FromString,
                 _registered_method=True)
+        self.PurgeJobs = channel.unary_unary(
+                '/runwick.v1.AdminService/PurgeJobs',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -199,6 +204,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeJobs(self, request, context):
+        """R-19: removes now, as retention does, the jobs in a terminal state that finished
+        longer ago than `older_than`, with their attempts, history and own dependency rows
+        (children keep their copies of a purged parent's output). Audited as `jobs.purge`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -266,6 +280,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DeleteSchedule,
                     request_deserializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'PurgeJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeJobs,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -619,6 +638,33 @@ class AdminService:
             '/runwick.v1.AdminService/DeleteSchedule',
             runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleRequest.SerializeToString,
             runwick_dot_v1_dot_admin__service__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/PurgeJobs',
+            runwick_dot_v1_dot_admin__service__pb2.PurgeJobsRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.PurgeJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,58 @@
+"""Retention's write (R-19): one batch of terminal jobs removed with everything that is
+only theirs, in the caller's transaction (``Tx.purge``).
+
+A purged job takes its attempts, its history (transitions) and its own dependency rows
+(those where it is the child) with it. The rows where it is the *parent* stay: they hold
+the copy of its output its children read (R-16), and no foreign key points from them to
+the parent. Audit events stay too (the audit log is append-only).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sqlalchemy import Connection, delete, select
+
+from coordinator.domain.states import JobState
+from coordinator.store.schema import attempts, dependencies, jobs, transitions
+
+_IN_CHUNK = 1_000
+"""Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
+
+
+def purge_jobs(
+    conn: Connection, postgres: bool, state: JobState, finished_before_ms: int, limit: int
+) -> Counter[str]:
+    """Removes up to ``limit`` jobs in ``state`` (terminal) that finished before
+    ``finished_before_ms``, oldest first, and returns how many it removed per queue.
+
+    The batch's IDs are read through ``ix_jobs_finished``; on PostgreSQL its rows are
+    locked with SKIP LOCKED, so replicas purging together take disjoint batches and a job
+    another transaction holds (a retry, an enqueue naming it as a parent) is left for a
+    later pass. Raises ValueError for a state that is not terminal.
+    """
+    if not state.terminal:
+        raise ValueError(f"only terminal jobs are purged, not {state.value} ones")
+    if limit <= 0:
+        return Counter()
+    query = (
+        select(jobs.c.id)
+        .where(jobs.c.state == state.value, jobs.c.finished_at_ms < finished_before_ms)
+        .order_by(jobs.c.finished_at_ms, jobs.c.id)
+        .limit(limit)
+    )
+    if postgres:
+        query = query.with_for_update(skip_locked=True)
+    ids = sorted(conn.execute(query).scalars())
+    removed: Counter[str] = Counter()
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        conn.execute(delete(attempts).where(attempts.c.job_id.in_(chunk)))
+        conn.execute(delete(transitions).where(transitions.c.job_id.in_(chunk)))
+        conn.execute(delete(dependencies).where(dependencies.c.child_id.in_(chunk)))
+        # The state guard again: a job that is not terminal is never removed.
+        result = conn.execute(
+            delete(jobs).where(jobs.c.id.in_(chunk), jobs.c.state == state.value).returning(jobs.c.queue)
+        )
+        removed.update(row[0] for row in result)
+    return removed
