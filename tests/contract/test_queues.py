@@ -147,6 +147,11 @@ def test_the_counts_match_the_jobs_after_every_kind_of_write(harness: Harness) -
     harness.lapse(LEASE_MS)
     manage.cancel(ids[4], OPERATOR)
     manage.retry(ids[4], OPERATOR)
+    purged_done = harness.run(ids[5])
+    harness.report(purged_done.attempt_id, Outcome.SUCCEEDED)
+    harness.clock.advance(1)
+    removed = harness.store.transact(lambda tx: tx.purge(JobState.SUCCEEDED, harness.clock.now_ms(), 10))
+    assert removed == 2
     queues = _queues(harness)
     queues.fold_counts()
 
