@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.states import JobState
-from coordinator.service.work import WorkBatch
+from coordinator.service.work import AttemptMessage, WorkBatch
 from coordinator.store import DatabaseTimeouts, Store, StoreError, Tx
 
 from .harness import WIRE, Harness
@@ -117,6 +117,7 @@ def test_postgres_a_worker_batch_is_answered_when_its_backend_is_terminated_mid_
     harness, terminate = faulty.harness, faulty.terminate
     job_id = harness.enqueue(WIRE, queue=faulty.name)
     claimed = harness.claim_one(job_id)
+    start = AttemptMessage(claimed.attempt_id, harness.holder(claimed.attempt_id))
     engine: type[Engine] = Engine
     statements: list[str] = []
 
@@ -129,7 +130,7 @@ def test_postgres_a_worker_batch_is_answered_when_its_backend_is_terminated_mid_
 
     event.listen(engine, "before_cursor_execute", terminate_once)
     try:
-        answers = harness.ops.process(WorkBatch(starts=[claimed.attempt_id]))
+        answers = harness.ops.process(WorkBatch(starts=[start]))
     finally:
         event.remove(engine, "before_cursor_execute", terminate_once)
 

@@ -22,7 +22,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.states import JobState
 from coordinator.errors import Unavailable
-from coordinator.service.work import WorkBatch
+from coordinator.service.work import AttemptMessage, WorkBatch
 from coordinator.store import DatabaseTimeouts, Store, StoreError
 from coordinator.store.engine import create_write_engine
 from tests.support import wait_until
@@ -127,7 +127,8 @@ def test_a_statement_waiting_on_a_lock_past_lock_timeout_is_unavailable_not_a_ha
 
     with ThreadPoolExecutor(1) as pool, healthy.store.write() as holder:
         assert job_id in holder.jobs_by_ids([job_id])  # another replica holds the row
-        start = pool.submit(waiting.ops.process, WorkBatch(starts=[attempt_id]))  # locks the job
+        message = AttemptMessage(attempt_id, healthy.holder(attempt_id))
+        start = pool.submit(waiting.ops.process, WorkBatch(starts=[message]))  # locks the job
         with pytest.raises(StoreError) as failed:
             start.result(timeout=10)  # a guard only: lock_timeout is 0.2 s
 
