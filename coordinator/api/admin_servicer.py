@@ -121,6 +121,14 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         view = await self.app.delete_schedule(request.name, current_actor(context))
         return pb.DeleteScheduleResponse(schedule=schedule_to_pb(view))
 
+    # -- retention (R-19) -----------------------------------------------------------------
+
+    async def PurgeJobs(self, request: pb.PurgeJobsRequest, context: Context) -> pb.PurgeJobsResponse:
+        state = state_from_pb(request.state, "state")
+        older_than = duration_ms(request.older_than, "older_than") if request.HasField("older_than") else None
+        purged = await self.app.purge_jobs(state, older_than, current_actor(context))
+        return pb.PurgeJobsResponse(purged=purged)
+
 
 def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
     message = queue_pb2.Queue(name=record.name, paused=record.paused)
@@ -136,12 +144,6 @@ def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
     return message
-
-    async def PurgeJobs(self, request: pb.PurgeJobsRequest, context: Context) -> pb.PurgeJobsResponse:
-        state = state_from_pb(request.state, "state")
-        older_than = duration_ms(request.older_than, "older_than") if request.HasField("older_than") else None
-        purged = await self.app.purge_jobs(state, older_than, current_actor(context))
-        return pb.PurgeJobsResponse(purged=purged)
 
 
 def token_to_pb(record: TokenRecord) -> pb.Token:
