@@ -17,6 +17,8 @@ What the history holds (``kind`` of each event, fields the checker reads):
 - ``coordinator_up`` / ``coordinator_down``: a replica listening, or killed.
 - ``poll``: the observer's read of leased jobs: ``held`` = [job, attempt, state,
   lease_expires_ms] rows, ``wall`` = when the read was sent.
+- ``cancel``: a cancel the coordinator acknowledged (``ok``), with the job's ``state``
+  and ``generation`` in its answer (``wall`` = when the answer came).
 - ``final_job`` / ``final_attempt``: the coordinator's records read back at the end.
 
 Header fields used: ``lease_ms``, ``maintenance_ms``, ``slack_ms``, ``clock_tol_ms``.
@@ -90,6 +92,7 @@ class Model:
         self.acks: dict[str, list[Event]] = defaultdict(list)
         self.enqueues: list[Event] = []
         self.polls: list[Event] = []
+        self.cancels: list[Event] = []
         faults: dict[Any, Event] = {}
         heals: dict[Any, Event] = {}
         self.fault_events: list[Event] = []
@@ -112,6 +115,8 @@ class Model:
                 self.enqueues.append(event)
             elif kind == "poll":
                 self.polls.append(event)
+            elif kind == "cancel" and event.get("ok"):
+                self.cancels.append(event)
             elif kind == "fault":
                 faults[event["id"]] = event
                 self.fault_events.append(event)
@@ -125,33 +130,39 @@ class Model:
             fault_id: Window(fault["wall"], heals[fault_id]["wall"] if fault_id in heals else INF, fault)
             for fault_id, fault in faults.items()
         }
-        self.down: dict[str, list[tuple[float, float]]] = {}
+        self.up: dict[str, list[tuple[float, float]]] = {}
+        """Each replica's periods of serving, from ``coordinator_up`` to the next
+        ``coordinator_down`` (before its first start a replica is down)."""
         for replica, changes in replica_events.items():
             changes.sort(key=lambda e: e["wall"])
-            spans: list[tuple[float, float]] = []
-            went_down: float | None = None
+            periods: list[tuple[float, float]] = []
+            came_up: float | None = None
             for change in changes:
-                if change["kind"] == "coordinator_down" and went_down is None:
-                    went_down = change["wall"]
-                elif change["kind"] == "coordinator_up" and went_down is not None:
-                    spans.append((went_down, change["wall"]))
-                    went_down = None
-            if went_down is not None:
-                spans.append((went_down, INF))
-            self.down[replica] = spans
+                if change["kind"] == "coordinator_up" and came_up is None:
+                    came_up = change["wall"]
+                elif change["kind"] == "coordinator_down" and came_up is not None:
+                    periods.append((came_up, change["wall"]))
+                    came_up = None
+            if came_up is not None:
+                periods.append((came_up, INF))
+            self.up[replica] = periods
 
-    def up_after(self, t: float) -> float:
-        """The first time at or after ``t`` when some coordinator serves (and so runs
-        lease expiry); ``t`` itself when one is up then (or nothing is known)."""
-        if not self.down:
-            return t
+    def recovery_deadline(self, t: float) -> float:
+        """The latest a lease that lapsed at ``t`` may be recovered: a maintenance
+        interval plus the slack after ``t``, counted from when a coordinator serves,
+        in a period of serving long enough for that (a replica killed again right
+        after it came back may not have run a pass). Without coordinator events in the
+        history, counted from ``t``."""
+        allowed = self.maintenance_ms + self.slack_ms
+        if not self.up:
+            return t + allowed
         best = INF
-        for spans in self.down.values():
-            when = t
-            for start, end in spans:
-                if start <= when < end:
-                    when = end
-            best = min(best, when)
+        for periods in self.up.values():
+            for start, end in periods:
+                begin = max(start, t)
+                if end - begin >= allowed:
+                    best = min(best, begin + allowed)
+                    break
         return best
 
     def proxy_windows(self, proxy: str | None, *faults: str) -> list[Window]:
@@ -476,7 +487,7 @@ def lease_recovered_in_time(m: Model) -> Outcome:
             out.checked -= 1
             out.unverified += 1
             continue
-        deadline = m.up_after(expiry) + m.maintenance_ms + m.slack_ms
+        deadline = m.recovery_deadline(expiry)
         latest = max(latest, recovered - expiry)
         if recovered > deadline:
             out.violations.append(
@@ -516,7 +527,7 @@ def silenced_worker_recovered(m: Model) -> Outcome:
             if attempt["claimed_at"] >= resumed:
                 continue
             base = max(last_contact, float(attempt["claimed_at"]))
-            deadline = m.up_after(base + m.lease_ms) + m.maintenance_ms + m.slack_ms
+            deadline = m.recovery_deadline(base + m.lease_ms)
             if resumed < deadline:
                 out.unverified += 1  # it may have woken and renewed or reported first
                 continue
@@ -700,6 +711,48 @@ def terminal_state_consistent(m: Model) -> Outcome:
     return out
 
 
+def cancel_respected(m: Model) -> Outcome:
+    """R-8: once a cancel is acknowledged, its generation is never claimed again; a job
+    that was not running ends cancelled, a running one ends cancelled unless that run
+    succeeded first."""
+    out = Outcome()
+    for cancel in m.cancels:
+        job_id, generation = cancel["job"], cancel.get("generation")
+        job = m.jobs.get(job_id)
+        if job is None or generation is None:
+            out.unverified += 1
+            continue
+        out.checked += 1
+        later = [
+            a
+            for a in m.attempts_of.get(job_id, [])
+            if a["generation"] == generation and a["claimed_at"] > cancel["wall"] + m.clock_tol_ms
+        ]
+        if later:
+            out.violations.append(
+                Violation(
+                    "cancel_respected",
+                    f"job {job_id} generation {generation}: cancel acknowledged ({cancel['state']}) "
+                    f"at {cancel['wall']:.0f}, yet attempt {later[0]['id']} was claimed at "
+                    f"{later[0]['claimed_at']}",
+                    job_id,
+                    later[0]["id"],
+                )
+            )
+        if job["generation"] != generation:
+            continue  # retried by hand since: its generation's end is in the attempts
+        allowed = {"cancelled"} if cancel["state"] != "running" else {"cancelled", "succeeded"}
+        if job["state"] not in allowed:
+            out.violations.append(
+                Violation(
+                    "cancel_respected",
+                    f"job {job_id}: cancel acknowledged while {cancel['state']}, yet it ended {job['state']}",
+                    job_id,
+                )
+            )
+    return out
+
+
 INVARIANTS: dict[str, Callable[[Model], Outcome]] = {
     "acknowledged_jobs_terminal": acknowledged_jobs_terminal,
     "idempotent_enqueue": idempotent_enqueue,
@@ -712,6 +765,7 @@ INVARIANTS: dict[str, Callable[[Model], Outcome]] = {
     "silenced_worker_recovered": silenced_worker_recovered,
     "retry_delay_within_bounds": retry_delay_within_bounds,
     "terminal_state_consistent": terminal_state_consistent,
+    "cancel_respected": cancel_respected,
 }
 
 

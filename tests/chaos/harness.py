@@ -53,6 +53,7 @@ FAULT_WEIGHTS: dict[str, float] = {
     "sigstop_worker": 2,
     "sigterm_worker": 1.5,
     "kill9_coordinator": 1,
+    "sigterm_coordinator": 0.7,
     "pg_terminate": 1.5,
     "proxy_drop": 2,
     "proxy_delay": 1.5,
@@ -134,6 +135,11 @@ class CoordinatorProcess:
         self.recorder.record("coordinator_down", replica=self.name, pid=self.process.pid)
         self.target = None
         await kill9(self.process)
+
+    async def terminate(self) -> None:
+        """SIGTERM: the coordinator drains its workers and exits (counted down from now)."""
+        self.recorder.record("coordinator_down", replica=self.name, pid=self.process.pid)
+        await self.stop()
 
     async def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -295,6 +301,7 @@ class Nemesis:
                 weights.pop(kind, None)
         if self.coordinator_fault:
             weights.pop("kill9_coordinator", None)
+            weights.pop("sigterm_coordinator", None)
         if len(self.busy_proxies) == len(self.cluster.proxies):
             for kind in ("proxy_drop", "proxy_delay", "proxy_partition"):
                 weights.pop(kind, None)
@@ -378,6 +385,19 @@ class Nemesis:
             await coordinator.kill9()
             self._fault(fault_id, "kill9_coordinator", replica=coordinator.name)
             await asyncio.sleep(self.rng.uniform(0.3, 2.0))
+            await coordinator.start()
+            self._heal(fault_id, replica=coordinator.name)
+        finally:
+            self.coordinator_fault = False
+
+    async def sigterm_coordinator(self, fault_id: int) -> None:
+        """A graceful restart: Drain to its workers, exit, start again on the database."""
+        self.coordinator_fault = True
+        coordinator = self.rng.choice(self.cluster.coordinators)
+        try:
+            self._fault(fault_id, "sigterm_coordinator", replica=coordinator.name)
+            await coordinator.terminate()
+            await asyncio.sleep(self.rng.uniform(0.2, 1.0))
             await coordinator.start()
             self._heal(fault_id, replica=coordinator.name)
         finally:
@@ -618,7 +638,9 @@ class Manager:
         job_id = self.rng.choice(acknowledged[-40:])
         try:
             info = await client.cancel(job_id)
-            self.recorder.record("cancel", job=job_id, ok=True, state=info.state.value)
+            self.recorder.record(
+                "cancel", job=job_id, ok=True, state=info.state.value, generation=info.generation
+            )
         except FailedPrecondition:
             self.recorder.record("cancel", job=job_id, ok=False)
 
