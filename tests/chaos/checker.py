@@ -14,7 +14,8 @@ What the history holds (``kind`` of each event, fields the checker reads):
   ``stale``, ``rejected``) and the ``outcome`` the worker had reported.
 - ``fault`` / ``heal``: the nemesis (``fault`` kind, ``id``, ``worker_id``, ``proxy``,
   ``delay_ms``, ``heal`` mode); a ``heal`` names the ``id`` it ends.
-- ``coordinator_up`` / ``coordinator_down``: a replica listening, or killed.
+- ``coordinator_up`` / ``coordinator_down``: a replica listening, or killed. A
+  ``pg_restart`` fault (the database restarting) counts as every replica down.
 - ``poll``: the observer's read of leased jobs: ``held`` = [job, attempt, state,
   lease_expires_ms] rows, ``wall`` = when the read was sent.
 - ``cancel``: a cancel the coordinator acknowledged (``ok``), with the job's ``state``
@@ -42,6 +43,8 @@ LAPSED = frozenset({"abandoned", "unstarted_abandoned"})
 RETRYABLE = frozenset({"retryable_failure", "timed_out", "interrupted", "abandoned"})
 """R-5: outcomes retried while the budget lasts, after an R-2 delay."""
 SILENCING_FAULTS = frozenset({"kill9_worker", "sigstop_worker"})
+OUTAGE_FAULTS = frozenset({"pg_restart"})
+"""Faults during which no coordinator can write (the database is down)."""
 INF = math.inf
 
 
@@ -146,6 +149,10 @@ class Model:
             if came_up is not None:
                 periods.append((came_up, INF))
             self.up[replica] = periods
+        # While the database restarts, no replica can recover anything.
+        outages = [(w.start, w.end) for w in self.windows.values() if w.event.get("fault") in OUTAGE_FAULTS]
+        for replica, periods in self.up.items():
+            self.up[replica] = _without(periods, outages)
 
     def recovery_deadline(self, t: float) -> float:
         """The latest a lease that lapsed at ``t`` may be recovered: a maintenance
@@ -178,6 +185,24 @@ class Model:
         for event in self.enqueues:
             acked.update(zip(event["ids"], event["keys"], strict=True))
         return acked
+
+
+def _without(
+    periods: list[tuple[float, float]], gaps: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """``periods`` with the ``gaps`` cut out."""
+    for gap_start, gap_end in gaps:
+        cut: list[tuple[float, float]] = []
+        for start, end in periods:
+            if gap_end <= start or end <= gap_start:
+                cut.append((start, end))
+                continue
+            if start < gap_start:
+                cut.append((start, gap_start))
+            if gap_end < end:
+                cut.append((gap_end, end))
+        periods = cut
+    return periods
 
 
 def _ms(value: float) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-BOUNDED_FAULT_SECONDS = 12.0
+BOUNDED_FAULT_SECONDS = 10.0
 """The fault phase of each workload in the bounded run."""
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.engine import make_url
 
 from tests.chaos.history import History, Recorder, merge
 from tests.chaos.jobs import RETRY_DELAY, UNSTARTED_DELAY, Fragile, Task
+from tests.chaos.pgcluster import ThrowawayCluster
 from tests.chaos.proxy import ChaosProxy
 from tests.support import kill9, read_log, runwick_command, serve, start_process, wait_listening
 from worker_sdk import (
@@ -55,6 +56,7 @@ FAULT_WEIGHTS: dict[str, float] = {
     "kill9_coordinator": 1,
     "sigterm_coordinator": 0.7,
     "pg_terminate": 1.5,
+    "pg_restart": 1.5,
     "proxy_drop": 2,
     "proxy_delay": 1.5,
     "proxy_partition": 1.5,
@@ -80,6 +82,8 @@ class Settings:
     quiet_timeout_s: float = 90.0
     poll_interval_s: float = 0.25
     faults: dict[str, float] = field(default_factory=lambda: dict(FAULT_WEIGHTS))
+    pg_cluster: ThrowawayCluster | None = None
+    """The throwaway cluster ``database_url`` is on, which ``pg_restart`` restarts."""
 
     def header(self) -> dict[str, Any]:
         return {
@@ -93,6 +97,7 @@ class Settings:
             "slack_ms": self.slack_ms,
             "clock_tol_ms": self.clock_tol_ms,
             "faults": self.faults,
+            "throwaway_cluster": self.pg_cluster is not None,
         }
 
 
@@ -274,6 +279,8 @@ class Nemesis:
         self.tasks: set[asyncio.Task[None]] = set()
         self.busy_proxies: set[str] = set()
         self.coordinator_fault = False
+        self.database_fault = False
+        self.ending = asyncio.Event()
         self.errors: list[str] = []
 
     async def run(self, seconds: float) -> None:
@@ -288,13 +295,13 @@ class Nemesis:
             task = asyncio.create_task(self._guarded(kind, self.next_id))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        if self.tasks:
-            await asyncio.gather(*self.tasks)
 
     def _choose(self) -> str | None:
         weights = dict(self.settings.faults)
         if self.settings.engine != "postgres":
             weights.pop("pg_terminate", None)
+        if self.settings.pg_cluster is None or self.database_fault:
+            weights.pop("pg_restart", None)
         healthy = [w for w in self.cluster.workers if not w.busy and w.running]
         if len(healthy) <= 1:
             for kind in ("kill9_worker", "sigstop_worker", "sigterm_worker"):
@@ -309,6 +316,11 @@ class Nemesis:
         if not kinds:
             return None
         return self.rng.choices(kinds, [weights[k] for k in kinds])[0]
+
+    async def _hold(self, seconds: float) -> None:
+        """How long a fault lasts; cut short once the fault phase is over."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ending.wait(), seconds)
 
     def _fault(self, fault_id: int, kind: str, **fields: Any) -> None:
         self.recorder.record("fault", id=fault_id, fault=kind, **fields)
@@ -339,7 +351,7 @@ class Nemesis:
         try:
             await worker.kill9()
             self._fault(fault_id, "kill9_worker", worker_id=worker.worker_id, proxy=worker.proxy.name)
-            await asyncio.sleep(self.rng.uniform(0.2, 1.5))
+            await self._hold(self.rng.uniform(0.2, 1.5))
             worker.start()
             self._heal(fault_id, worker_id=worker.worker_id)
         finally:
@@ -361,7 +373,7 @@ class Nemesis:
                 proxy=worker.proxy.name,
                 duration_ms=duration * 1000,
             )
-            await asyncio.sleep(duration)
+            await self._hold(duration)
             self._heal(fault_id, worker_id=worker.worker_id)
             worker.signal(signal.SIGCONT)
         finally:
@@ -372,7 +384,7 @@ class Nemesis:
         try:
             self._fault(fault_id, "sigterm_worker", worker_id=worker.worker_id, proxy=worker.proxy.name)
             await worker.terminate()
-            await asyncio.sleep(self.rng.uniform(0.1, 1.0))
+            await self._hold(self.rng.uniform(0.1, 1.0))
             worker.start()
             self._heal(fault_id, worker_id=worker.worker_id)
         finally:
@@ -384,7 +396,7 @@ class Nemesis:
         try:
             await coordinator.kill9()
             self._fault(fault_id, "kill9_coordinator", replica=coordinator.name)
-            await asyncio.sleep(self.rng.uniform(0.3, 2.0))
+            await self._hold(self.rng.uniform(0.3, 2.0))
             await coordinator.start()
             self._heal(fault_id, replica=coordinator.name)
         finally:
@@ -397,7 +409,7 @@ class Nemesis:
         try:
             self._fault(fault_id, "sigterm_coordinator", replica=coordinator.name)
             await coordinator.terminate()
-            await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+            await self._hold(self.rng.uniform(0.2, 1.0))
             await coordinator.start()
             self._heal(fault_id, replica=coordinator.name)
         finally:
@@ -427,6 +439,19 @@ class Nemesis:
         self._fault(fault_id, "pg_terminate", application_names=names, terminated=count)
         self._heal(fault_id)
 
+    async def pg_restart(self, fault_id: int) -> None:
+        """The database crashes and comes back: ``pg_ctl restart -m immediate`` of the
+        throwaway cluster (never the shared server)."""
+        cluster = self.settings.pg_cluster
+        assert cluster is not None
+        self.database_fault = True
+        try:
+            self._fault(fault_id, "pg_restart")
+            await asyncio.to_thread(cluster.restart_immediate)
+            self._heal(fault_id)
+        finally:
+            self.database_fault = False
+
     async def proxy_drop(self, fault_id: int) -> None:
         proxy = self._pick_proxy()
         try:
@@ -442,7 +467,7 @@ class Nemesis:
         try:
             proxy.delay(delay_ms)
             self._fault(fault_id, "proxy_delay", proxy=proxy.name, delay_ms=delay_ms)
-            await asyncio.sleep(self.rng.uniform(1.0, 4.0))
+            await self._hold(self.rng.uniform(1.0, 4.0))
             proxy.delay(0)
             self._heal(fault_id)
         finally:
@@ -462,14 +487,16 @@ class Nemesis:
                 heal="resume" if resume else "drop",
                 duration_ms=duration * 1000,
             )
-            await asyncio.sleep(duration)
+            await self._hold(duration)
             proxy.heal(resume=resume)
             self._heal(fault_id)
         finally:
             self.busy_proxies.discard(proxy.name)
 
     async def heal_all(self) -> None:
-        """After the fault phase: every proxy forwarding, every process running."""
+        """After the fault phase: faults still going are cut short, then every proxy
+        forwards and every process runs."""
+        self.ending.set()
         if self.tasks:
             await asyncio.gather(*self.tasks)
         for proxy in self.cluster.proxies:

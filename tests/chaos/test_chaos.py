@@ -4,6 +4,8 @@ by ``tests.chaos.checker``. Bounded by default; ``--chaos-minutes N`` for a long
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,9 @@ from sqlalchemy import create_engine, text
 
 from tests.chaos.checker import check
 from tests.chaos.conftest import ChaosOptions
-from tests.chaos.harness import RunResult, Settings, logs_tail, run_chaos
+from tests.chaos.harness import FAULT_WEIGHTS, RunResult, Settings, logs_tail, run_chaos
+from tests.chaos.pgcluster import ThrowawayCluster
+from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -71,3 +75,30 @@ async def test_chaos_postgres_two_replicas(
         replicas=2,
     )
     _verdict(await run_chaos(settings), chaos_options, tmp_path, "test_chaos_postgres_two_replicas")
+
+
+@pytest.mark.postgres
+async def test_chaos_postgres_database_restarts(chaos_options: ChaosOptions, tmp_path: Path) -> None:
+    """Two replicas over a throwaway cluster of this machine's PostgreSQL, which the
+    nemesis also crashes and restarts (``pg_ctl restart -m immediate``)."""
+    cluster = ThrowawayCluster().start()
+    try:
+        migrate = [sys.executable, "-m", "coordinator.cli", "migrate", "--database-url", cluster.url]
+        done = subprocess.run(migrate, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        settings = Settings(
+            engine="postgres",
+            database_url=cluster.url,
+            workdir=tmp_path / "run",
+            seed=chaos_options.seed_for("postgres-restarts"),
+            # The bounded run keeps this one short: the other workloads cover the rest.
+            fault_seconds=chaos_options.fault_seconds * (1 if chaos_options.long else 0.6),
+            replicas=2,
+            pg_cluster=cluster,
+            faults={**FAULT_WEIGHTS, "pg_restart": 3.0},
+        )
+        result = await run_chaos(settings)
+        _verdict(result, chaos_options, tmp_path, "test_chaos_postgres_database_restarts")
+    finally:
+        (tmp_path / "postgres.log").write_text(cluster.log_tail(100_000))
+        cluster.stop()

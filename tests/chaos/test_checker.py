@@ -511,6 +511,8 @@ def test_the_recovery_deadline_counts_from_a_replica_serving_long_enough():
     events += [ev("coordinator_up", 0, replica="b"), ev("coordinator_down", 200, replica="b")]
     events.append(ev("coordinator_up", 7_000, replica="b"))
     assert Model(history(events)).recovery_deadline(4_500) == 8_200  # b is back first
+    events += [ev("fault", 7_500, id=9, fault="pg_restart"), ev("heal", 7_900, id=9)]
+    assert Model(history(events)).recovery_deadline(4_500) == 9_100  # the database was down
     assert Model(history([])).recovery_deadline(50) == 1_250
 
 
