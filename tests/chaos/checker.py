@@ -833,6 +833,13 @@ class Report:
             notes = f"; {'; '.join(result.notes)}" if result.notes else ""
             status = "ok" if not result.violations else f"{len(result.violations)} VIOLATED"
             lines.append(f"    {name}: {result.checked} checked{extra}: {status}{notes}")
+        log_errors = header.get("log_errors") or {}
+        if log_errors:
+            lines.append(
+                f"  process log errors (not checked): {sum(log_errors.values())} lines, "
+                f"{len(log_errors)} kinds; most frequent:"
+            )
+            lines.extend(f"    {count} x {message}" for message, count in list(log_errors.items())[:6])
         violations = self.violations
         lines.append(f"  violations: {len(violations)}")
         lines.extend(f"    {v}" for v in violations[:max_violations])

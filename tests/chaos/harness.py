@@ -19,9 +19,11 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -866,10 +868,26 @@ async def run_chaos(settings: Settings) -> RunResult:
         for proxy in cluster.proxies:
             await proxy.close()
         recorder.close()
-    header = {**settings.header(), "problems": problems}
+    header = {**settings.header(), "problems": problems, "log_errors": scan_logs(workdir)}
     history = merge(header, recorder.events, sorted(workdir.glob("events-*.jsonl")))
     path = history.save(workdir / "history.jsonl")
     return RunResult(history, path, problems, time.monotonic() - began)
+
+
+_LEVEL = re.compile(r" (ERROR|CRITICAL) (\S+) (.*)")
+_NOISE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\d+")
+
+
+def scan_logs(workdir: Path) -> dict[str, int]:
+    """ERROR and CRITICAL lines of every process log, by logger and message with IDs
+    and numbers blanked: not invariant violations, but worth a look."""
+    found: Counter[str] = Counter()
+    for log in workdir.glob("*.log"):
+        for line in read_log(log).splitlines():
+            match = _LEVEL.search(line)
+            if match:
+                found[f"{match[2]}: {_NOISE.sub('N', match[3])[:160]}"] += 1
+    return dict(found.most_common())
 
 
 def logs_tail(workdir: Path, chars: int = 1500) -> str:
