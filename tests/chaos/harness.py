@@ -534,13 +534,17 @@ def make_payload(rng: random.Random, key: str) -> Task | Fragile:
 
 class Producer(threading.Thread):
     """A blocking ``Client`` enqueueing batches with idempotency keys through a proxy,
-    retrying a batch on UNAVAILABLE (and deadline) until it is acknowledged; now and then
-    it sends an acknowledged batch again, which must name the same jobs."""
+    retrying a batch on UNAVAILABLE (and deadline) until it is acknowledged. Now and then
+    it sends an acknowledged batch again, or sends a new batch through two proxies at
+    once (a race on the keys, perhaps across replicas): every answer must name the same
+    jobs."""
 
-    def __init__(self, index: int, target: str, seed: int, recorder: Recorder, stop: threading.Event) -> None:
+    def __init__(
+        self, index: int, targets: list[str], seed: int, recorder: Recorder, stop: threading.Event
+    ) -> None:
         super().__init__(name=f"chaos-producer-{index}", daemon=True)
         self.index = index
-        self.target = target
+        self.targets = targets
         self.rng = random.Random(seed)
         self.recorder = recorder
         self.stop_event = stop
@@ -549,28 +553,38 @@ class Producer(threading.Thread):
         self.sent: list[list[EnqueueItem]] = []
 
     def run(self) -> None:
-        client = Client(self.target, rpc_timeout=timedelta(seconds=3))
-        client.job_defaults(retry_delay=RETRY_DELAY, unstarted_recovery_delay=UNSTARTED_DELAY)
+        clients = [Client(target, rpc_timeout=timedelta(seconds=3)) for target in self.targets]
+        for client in clients:
+            client.job_defaults(retry_delay=RETRY_DELAY, unstarted_recovery_delay=UNSTARTED_DELAY)
         batch = 0
         try:
             while not self.stop_event.is_set():
                 if self.sent and self.rng.random() < 0.1:
-                    items = self.rng.choice(self.sent)
+                    if not self._enqueue(clients[0], self.rng.choice(self.sent), "again"):
+                        return
+                    continue
+                batch += 1
+                items = [
+                    EnqueueItem(make_payload(self.rng, key), idempotency_key=key)
+                    for key in (f"p{self.index}-b{batch}-j{j}" for j in range(self.rng.randint(1, 6)))
+                ]
+                if len(clients) > 1 and self.rng.random() < 0.15:
+                    racer = threading.Thread(target=self._enqueue, args=(clients[1], items, "race"))
+                    racer.start()
+                    acked = self._enqueue(clients[0], items, "race")
+                    racer.join()
                 else:
-                    batch += 1
-                    items = [
-                        EnqueueItem(make_payload(self.rng, key), idempotency_key=key)
-                        for key in (f"p{self.index}-b{batch}-j{j}" for j in range(self.rng.randint(1, 6)))
-                    ]
-                if not self._enqueue(client, items):
+                    acked = self._enqueue(clients[0], items, "new")
+                if not acked:
                     return
                 self.stop_event.wait(self.rng.uniform(0.3, 1.0))
         except Exception as error:  # reported by the test
             self.errors.append(f"{type(error).__name__}: {error}")
         finally:
-            client.close()
+            for client in clients:
+                client.close()
 
-    def _enqueue(self, client: Client, items: list[EnqueueItem]) -> bool:
+    def _enqueue(self, client: Client, items: list[EnqueueItem], how: str) -> bool:
         keys = [item.idempotency_key for item in items]
         tries = 0
         while True:
@@ -584,8 +598,12 @@ class Producer(threading.Thread):
                     return False
                 time.sleep(0.2)
                 continue
-            self.recorder.record("enqueue", producer=self.index, keys=keys, ids=ids, tries=tries)
-            self.sent.append(items)
+            except Exception as error:  # reported by the test (the racing thread's too)
+                self.errors.append(f"enqueue ({how}): {type(error).__name__}: {error}")
+                return False
+            self.recorder.record("enqueue", producer=self.index, keys=keys, ids=ids, tries=tries, how=how)
+            if how == "new":
+                self.sent.append(items)
             return True
 
 
@@ -817,7 +835,7 @@ async def run_chaos(settings: Settings) -> RunResult:
         producers = [
             Producer(
                 i,
-                cluster.proxies[i % len(cluster.proxies)].target,
+                [p.target for p in cluster.proxies[i:] + cluster.proxies[:i]],
                 rng.randrange(2**32),
                 recorder,
                 stop_producers,
