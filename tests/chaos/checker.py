@@ -858,6 +858,7 @@ OPERATION_KINDS = {
     "retry": "manual retries",
     "final_job": "jobs read back",
     "final_attempt": "attempts read back",
+    "enqueue_cancelled": "enqueues answered CANCELLED (a known finding)",
 }
 
 

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 from sqlalchemy.engine import make_url
 
 from tests.chaos.history import History, Recorder, merge
@@ -41,6 +42,7 @@ from worker_sdk import (
     AsyncClient,
     AttemptInfo,
     Client,
+    CoordinatorError,
     CoordinatorUnavailable,
     EnqueueItem,
     FailedPrecondition,
@@ -50,6 +52,18 @@ from worker_sdk import (
 
 WORKER_APP = "tests.chaos.worker_app:worker"
 NOT_ENDED = (JobState.SCHEDULED, JobState.WAITING, JobState.AVAILABLE, JobState.RESERVED, JobState.RUNNING)
+
+TRANSIENT = (CoordinatorUnavailable, CoordinatorError)
+"""What the observer, the manager and the read-back catch, then retry if ``transient``."""
+
+
+def transient(error: Exception) -> bool:
+    """UNAVAILABLE (or deadline), or the CANCELLED a call racing a graceful shutdown gets
+    (a known finding, see tests/chaos/test_findings.py)."""
+    if isinstance(error, CoordinatorUnavailable):
+        return True
+    return isinstance(error, CoordinatorError) and error.status_code is grpc.StatusCode.CANCELLED
+
 
 FAULT_WEIGHTS: dict[str, float] = {
     "kill9_worker": 3,
@@ -598,6 +612,15 @@ class Producer(threading.Thread):
                     return False
                 time.sleep(0.2)
                 continue
+            except CoordinatorError as error:
+                if error.status_code is not grpc.StatusCode.CANCELLED:
+                    self.errors.append(f"enqueue ({how}): {type(error).__name__}: {error}")
+                    return False
+                # A known finding (tests/chaos/test_findings.py): a call racing a graceful
+                # shutdown is answered CANCELLED, not UNAVAILABLE. Counted, and retried.
+                self.recorder.record("enqueue_cancelled", producer=self.index, keys=keys, error=str(error))
+                time.sleep(0.2)
+                continue
             except Exception as error:  # reported by the test (the racing thread's too)
                 self.errors.append(f"enqueue ({how}): {type(error).__name__}: {error}")
                 return False
@@ -639,7 +662,9 @@ class Observer:
                         held.append(
                             [job.id, job.current_attempt_id, job.state.value, ms(job.lease_expires_at)]
                         )
-            except CoordinatorUnavailable:
+            except TRANSIENT as error:
+                if not transient(error):
+                    raise
                 continue
             self.recorder.record("poll", replica=replica.name, held=held, wall=sent)
             return
@@ -675,8 +700,9 @@ class Manager:
                         await self._cancel(client)
                     else:
                         await self._retry(client)
-                except CoordinatorUnavailable:
-                    pass
+                except TRANSIENT as error:
+                    if not transient(error):
+                        raise
 
     async def _cancel(self, client: AsyncClient) -> None:
         acknowledged = self._acknowledged()
@@ -756,7 +782,9 @@ async def _retrying(call: Callable[[], Any], attempts: int = 20) -> Any:
     for attempt in range(attempts):
         try:
             return await call()
-        except CoordinatorUnavailable:
+        except TRANSIENT as error:
+            if not transient(error):
+                raise
             if attempt == attempts - 1:
                 raise
             await asyncio.sleep(0.25)
@@ -773,7 +801,9 @@ async def wait_quiet(client: AsyncClient, timeout_s: float) -> int:
             for state in NOT_ENDED:
                 async for _ in client.list_jobs(state=state, page_size=500):
                     pending += 1
-        except CoordinatorUnavailable:
+        except TRANSIENT as error:
+            if not transient(error):
+                raise
             pending = -1
         if pending == 0 or loop.time() > deadline:
             return pending
