@@ -38,7 +38,8 @@ def _verdict(result: RunResult, options: ChaosOptions, tmp_path: Path, name: str
         f"{summary}{problems}\n"
         f"failing history and seed kept in {kept}\n"
         f"re-check: python -m tests.chaos.check {kept}\n"
-        f"replay the schedule: pytest {__file__}::{name} --chaos-seed {header['seed']}\n"
+        f"run the schedule again: pytest tests/chaos/test_chaos.py::{name} --chaos-seed {header['seed']}"
+        " (same faults and payloads; real processes interleave anew)\n"
         f"{logs_tail(result.history_path.parent)}",
         pytrace=False,
     )
