@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.chaos.checker import check
 from tests.chaos.conftest import ChaosOptions
 from tests.chaos.harness import FAULT_WEIGHTS, RunResult, Settings, logs_tail, run_chaos
 from tests.chaos.pgcluster import ThrowawayCluster
+from tests.conftest import _truncate
 from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -63,10 +63,7 @@ async def test_chaos_postgres_two_replicas(
 ) -> None:
     """Two replicas over the run's PostgreSQL database: one at a time is killed, and
     their backends are terminated."""
-    engine = create_engine(postgres_url)
-    with engine.begin() as conn:
-        conn.execute(text("TRUNCATE transitions, attempts, jobs, tokens, audit_events"))
-    engine.dispose()
+    _truncate(postgres_url)
     settings = Settings(
         engine="postgres",
         database_url=postgres_url,

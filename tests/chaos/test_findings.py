@@ -1,6 +1,8 @@
 """What the chaos runs turned up, each as the smallest test that shows it. A finding
 in code this suite does not own is marked ``xfail(strict=True)`` until it is fixed (then
-the test passes, the strict xfail fails, and the marker goes).
+the test passes, the strict xfail fails, and the marker goes). The first one (a stream
+the coordinator ends leaves a pending task) is fixed: the SDK now ends each stream in
+order.
 
 Seen but without a deterministic test: an Enqueue that races a graceful coordinator
 shutdown (SIGTERM) is sometimes answered CANCELLED with no details and nothing written;
@@ -28,13 +30,6 @@ from worker_sdk import JobContext, Worker
 pytestmark = pytest.mark.chaos
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SDK session: a stream the coordinator ends cleanly (connection age, drain, a failed "
-    "batch) leaves its request iterator waiting on the old outbox; grpc's pending "
-    "_consume_request_iterator task is then destroyed ('Task was destroyed but it is pending!', "
-    "'aclose(): asynchronous generator is already running') on every reconnect",
-)
 async def test_a_stream_the_coordinator_ends_leaves_no_pending_task_behind(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
