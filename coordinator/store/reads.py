@@ -145,12 +145,17 @@ def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
         by_state[JobState(state)] = by_state.get(JobState(state), 0) + int(delta)
     result: list[QueueStats] = []
     for queue in map(queue_from_row, conn.execute(select(queues).order_by(queues.c.name))):
+        # The first entry of the queue's part of ix_jobs_due (ordered, so the planner
+        # takes that index rather than counting the queue's claimable rows).
         oldest = conn.execute(
-            select(func.min(jobs.c.run_at_ms)).where(
+            select(jobs.c.run_at_ms)
+            .where(
                 jobs.c.queue == queue.name,
                 jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]),
                 jobs.c.run_at_ms <= now_ms,
             )
+            .order_by(jobs.c.run_at_ms)
+            .limit(1)
         ).scalar()
         by_state = counts.get(queue.name, {})
         result.append(
