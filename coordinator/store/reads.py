@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, text
 
 from coordinator.domain.records import (
     AttemptRecord,
@@ -16,7 +16,7 @@ from coordinator.domain.records import (
     TokenRecord,
     Transition,
 )
-from coordinator.domain.states import CLAIMABLE_STATES, JobState
+from coordinator.domain.states import JobState
 from coordinator.store.rows import (
     attempt_from_row,
     event_from_row,
@@ -27,6 +27,7 @@ from coordinator.store.rows import (
     transition_from_row,
 )
 from coordinator.store.schema import (
+    CLAIMABLE_PREDICATE,
     attempts,
     audit_events,
     dependencies,
@@ -145,15 +146,12 @@ def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
         by_state[JobState(state)] = by_state.get(JobState(state), 0) + int(delta)
     result: list[QueueStats] = []
     for queue in map(queue_from_row, conn.execute(select(queues).order_by(queues.c.name))):
-        # The first entry of the queue's part of ix_jobs_due (ordered, so the planner
-        # takes that index rather than counting the queue's claimable rows).
+        # The first entry of the queue's part of ix_jobs_due. The state test is the
+        # index's own predicate, as text: a planner can only use a partial index when the
+        # query implies its predicate, and bound parameters prove nothing.
         oldest = conn.execute(
             select(jobs.c.run_at_ms)
-            .where(
-                jobs.c.queue == queue.name,
-                jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]),
-                jobs.c.run_at_ms <= now_ms,
-            )
+            .where(jobs.c.queue == queue.name, text(CLAIMABLE_PREDICATE), jobs.c.run_at_ms <= now_ms)
             .order_by(jobs.c.run_at_ms)
             .limit(1)
         ).scalar()

@@ -68,6 +68,9 @@ jobs = Table(
 )
 
 _CLAIMABLE = "state IN ('available', 'scheduled')"
+CLAIMABLE_PREDICATE = _CLAIMABLE
+"""The claim and due indexes' predicate: a query must state it word for word (as text,
+not bound parameters) for a planner to use those partial indexes."""
 _LEASED = "state IN ('reserved', 'running')"
 
 Index(
