@@ -94,6 +94,8 @@ BATCHED = ["claim", "start", "start", "result", "result", "heartbeat", "release"
 """The messages a batch is made of."""
 OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "ipv4:127.0.0.1:1")
 MAX_JOBS = 5
+LEASE_AS_STORED = -1
+"""A model lease the store decides (it is read back at the next check)."""
 LEASES_MS = st.sampled_from([1_000, 5_000, 60_000])
 ADVANCES_MS = st.sampled_from([1, 400, 1_000, 2_500, 10_000, 61_000])
 LEASED = frozenset({JobState.RESERVED, JobState.RUNNING})
@@ -180,6 +182,8 @@ class ModelJob:
     current: str | None = None
     holder: int | None = None
     lease_until: int | None = None
+    lease_floor: int | None = None
+    """The lease before a start (``LEASE_AS_STORED``), which it must not shorten."""
     cancel_requested: bool = False
     finished_at: int | None = None
     last_error_code: str | None = None
@@ -219,6 +223,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         """The store as the last check saw it."""
         self.delays: dict[str, int | None] = {}
         """The retry delays the store chose in this step (R-2 jitter is random)."""
+        self.keys: dict[str, str] = {}
+        """Idempotency keys and the jobs they made."""
         self.expect_unchanged = False
         self.retried: str | None = None
 
@@ -383,15 +389,29 @@ class LifecycleMachine(RuleBasedStateMachine):
             data.draw(job_settings(), label="settings"),
             data.draw(st.integers(0, 2), label="priority"),
             data.draw(st.sampled_from([None, -1_000, 0, 1_500]), label="run_at offset"),
+            data.draw(st.sampled_from([None, None, "key-1", "key-2"]), label="idempotency key"),
         )
 
-    def add_job(self, layer: SettingsLayer, priority: int, run_at_offset: int | None) -> None:
+    def add_job(
+        self, layer: SettingsLayer, priority: int, run_at_offset: int | None, key: str | None = None
+    ) -> None:
         now = self.h.clock.advance(1)
         run_at = None if run_at_offset is None else now + run_at_offset
         [enqueued] = self.h.enqueue_specs(
-            [NewJobSpec(WIRE, b"{}", priority=priority, run_at_ms=run_at, settings=layer)]
+            [
+                NewJobSpec(
+                    WIRE, b"{}", priority=priority, run_at_ms=run_at, idempotency_key=key, settings=layer
+                )
+            ]
         )
+        if key in self.keys:  # R-14: the job that key made, as it is now; nothing new
+            assert (enqueued.existing, enqueued.job_id) == (True, self.keys[key])
+            assert enqueued.state is self.jobs[enqueued.job_id].state
+            self.unchanged()
+            return
         assert not enqueued.existing
+        if key is not None:
+            self.keys[key] = enqueued.job_id
         settings = self.h.job(enqueued.job_id).settings
         assert settings == JobSettings(  # R-3: the job's own settings, copied onto it
             max_executions=layer.max_executions or 0,
@@ -445,9 +465,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         [answer] = self.h.ops.process(WorkBatch(starts=[AttemptMessage(attempt_id, WORKERS[worker])])).starts
         self.settle(self.expect_start(attempt_id, answer))
 
-    def expect_start(self, attempt_id: str, answer: StartAnswer) -> bool:
+    def expect_start(self, attempt_id: str, answer: StartAnswer, lease: int | None = None) -> bool:
+        """``lease``: the job's lease when the batch began (default: as the model has it)."""
         attempt = self.attempts[attempt_id]
         job = self.jobs[attempt.job_id]
+        lease = job.lease_until if lease is None else lease
         if attempt.started_at is not None:  # R-14: a repeat, answered while it still runs
             assert answer.granted == (job.current == attempt_id and job.state is JobState.RUNNING), answer
             if answer.granted:
@@ -457,11 +479,17 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert not answer.granted, answer
             return False
         assert job.state is JobState.RESERVED
+        lapsed = lease is not None and lease <= self.now
+        if lapsed and not answer.granted:
+            return False  # R-4 allows refusing a claim whose lease lapsed (expiry has not run)
         assert (answer.granted, answer.execution_number) == (True, job.executions + 1), answer  # R-1
         job.executions += 1
         job.streak = 0
         job.move(JobState.RUNNING, attempt_id)
         attempt.started_at, attempt.execution_number = self.now, job.executions
+        # A start may keep the lease or renew it (today it keeps it, even a lapsed one:
+        # see test_late_start.py), never shorten it: read it back at the next check.
+        job.lease_floor, job.lease_until = job.lease_until, LEASE_AS_STORED
         return True
 
     def heartbeat(self, data: st.DataObject) -> None:
@@ -576,12 +604,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         answers = self.h.ops.process(batch)
 
         # Heartbeats found the leases as they were before this batch's releases.
+        leases = {job.id: job.lease_until for job in self.jobs.values()}
         changed = [
             self.expect_heartbeat(h, a) for h, a in zip(batch.heartbeats, answers.heartbeats, strict=True)
         ]
         changed += [self.expect_release(message) for message in batch.releases]
         changed += [
-            self.expect_start(s.attempt_id, a) for s, a in zip(batch.starts, answers.starts, strict=True)
+            self.expect_start(s.attempt_id, a, leases[self.attempts[s.attempt_id].job_id])
+            for s, a in zip(batch.starts, answers.starts, strict=True)
         ]
         changed += [self.expect_result(r, a) for r, a in zip(batch.results, answers.results, strict=True)]
         changed += [self.expect_claim(c, a) for c, a in zip(batch.claims, answers.claims, strict=True)]
@@ -758,6 +788,9 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def check_job(self, model: ModelJob, seen: Seen, previous: Seen | None) -> None:
         job = seen.job
+        if model.lease_until == LEASE_AS_STORED and job.lease_expires_at_ms is not None:
+            assert job.lease_expires_at_ms >= (model.lease_floor or 0), "a start shortened the lease"
+            model.lease_until = job.lease_expires_at_ms
         assert isinstance(job.state, JobState)
         # The history: a chain of allowed transitions, appended to, never rewritten.
         # (Only the newest max_history_per_job entries are kept.)
