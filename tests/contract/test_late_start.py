@@ -1,0 +1,50 @@
+"""A start that arrives after its claim's lease lapsed, before lease expiry ran.
+
+R-4: a claim whose lease lapses before start costs nothing. The coordinator grants such
+a start (``decide_start`` does not look at the lease), charges the execution, and leaves
+the lapsed deadline as it was: the next expiry pass then ends the run it has just
+authorized ``abandoned`` (R-5), one execution spent, the job retried while the worker
+still runs the handler (it hears ``lost`` at its next heartbeat, if that comes after the
+expiry; a heartbeat first renews the lease and nothing goes wrong). The window is the
+maintenance interval after the deadline (1 s by default): a worker that stalled past
+its lease and then starts.
+
+Either answer would keep R-4: refuse the start (the claim then lapses unstarted, free),
+or grant it with a fresh lease. The test accepts both. (A fresh lease written with the
+start must not undo a heartbeat's renewal in the same batch: starts are gathered before
+the batch's heartbeats renew leases, and the state machine checks a start never
+shortens a lease.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.domain.states import JobState, Outcome
+
+from .harness import Harness
+
+LEASE_MS = 1_000
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a start granted after its claim's lease lapsed keeps the lapsed deadline, so the next "
+    "expiry pass ends the authorized run abandoned and charged (R-4 says a claim lapsed before "
+    "start costs nothing)",
+)
+def test_r4_a_start_after_the_lease_lapsed_is_refused_or_gets_a_fresh_lease(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    claimed = harness.claim_one(job_id, lease_ms=LEASE_MS)
+    harness.clock.advance(LEASE_MS + 1)  # the deadline passed; the maintenance loop has not run
+
+    answer = harness.start(claimed.attempt_id)
+    harness.ops.expire_leases()
+
+    job = harness.job(job_id)
+    [attempt] = harness.attempts(job_id)
+    if answer.granted:  # the run it authorized goes on under a lease of its own
+        assert job.state is JobState.RUNNING
+        assert job.lease_expires_at_ms is not None and job.lease_expires_at_ms > harness.clock.now_ms()
+    else:  # the claim lapsed unstarted: no execution charged
+        assert (attempt.outcome, job.executions, job.unstarted_streak) == (Outcome.UNSTARTED_ABANDONED, 0, 1)
