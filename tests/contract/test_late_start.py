@@ -18,8 +18,6 @@ shortens a lease.)
 
 from __future__ import annotations
 
-import pytest
-
 from coordinator.domain.states import JobState, Outcome
 
 from .harness import Harness
@@ -27,12 +25,6 @@ from .harness import Harness
 LEASE_MS = 1_000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a start granted after its claim's lease lapsed keeps the lapsed deadline, so the next "
-    "expiry pass ends the authorized run abandoned and charged (R-4 says a claim lapsed before "
-    "start costs nothing)",
-)
 def test_r4_a_start_after_the_lease_lapsed_is_refused_or_gets_a_fresh_lease(harness: Harness) -> None:
     job_id = harness.enqueue()
     claimed = harness.claim_one(job_id, lease_ms=LEASE_MS)
