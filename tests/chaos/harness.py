@@ -52,6 +52,8 @@ from worker_sdk import (
 
 WORKER_APP = "tests.chaos.worker_app:worker"
 NOT_ENDED = (JobState.SCHEDULED, JobState.WAITING, JobState.AVAILABLE, JobState.RESERVED, JobState.RUNNING)
+BACKLOG_CAP = 150
+"""Producers wait while more jobs than this wait to be claimed."""
 
 TRANSIENT = (CoordinatorUnavailable, CoordinatorError)
 """What the observer, the manager and the read-back catch, then retry if ``transient``."""
@@ -264,8 +266,11 @@ class Cluster:
         for worker in self.workers:
             worker.start()
 
-    async def stop(self) -> None:
+    async def stop_workers(self) -> None:
         await asyncio.gather(*(w.terminate() for w in self.workers), return_exceptions=True)
+
+    async def stop(self) -> None:
+        await self.stop_workers()
         await asyncio.gather(*(c.stop() for c in self.coordinators), return_exceptions=True)
         for proxy in self.proxies:
             await proxy.close()
@@ -554,9 +559,16 @@ class Producer(threading.Thread):
     jobs."""
 
     def __init__(
-        self, index: int, targets: list[str], seed: int, recorder: Recorder, stop: threading.Event
+        self,
+        index: int,
+        targets: list[str],
+        seed: int,
+        recorder: Recorder,
+        stop: threading.Event,
+        backlog: Callable[[], int] = lambda: 0,
     ) -> None:
         super().__init__(name=f"chaos-producer-{index}", daemon=True)
+        self.backlog = backlog
         self.index = index
         self.targets = targets
         self.rng = random.Random(seed)
@@ -573,6 +585,9 @@ class Producer(threading.Thread):
         batch = 0
         try:
             while not self.stop_event.is_set():
+                if self.backlog() > BACKLOG_CAP:
+                    self.stop_event.wait(0.2)
+                    continue
                 if self.sent and self.rng.random() < 0.1:
                     if not self._enqueue(clients[0], self.rng.choice(self.sent), "again"):
                         return
@@ -639,14 +654,34 @@ class Observer:
         self.recorder = recorder
         self.interval_s = interval_s
         self.clients: dict[str, AsyncClient] = {}
+        self.backlog = 0
+        """Jobs waiting to be claimed (available or scheduled), counted up to just over
+        ``BACKLOG_CAP``: the producers hold back above it, so a long run cannot pile up
+        more work than the quiet period can finish."""
 
     async def run(self, stop: asyncio.Event) -> None:
+        polls = 0
         while not stop.is_set():
-            await self.poll_once()
+            client = await self.poll_once()
+            polls += 1
+            if client is not None and polls % 4 == 0:
+                with contextlib.suppress(*TRANSIENT):
+                    self.backlog = await self._count_waiting(client)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)
 
-    async def poll_once(self) -> None:
+    @staticmethod
+    async def _count_waiting(client: AsyncClient) -> int:
+        count = 0
+        for state in (JobState.AVAILABLE, JobState.SCHEDULED):
+            async for _ in client.list_jobs(state=state, page_size=BACKLOG_CAP + 1):
+                count += 1
+                if count > BACKLOG_CAP:
+                    return count
+        return count
+
+    async def poll_once(self) -> AsyncClient | None:
+        """One read of the leased jobs; returns the client that answered, if any."""
         for replica in self.cluster.coordinators:
             target = replica.target
             if target is None:
@@ -667,7 +702,8 @@ class Observer:
                     raise
                 continue
             self.recorder.record("poll", replica=replica.name, held=held, wall=sent)
-            return
+            return client
+        return None
 
     async def close(self) -> None:
         for client in self.clients.values():
@@ -810,6 +846,27 @@ async def wait_quiet(client: AsyncClient, timeout_s: float) -> int:
         await asyncio.sleep(0.5)
 
 
+async def wait_unleased(client: AsyncClient, timeout_s: float) -> None:
+    """Waits (bounded) until no job is reserved or running: with the workers gone, their
+    leases lapse and the coordinator recovers them."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        try:
+            leased = [
+                job.id
+                for state in (JobState.RESERVED, JobState.RUNNING)
+                async for job in client.list_jobs(state=state, page_size=500)
+            ]
+        except TRANSIENT as error:
+            if not transient(error):
+                raise
+            leased = ["?"]
+        if not leased:
+            return
+        await asyncio.sleep(0.5)
+
+
 async def read_back(client: AsyncClient, recorder: Recorder) -> int:
     """Records every job on the coordinator and its attempts (``final_*`` events)."""
     jobs = await _retrying(lambda: _all_job_ids(client))
@@ -855,8 +912,10 @@ async def run_chaos(settings: Settings) -> RunResult:
     problems: list[str] = []
     stop_producers = threading.Event()
     producers: list[Producer] = []
-    stop_background = asyncio.Event()
+    stop_manager = asyncio.Event()
+    stop_observer = asyncio.Event()
     observer = Observer(cluster, recorder, settings.poll_interval_s)
+    quiet_timeout_s = settings.quiet_timeout_s + 0.02 * settings.fault_seconds
     try:
         await cluster.start()
         recorder.record("phase", phase="faults")
@@ -869,15 +928,14 @@ async def run_chaos(settings: Settings) -> RunResult:
                 rng.randrange(2**32),
                 recorder,
                 stop_producers,
+                backlog=lambda: observer.backlog,
             )
             for i in range(settings.producers)
         ]
         for producer in producers:
             producer.start()
-        background = [
-            asyncio.create_task(observer.run(stop_background)),
-            asyncio.create_task(manager.run(stop_background)),
-        ]
+        observing = asyncio.create_task(observer.run(stop_observer))
+        managing = asyncio.create_task(manager.run(stop_manager))
         await nemesis.run(settings.fault_seconds)
         await nemesis.heal_all()
         recorder.record("phase", phase="quiet")
@@ -887,19 +945,20 @@ async def run_chaos(settings: Settings) -> RunResult:
             if producer.is_alive():
                 producer.give_up.set()
                 await asyncio.to_thread(producer.join, 10)
-        manager_task = background.pop()
-        stop_background.set()
-        await manager_task
-        stop_background.clear()  # the observer goes on through the quiet period
+        stop_manager.set()
+        await managing
         target = cluster.targets()[0]
         async with AsyncClient(target, rpc_timeout=timedelta(seconds=10)) as client:
-            pending = await wait_quiet(client, settings.quiet_timeout_s)
+            pending = await wait_quiet(client, quiet_timeout_s)
             if pending:
                 problems.append(
-                    f"{pending} job(s) still not ended {settings.quiet_timeout_s:g} s into the quiet period"
+                    f"{pending} job(s) still not ended {quiet_timeout_s:g} s into the quiet period"
                 )
-            stop_background.set()
-            await asyncio.gather(*background)
+                # Read a still picture: no worker may change what the read-back sees.
+                await cluster.stop_workers()
+                await wait_unleased(client, settings.lease_ms / 1000 * 2 + 10)
+            stop_observer.set()
+            await observing
             recorder.record("phase", phase="read_back")
             await read_back(client, recorder)
         problems.extend(nemesis.errors)
@@ -910,7 +969,8 @@ async def run_chaos(settings: Settings) -> RunResult:
         stop_producers.set()
         for producer in producers:
             producer.give_up.set()
-        stop_background.set()
+        stop_manager.set()
+        stop_observer.set()
         await observer.close()
         cluster.reap()
         for proxy in cluster.proxies:
