@@ -31,7 +31,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
 
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
         job = await self.app.get_job(request.id)
-        relatives = await self.app.relatives(job.id)
+        relatives = await self.app.relatives(job)
         return pb.GetJobResponse(job=convert.job_to_pb(job, relatives=relatives))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
@@ -55,7 +55,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     async def WaitJob(self, request: pb.WaitJobRequest, context: Context) -> pb.WaitJobResponse:
         timeout_ms = convert.duration_ms(request.timeout, "timeout") if request.HasField("timeout") else None
         job = await self.app.wait_job(request.id, timeout_ms)
-        relatives = await self.app.relatives(job.id)
+        relatives = await self.app.relatives(job)
         return pb.WaitJobResponse(
             job=convert.job_to_pb(job, relatives=relatives), terminal=job.state.terminal
         )

@@ -133,6 +133,8 @@ class Coordinator:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._dispatch_task: asyncio.Task[None] | None = None
+        self._listen_task: asyncio.Task[None] | None = None
+        """PostgreSQL LISTEN: it has no stop event of its own, so it is cancelled."""
 
     @classmethod
     async def open(
@@ -209,7 +211,7 @@ class Coordinator:
         self._tasks = [asyncio.create_task(run(stop), name=f"runwick-{name}") for name, run in loops]
         if self.store.postgres:
             listen = listen_for_jobs(self.store.url, self.dispatcher.jobs_available)
-            self._tasks.append(asyncio.create_task(listen, name="runwick-listen"))
+            self._listen_task = asyncio.create_task(listen, name="runwick-listen")
 
     def on_readiness(self, listener: ReadinessListener) -> None:
         """Calls ``listener(ok)`` after every database check."""
@@ -243,10 +245,10 @@ class Coordinator:
         """Ends the dispatcher (after the batch in hand) and the loops, then every stream."""
         self.dispatcher.stop()
         self._stop.set()
-        for task in self._tasks:
-            if task.get_name() == "runwick-listen":
-                task.cancel()
-        for task in [*self._tasks, *([self._dispatch_task] if self._dispatch_task else [])]:
+        if self._listen_task is not None:
+            self._listen_task.cancel()
+        others = [t for t in (self._dispatch_task, self._listen_task) if t is not None]
+        for task in [*self._tasks, *others]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.dispatcher.close_sessions()
@@ -309,9 +311,9 @@ class Coordinator:
             page_token=page_token,
         )
 
-    async def relatives(self, job_id: str) -> Relatives:
-        """The job's parents and children (R-15)."""
-        return await self.executors.read(self.jobs.relatives, job_id)
+    async def relatives(self, job: JobRecord) -> Relatives:
+        """The parents and children (R-15) of a job just read (``get_job``, ``wait_job``)."""
+        return await self.executors.read(self.jobs.relatives, job)
 
     async def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         return await self.executors.read(self.jobs.list_attempts, job_id)

@@ -186,9 +186,8 @@ class JobsService:
             return page[:size], encode_job_token(page[size - 1].id)
         return page, ""
 
-    def relatives(self, job_id: str) -> Relatives:
-        """The job's parents and children (R-15); NOT_FOUND for an unknown job."""
-        job = self.get_job(job_id)
+    def relatives(self, job: JobRecord) -> Relatives:
+        """The parents and children (R-15) of a job just read."""
         return self.store.relatives(job.id)
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:

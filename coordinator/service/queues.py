@@ -11,8 +11,7 @@ from coordinator.domain.records import QueueRecord, QueueStats
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.service import audit
 from coordinator.service.effects import Effects
-from coordinator.store import Store, Tx
-from coordinator.store.tx_queues import UNSET, Unset
+from coordinator.store import UNSET, Store, Tx, Unset
 from coordinator.validation import check_name
 
 MAX_CONCURRENCY_LIMIT = 1_000_000

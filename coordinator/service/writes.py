@@ -5,9 +5,9 @@ one job in a batch see each other's effect), gathers the writes and sends them a
 statements as possible at ``flush()``, and records the effects the facade hands on
 after the commit. Every way a job ends (a result, a cancel, a lapsed lease, unstarted
 exhaustion, a parent's failure) goes through ``end_job``: that is where waiters,
-metrics and dependent jobs hear of it — a success releases the children it was the last
-parent of, a failure or cancel fails the waiting descendants (R-15), in the same
-transaction.
+metrics and dependent jobs hear of it — at the flush, a success releases the children it
+was the last parent of and a failure or cancel fails the waiting descendants (R-15), in
+the same transaction, batched over every job the transaction ended.
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ class JobWrites:
         self._notified = False
         self._fresh: dict[str, JobRecord] = {}
         """Jobs as this transaction will leave them (read back before the flush)."""
+        self._ended: dict[str, JobRecord] = {}
+        """Jobs ended since the last flush whose waiting children are still to settle."""
 
     def flush(self) -> None:
-        """Sends the gathered writes: job updates first (attempt rows refer to them)."""
+        """Settles the dependents of the jobs that ended, then sends the gathered writes:
+        job updates first (attempt rows refer to them)."""
+        self._settle_dependents()
         self.tx.apply(self._changes, self.now)
         self.tx.insert_attempts(self._new_attempts)
         self.tx.mark_started(self._started, self.now)
@@ -80,41 +84,42 @@ class JobWrites:
         if attempt_end is not None:
             self._ends.append(attempt_end)
         self.effects.job_finished(job.id, job.queue, job.wire_name, after.state)
-        if after.state is JobState.SUCCEEDED:
-            self._release_children(job.id, after.output)
-        else:
-            self._fail_children(job.id)
+        self._ended[job.id] = updated  # its waiting children settle at the flush
         return updated
 
-    def _children(self, parent_id: str) -> list[JobRecord]:
-        """The parent's children still waiting, as this transaction sees them."""
-        return [
-            c for c in map(self.fresh, self.tx.waiting_children(parent_id)) if c.state is JobState.WAITING
-        ]
+    def _settle_dependents(self) -> None:
+        """R-15/R-16 for every job ended since the last flush, a few statements per round
+        whatever their number: a success copies its output to its children and releases
+        those it was the last parent of; a failure or cancel ends its waiting children
+        ``parent_failed`` (``end_job`` again), and theirs in the next round."""
+        while self._ended:
+            ended, self._ended = self._ended, {}
+            children = self.tx.waiting_children(ended)
+            self.tx.satisfy_dependencies(
+                {job_id: job.output for job_id, job in ended.items() if job.state is JobState.SUCCEEDED}
+            )
+            candidates: dict[str, JobRecord] = {}
+            for parent_id, stored in children.items():
+                succeeded = ended[parent_id].state is JobState.SUCCEEDED
+                for child in map(self.fresh, stored):
+                    if child.state is not JobState.WAITING:
+                        continue  # ended or released already, through another parent
+                    if succeeded:
+                        candidates[child.id] = child
+                    else:
+                        self.end_job(child, changes.parent_failed(child, self.now), reason=CODE_PARENT_FAILED)
+            pending = self.tx.unsatisfied_parents(candidates) if candidates else {}
+            for child in map(self.fresh, candidates.values()):
+                if child.state is JobState.WAITING and not pending.get(child.id):
+                    self._release(child)
 
-    def _release_children(self, parent_id: str, output: bytes | None) -> None:
-        """R-15/R-16: the parent's output goes to every child; a child whose last parent
-        this was becomes available (or scheduled for its run-at) now."""
-        children = self._children(parent_id)
-        self.tx.satisfy_dependencies(parent_id, output)
-        if not children:
-            return
-        pending = self.tx.unsatisfied_parents(child.id for child in children)
-        for child in children:
-            if pending.get(child.id):
-                continue
-            state = released_state(child.run_at_ms, self.now)
-            self.change(child, changes.released(child, state), "parents_succeeded", None)
-            if state is JobState.SCHEDULED:
-                self.effects.scheduled(child.run_at_ms)
-            else:
-                self.effects.available_changed = True
-
-    def _fail_children(self, parent_id: str) -> None:
-        """R-15: the waiting children end ``parent_failed``, and theirs after them
-        (``end_job`` again), without running."""
-        for child in self._children(parent_id):
-            self.end_job(child, changes.parent_failed(child, self.now), reason=CODE_PARENT_FAILED)
+    def _release(self, child: JobRecord) -> None:
+        state = released_state(child.run_at_ms, self.now)
+        self.change(child, changes.released(child, state), "parents_succeeded", None)
+        if state is JobState.SCHEDULED:
+            self.effects.scheduled(child.run_at_ms)
+        else:
+            self.effects.available_changed = True
 
     def end_attempt(
         self,

@@ -7,5 +7,16 @@ from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
 from coordinator.store.reads import RunTimings
 from coordinator.store.store import Store
 from coordinator.store.tx import Tx
+from coordinator.store.tx_queues import UNSET, Unset
 
-__all__ = ["DatabaseTimeouts", "DuplicateKey", "RunTimings", "Store", "StoreError", "Tx", "WriteConflict"]
+__all__ = [
+    "UNSET",
+    "DatabaseTimeouts",
+    "DuplicateKey",
+    "RunTimings",
+    "Store",
+    "StoreError",
+    "Tx",
+    "Unset",
+    "WriteConflict",
+]

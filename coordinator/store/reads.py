@@ -118,17 +118,6 @@ def list_transitions(conn: Connection, job_id: str) -> list[Transition]:
     return [transition_from_row(r) for r in rows]
 
 
-def next_due_ms(conn: Connection, queues: Sequence[str], after_ms: int) -> int | None:
-    value = conn.execute(
-        select(func.min(jobs.c.run_at_ms)).where(
-            jobs.c.queue.in_(list(queues)),
-            jobs.c.state == JobState.SCHEDULED.value,
-            jobs.c.run_at_ms > after_ms,
-        )
-    ).scalar()
-    return int(value) if value is not None else None
-
-
 def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
     """Every known queue with its jobs per state (the maintained counts plus the deltas not
     folded yet: two small reads, never a scan of the jobs) and its oldest due job (the

@@ -232,11 +232,6 @@ class Store:
         with self._reading() as conn:
             return reads.list_transitions(conn, job_id)
 
-    def next_due_ms(self, queues: Sequence[str], after_ms: int) -> int | None:
-        """The earliest future run-at among scheduled jobs of ``queues``: when to wake."""
-        with self._reading() as conn:
-            return reads.next_due_ms(conn, queues, after_ms)
-
     def queue_stats(self, now_ms: int) -> list[QueueStats]:
         """Every known queue, its controls, its jobs per state and its oldest due job
         (R-17), without a scan of the jobs."""

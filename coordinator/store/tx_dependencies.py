@@ -3,9 +3,9 @@ to its parents, and the parents' outputs copied onto them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from coordinator.domain.records import Dependency, JobRecord
 from coordinator.domain.states import CODE_PARENT_FAILED, JobState
@@ -21,23 +21,31 @@ class DependencyOps(TxBase):
         if rows:
             self._conn.execute(insert(dependencies), [dependency_row(row) for row in rows])
 
-    def waiting_children(self, parent_id: str) -> list[JobRecord]:
-        """The children of ``parent_id`` that wait, locked, in ID order."""
-        query = (
-            select(jobs)
-            .join(dependencies, dependencies.c.child_id == jobs.c.id)
-            .where(dependencies.c.parent_id == parent_id, jobs.c.state == JobState.WAITING.value)
-            .order_by(jobs.c.id)
-        )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
+    def waiting_children(self, parent_ids: Iterable[str]) -> dict[str, list[JobRecord]]:
+        """For each of ``parent_ids`` that has any, its children that wait, locked in ID
+        order: one statement for all the parents a transaction ended."""
+        found: dict[str, list[JobRecord]] = {}
+        for chunk in chunks(sorted(set(parent_ids))):
+            query = (
+                select(dependencies.c.parent_id, jobs)
+                .join(jobs, dependencies.c.child_id == jobs.c.id)
+                .where(dependencies.c.parent_id.in_(chunk), jobs.c.state == JobState.WAITING.value)
+                .order_by(jobs.c.id)
+            )
+            for row in self._conn.execute(self._locked(query)):
+                found.setdefault(row.parent_id, []).append(job_from_row(row))
+        return found
 
-    def satisfy_dependencies(self, parent_id: str, output: bytes | None) -> None:
-        """Records that ``parent_id`` succeeded, with its output, on every child's row."""
-        self._conn.execute(
-            update(dependencies)
-            .where(dependencies.c.parent_id == parent_id)
-            .values(satisfied=True, parent_output=output)
-        )
+    def satisfy_dependencies(self, outputs: Mapping[str, bytes | None]) -> None:
+        """Records that each parent of ``outputs`` succeeded, with its output, on every
+        child's row."""
+        if outputs:
+            self._conn.execute(
+                update(dependencies)
+                .where(dependencies.c.parent_id == bindparam("p"))
+                .values(satisfied=True, parent_output=bindparam("o")),
+                [{"p": parent_id, "o": output} for parent_id, output in sorted(outputs.items())],
+            )
 
     def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
         """For each of ``child_ids`` that has any, its parents that have not succeeded."""
