@@ -114,15 +114,14 @@ class _BatchRun:
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
-        self._attempts = self.tx.attempts_by_ids(filter(_well_formed, ids))
-        self._jobs = self.tx.jobs_by_ids(a.job_id for a in self._attempts.values())
+        self._attempts, self._jobs = self.tx.attempts_with_their_jobs(filter(_well_formed, ids))
         for release in batch.releases:
             self._release(release)
         self.answers.starts = [self._start(start) for start in batch.starts]
         for heartbeat in batch.heartbeats:
             attempt_ids, lease_until = heartbeat.attempt_ids, self.now + heartbeat.lease_ms
             renewed = self.tx.renew_leases(
-                list(filter(_well_formed, attempt_ids)), lease_until, heartbeat.sender
+                list(filter(_well_formed, attempt_ids)), lease_until, heartbeat.sender, self.now
             )
             self.answers.heartbeats.append(
                 HeartbeatAnswer(

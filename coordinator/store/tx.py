@@ -93,6 +93,21 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             found.update((r.id, r) for r in map(attempt_from_row, rows))
         return found
 
+    def attempts_with_their_jobs(
+        self, attempt_ids: Iterable[str]
+    ) -> tuple[dict[str, AttemptRecord], dict[str, JobRecord]]:
+        """These attempts and their jobs, the jobs locked first. An attempt's job never
+        changes, so the lock can be taken through it; reading the attempts only after the
+        lock means a batch on another replica that ended one of them has committed by then
+        and is seen, where reading them first could see it open and its job already ended."""
+        ordered = sorted(set(attempt_ids))
+        found_jobs: dict[str, JobRecord] = {}
+        for chunk in chunks(ordered):
+            owners = select(attempts.c.job_id).where(attempts.c.id.in_(chunk))
+            query = self._locked(select(jobs).where(jobs.c.id.in_(owners)).order_by(jobs.c.id))
+            found_jobs.update((r.id, r) for r in map(job_from_row, self._conn.execute(query)))
+        return self.attempts_by_ids(ordered), found_jobs
+
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
         ordered = sorted(set(keys))
         if not ordered:
@@ -278,10 +293,13 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             )
 
     def renew_leases(
-        self, attempt_ids: Sequence[str], lease_until_ms: int, holder: WorkerIdentity
+        self, attempt_ids: Sequence[str], lease_until_ms: int, holder: WorkerIdentity, now_ms: int
     ) -> dict[str, bool]:
         """R-10: extends the leases of the current attempts among ``attempt_ids`` that
-        ``holder`` holds (claimed by its worker ID with its token).
+        ``holder`` holds (claimed by its worker ID with its token) and that have not
+        lapsed. A lease past its deadline is over even before expiry has recorded it: the
+        heartbeat hears ``lost``, the same answer it gets once expiry ran, so whether the
+        job is retried never depends on which of the two came first.
 
         One statement for the whole heartbeat. Returns the attempt IDs renewed, each with
         its job's cancel-requested flag (R-8: the heartbeat answer repeats the cancel, so
@@ -296,6 +314,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 jobs.c.current_attempt_id.in_(held),
                 jobs.c.worker_id == holder.worker_id,
                 jobs.c.state.in_([s.value for s in LEASED_STATES]),
+                jobs.c.lease_expires_at_ms > now_ms,
             ]
             if holder.queues is not None:
                 conditions.append(jobs.c.queue.in_(sorted(holder.queues)))

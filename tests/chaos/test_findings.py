@@ -77,20 +77,14 @@ def _libpq(url: str) -> str:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="R-14 across replicas: a batch reads its attempts before it locks their jobs, so a "
-    "result resent to a second replica while the first commits it sees the attempt open, then "
-    "the job ended, and is answered STALE instead of ACCEPTED (chaos history, 30-minute "
-    "PostgreSQL run, seed 47368885)",
-)
 async def test_a_result_resent_to_another_replica_while_the_first_records_it_is_accepted(
     postgres_url: str,
 ) -> None:
     """The worker's stream broke after it sent its success; it resends it on a new stream,
     to the other replica, while the first is still writing it. Both must answer ACCEPTED
     (the second is a repeat of what was recorded). A row lock the test holds on the job
-    lines both batches up between their read of the attempt and their lock of the job."""
+    lines both batches up at their lock of the job: the one that waits must read the
+    attempt only after the other committed, or it sees it open and its job ended."""
     _truncate(postgres_url)
     config = CoordinatorConfig(database_url=postgres_url, port=0, maintenance_interval_s=3600)
     first = await start_coordinator(config)

@@ -4,8 +4,8 @@ R-4: a claim whose lease lapses before start costs nothing. The coordinator gran
 a start (``decide_start`` does not look at the lease), charges the execution, and leaves
 the lapsed deadline as it was: the next expiry pass then ends the run it has just
 authorized ``abandoned`` (R-5), one execution spent, the job retried while the worker
-still runs the handler (it hears ``lost`` at its next heartbeat, if that comes after the
-expiry; a heartbeat first renews the lease and nothing goes wrong). The window is the
+still runs the handler (it hears ``lost`` at its next heartbeat: a heartbeat past the
+deadline renews nothing, R-10, whether expiry has run or not). The window is the
 maintenance interval after the deadline (1 s by default): a worker that stalled past
 its lease and then starts.
 
@@ -40,3 +40,34 @@ def test_r4_a_start_after_the_lease_lapsed_is_refused_or_gets_a_fresh_lease(harn
         assert job.lease_expires_at_ms is not None and job.lease_expires_at_ms > harness.clock.now_ms()
     else:  # the claim lapsed unstarted: no execution charged
         assert (attempt.outcome, job.executions, job.unstarted_streak) == (Outcome.UNSTARTED_ABANDONED, 0, 1)
+
+
+def test_r10_a_heartbeat_after_the_lease_lapsed_is_answered_lost_and_renews_nothing(
+    harness: Harness,
+) -> None:
+    """Found by the chaos runs: a worker that stalled past its lease and heartbeated before
+    expiry ran had its lapsed lease renewed, so whether the job was retried depended on
+    which came first. Lapsed is lapsed: the heartbeat hears ``lost`` and expiry then
+    recovers the attempt as it would have anyway."""
+    job_id = harness.enqueue()
+    claimed = harness.run(job_id, lease_ms=LEASE_MS)
+    harness.clock.advance(LEASE_MS)  # exactly at the deadline: expiry would take it now
+
+    lost, _ = harness.heartbeat([claimed.attempt_id])
+    assert lost == {claimed.attempt_id}
+    assert harness.job(job_id).lease_expires_at_ms == harness.clock.now_ms()  # unchanged
+
+    harness.ops.expire_leases()
+    job = harness.job(job_id)
+    [attempt] = harness.attempts(job_id)
+    assert (attempt.outcome, job.state) == (Outcome.ABANDONED, JobState.SCHEDULED)  # its retry
+
+
+def test_r10_a_heartbeat_before_the_deadline_still_renews(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    claimed = harness.run(job_id, lease_ms=LEASE_MS)
+    harness.clock.advance(LEASE_MS - 1)
+
+    lost, lease_until = harness.heartbeat([claimed.attempt_id], lease_ms=LEASE_MS)
+    assert lost == set()
+    assert harness.job(job_id).lease_expires_at_ms == lease_until == harness.clock.now_ms() + LEASE_MS

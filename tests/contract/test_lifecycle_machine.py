@@ -504,10 +504,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         return HeartbeatRequest(list(self.memory[worker]), lease_ms, WORKERS[worker])
 
     def expect_heartbeat(self, request: HeartbeatRequest, answer: HeartbeatAnswer) -> bool:
-        """R-10: the sender's current attempts are renewed, the rest reported lost (and
-        the worker forgets those)."""
+        """R-10: the sender's current attempts whose lease has not lapsed are renewed,
+        the rest reported lost (and the worker forgets those). Lapsed is lost even before
+        expiry has run."""
         sent = request.attempt_ids
-        renewed = {a for a in sent if self.jobs[self.attempts[a].job_id].current == a}
+        renewed = {a for a in sent if self.renewable(self.jobs[self.attempts[a].job_id], a)}
         assert answer.lost == set(sent) - renewed
         assert answer.cancels == {a for a in renewed if self.jobs[self.attempts[a].job_id].cancel_requested}
         for attempt_id in renewed:
@@ -515,6 +516,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         worker = WORKERS.index(request.sender)
         self.memory[worker] = [a for a in self.memory[worker] if a not in answer.lost]
         return bool(renewed)
+
+    def renewable(self, job: ModelJob, attempt_id: str) -> bool:
+        assert job.lease_until != LEASE_AS_STORED, "read back at every check"
+        return job.current == attempt_id and job.lease_until is not None and job.lease_until > self.now
 
     def result(self, data: st.DataObject) -> None:
         report = self.result_report(data)
