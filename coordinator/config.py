@@ -44,8 +44,11 @@ class CoordinatorConfig:
     no other timeout: one coordinator process is its only writer."""
     default_page_size: int = 100
     """Page size when the request leaves it unset (clamped to ``bounds.max_page_size``)."""
-    batch_window_ms: int = 2
-    """How long the dispatcher gathers stream messages before one write transaction."""
+    batch_window_ms: int = 0
+    """How long the dispatcher waits, once woken, to gather more stream messages before
+    one write transaction. 0 (the default): none. Under load the batches form by
+    themselves from what arrives while the previous one is written; when idle, a message
+    is written at once instead of after a fixed wait."""
     maintenance_interval_s: float = 1.0
     """How often lease expiry and due-job promotion run (``scheduler.leases``,
     ``scheduler.due``)."""
@@ -60,8 +63,16 @@ class CoordinatorConfig:
     """How often a PostgreSQL replica re-reads the database clock it anchors its own to
     (R-13, ``scheduler.clock``)."""
     idle_recheck_interval_s: float = 1.0
-    """Idle workers re-check for work this often even without a wake-up: covers jobs
-    made available by another replica."""
+    """Idle workers re-check for work this often even without a wake-up, while nothing
+    tells this replica of jobs another one made claimable (PostgreSQL with its LISTEN
+    connection down). Otherwise they re-check every ``idle_interval_s``."""
+    idle_interval_s: float = 30.0
+    """How long an idle coordinator leaves the database alone: lease expiry, due-job
+    promotion and count folding sleep this long (never less than their own interval)
+    after a pass that found nothing to watch, until this replica claims, schedules or
+    writes again; idle workers re-check for work this often when every wake-up reaches
+    them (SQLite, or PostgreSQL with LISTEN connected). A replica that crashed leaves
+    jobs whose leases the others recover within this time at worst, when they were idle."""
     maintenance_batch: int = 500
     """Most expired leases or due jobs handled per transaction."""
     # -- retention (R-19, ``scheduler.retention``): age since ``finished_at_ms``; None keeps

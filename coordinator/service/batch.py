@@ -71,10 +71,12 @@ class WorkerOps:
 
         def expire(tx: Tx) -> BatchAnswers:
             run = _BatchRun(tx, self, self.clock.now_ms())
-            for job in tx.expired_leases(run.now, self.config.maintenance_batch):
+            expired = tx.expired_leases(run.now, self.config.maintenance_batch)
+            for job in expired:
                 decision = decide_lease_expiry(job.view(), run.now, self.rng)
                 run.writes.end_attempt(job, decision, reported=False, lease_lapsed=True)
             run.writes.flush()
+            run.answers.maintenance_left = bool(expired) or tx.any_leased()
             return run.answers
 
         return self.store.transact(expire, what="lease expiry")
@@ -93,6 +95,7 @@ class WorkerOps:
                 run.writes.change(job, changes.due(job), "due", None)
             run.answers.available_changed = bool(due)
             run.writes.flush()
+            run.answers.maintenance_left = bool(due) or tx.any_scheduled()
             return run.answers
 
         return self.store.transact(promote, what="due-job promotion")

@@ -79,7 +79,7 @@ class Store:
         self.url = normalize_url(url)
         self.postgres = not is_sqlite(self.url)
         self._write_engine = create_write_engine(self.url, self.timeouts)
-        self._read_engine = create_read_engine(self.url, self._write_engine, self.timeouts)
+        self._read_engine = create_read_engine(self.url, self.timeouts)
         self.on_transaction: Callable[[float], None] | None = None
         """Called with every write transaction's duration in seconds (for metrics)."""
 
@@ -117,8 +117,7 @@ class Store:
 
     def close(self) -> None:
         self._write_engine.dispose()
-        if self._read_engine is not self._write_engine:
-            self._read_engine.dispose()
+        self._read_engine.dispose()
 
     # -- writes ----------------------------------------------------------------------
 

@@ -192,6 +192,16 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         )
         return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
 
+    def any_leased(self) -> bool:
+        """Whether any job is reserved or running (one entry of ix_jobs_leased)."""
+        query = select(jobs.c.id).where(text(LEASED_PREDICATE)).limit(1)
+        return self._conn.execute(query).first() is not None
+
+    def any_scheduled(self) -> bool:
+        """Whether any job waits for its run-at (one entry of ix_jobs_scheduled)."""
+        query = select(jobs.c.id).where(text(SCHEDULED_PREDICATE)).limit(1)
+        return self._conn.execute(query).first() is not None
+
     # -- job writes ------------------------------------------------------------------
 
     def notify_jobs_available(self) -> None:

@@ -286,3 +286,20 @@ def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) ->
     finally:
         for s in stores:
             s.close()
+
+
+def test_an_expiry_pass_says_whether_any_lease_is_left_to_watch(harness: Harness) -> None:
+    assert harness.ops.expire_leases().maintenance_left is False  # nothing leased: idle
+    claimed = harness.claim_one(harness.enqueue())
+    assert harness.ops.expire_leases().maintenance_left is True
+    harness.release(claimed.attempt_id)
+    assert harness.ops.expire_leases().maintenance_left is False
+
+
+def test_a_due_pass_says_whether_any_job_is_left_scheduled(harness: Harness) -> None:
+    assert harness.ops.promote_due().maintenance_left is False
+    harness.enqueue(run_at_ms=harness.clock.now_ms() + 10_000)
+    assert harness.ops.promote_due().maintenance_left is True
+    harness.clock.advance(10_000)
+    assert harness.ops.promote_due().maintenance_left is True  # it promoted one
+    assert harness.ops.promote_due().maintenance_left is False
