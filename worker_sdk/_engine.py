@@ -213,7 +213,7 @@ class Engine:
             logger.info("result of attempt %s was stale (superseded attempt)", ack.attempt_id)
         elif ack.status == pb.ResultAck.STATUS_REJECTED:
             if ack.reason == REJECTED_OUTPUT_TOO_LARGE and sent.result.outcome == job_pb2.OUTCOME_SUCCEEDED:
-                # SPEC §5: the coordinator's max_output_bytes is below this worker's; the
+                # docs/limits.md: the coordinator's max_output_bytes is below this worker's; the
                 # job fails permanently with output_too_large, as if the SDK had caught it.
                 logger.warning(
                     "attempt %s: output over the coordinator's limit; reporting %s",

@@ -86,7 +86,7 @@ def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
 
 
 def result_ack(answer: ResultAnswer) -> Message:
-    """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (SPEC §5)."""
+    """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (docs/limits.md)."""
     ack = pb.ResultAck(
         attempt_id=answer.attempt_id,
         status=pb.ResultAck.STATUS_ACCEPTED if answer.accepted else pb.ResultAck.STATUS_STALE,

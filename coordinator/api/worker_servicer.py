@@ -50,7 +50,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self.coordinator_id = coordinator_id
         self.hello_timeout_s = hello_timeout_s
         self.max_stream_age_s = max_stream_age_s
-        """Streams are ended cleanly after about this long (SPEC §8), before the
+        """Streams are ended cleanly after about this long (docs/scaling.md), before the
         transport's maximum connection age would cut them."""
 
     async def Connect(

@@ -1,4 +1,4 @@
-"""SPEC §5 over real gRPC: every wrong input gets a status with machine-readable details
+"""docs/limits.md over real gRPC: every wrong input gets a status with machine-readable details
 (``google.rpc.ErrorInfo`` reason, ``google.rpc.BadRequest`` field violations), the SDK
 turns it into a typed exception a person can act on, message-size limits agree with the
 bounds, and the worker stream answers out-of-order or malformed messages clearly."""

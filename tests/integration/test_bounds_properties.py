@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of SPEC §5's last rule — "the coordinator never
+"""Property-based tests (hypothesis) of the last rule of docs/limits.md — "the coordinator never
 crashes on any input" — against a real coordinator on port 0, on both engines.
 
 Requests are generated from the protobuf descriptors, so every RPC of ``JobService``
@@ -433,7 +433,7 @@ def _seed(running: RunningCoordinator) -> None:
 
 
 def check_invariants(fuzz: Fuzz) -> None:
-    """What must hold of the store whatever clients sent (SPEC §2, §5, R-11)."""
+    """What must hold of the store whatever clients sent (docs/concepts.md, docs/limits.md, R-11)."""
     with fuzz.engine.connect() as conn:
         job_rows = [r._mapping for r in conn.execute(select(jobs))]
         attempt_rows = [r._mapping for r in conn.execute(select(attempts))]
