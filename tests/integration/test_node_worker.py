@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,25 @@ async def test_the_node_worker_stops_a_cancelled_job(secured: Secured, tmp_path:
     (attempt,) = await admin.attempts(job_id)
     assert attempt.outcome is Outcome.CANCELLED
     assert attempt.error_code == "cancelled"
+
+
+async def test_the_node_worker_enforces_the_execution_timeout(secured: Secured, tmp_path: Path) -> None:
+    """The worker, not the coordinator, enforces the job's execution timeout (R-7): a
+    600 s wait with a 300 ms timeout ends timed out, its one execution spent."""
+    assert secured.running.bootstrap_token is not None
+    async with AsyncClient(secured.target, token=secured.running.bootstrap_token) as client:
+        client.job_defaults(execution_timeout=timedelta(milliseconds=300))
+        job_id = (await client.enqueue_raw("examples.wait", b'{"seconds": 600}', max_executions=1)).id
+
+    token = await secured.token("work")
+    run = await run_node_worker(secured.target, token, tmp_path / "node.log", exit_after=1)
+
+    assert run.returncode == 0, run.log
+    job = await secured.admin.get(job_id)
+    assert job.state is JobState.FAILED, run.log
+    assert job.last_error_code == "timeout"
+    (attempt,) = await secured.admin.attempts(job_id)
+    assert attempt.outcome is Outcome.TIMED_OUT
 
 
 async def test_a_token_without_the_work_scope_is_refused(secured: Secured, tmp_path: Path) -> None:
