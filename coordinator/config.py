@@ -25,7 +25,7 @@ class CoordinatorConfig:
     job_defaults: SettingsLayer = field(default_factory=SettingsLayer)
     """The ``JobDefaults`` precedence level (R-3): over library defaults, under the SDK's."""
     bounds: StoreBounds = field(default_factory=StoreBounds)
-    """The limits of SPEC §5 (payload, names, parents, output, failure text, batch and
+    """The limits of docs/limits.md (payload, names, parents, output, failure text, batch and
     page sizes, history); the store applies them (``Store.open(..., bounds=...)``)."""
     pg_idle_in_transaction_timeout_ms: int = 10_000
     """PostgreSQL ``idle_in_transaction_session_timeout`` of every connection the store
@@ -133,7 +133,7 @@ class CoordinatorConfig:
     """A keepalive ping unanswered this long closes the connection."""
     max_connection_age_ms: int = 30 * 60_000
     """Connections are closed (GOAWAY) after this age, so long-lived worker streams
-    reconnect and spread over replicas (SPEC §8); workers reconnect with backoff."""
+    reconnect and spread over replicas (docs/scaling.md); workers reconnect with backoff."""
     max_connection_age_grace_ms: int = 60_000
     """After ``max_connection_age_ms``, how long open calls may go on before they are cut;
     above the longest unary call (a WaitJob chunk: 30 s). Worker streams end cleanly

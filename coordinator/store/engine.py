@@ -1,4 +1,4 @@
-"""Engines for both databases, with the settings each needs (SPEC §8).
+"""Engines for both databases, with the settings each needs (docs/scaling.md).
 
 Every transaction the coordinator opens is bounded (``DatabaseTimeouts``). On
 PostgreSQL each connection starts with ``idle_in_transaction_session_timeout``,

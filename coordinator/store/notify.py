@@ -1,6 +1,6 @@
 """The notification half of the store: PostgreSQL LISTEN on the channel that
 ``Tx.notify_jobs_available`` signals, so every replica hears when any replica made jobs
-claimable (SPEC §8) and idle workers everywhere get new work without polling."""
+claimable (docs/scaling.md) and idle workers everywhere get new work without polling."""
 
 from __future__ import annotations
 

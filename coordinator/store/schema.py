@@ -1,6 +1,6 @@
 """Tables and indexes. Times are integer milliseconds since the epoch on both engines.
 
-Index choices follow what job tables teach (SPEC §8): the claim index is partial on the
+Index choices follow what job tables teach (docs/scaling.md): the claim index is partial on the
 claimable states and ordered like the claim; ``lease_expires_at_ms`` is deliberately not
 indexed so heartbeats stay HOT updates on PostgreSQL.
 """

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
-"""Transitions kept per job by default; older ones are dropped (SPEC §5,
+"""Transitions kept per job by default; older ones are dropped (docs/limits.md,
 ``StoreBounds.max_history_per_job``)."""
 WRITE_TRIES = 3
 """How often ``transact`` runs a body whose try conflicted or lost its connection."""
@@ -73,7 +73,7 @@ class Store:
         self, url: str, *, bounds: StoreBounds | None = None, timeouts: DatabaseTimeouts | None = None
     ) -> None:
         self.bounds = (bounds or DEFAULT_BOUNDS).validate()
-        """The limits of SPEC §5 this store and the services over it apply."""
+        """The limits of docs/limits.md this store and the services over it apply."""
         self.timeouts = timeouts or DEFAULT_TIMEOUTS
         """How long a connection may hold a transaction open or wait (``engine``)."""
         self.url = normalize_url(url)

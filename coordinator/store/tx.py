@@ -49,7 +49,7 @@ from coordinator.store.tx_dependencies import DependencyOps
 from coordinator.store.tx_queues import QueueOps
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
-"""The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
+"""The PostgreSQL channel that says claimable jobs appeared (docs/scaling.md)."""
 
 _FINISH_ATTEMPT = (
     update(attempts)

@@ -249,7 +249,7 @@ def test_r12_releasing_a_started_superseded_or_unknown_attempt_changes_nothing(h
 
 @pytest.mark.postgres
 def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) -> None:
-    """SPEC §8: lease expiry is safe with any number of replicas."""
+    """docs/scaling.md: lease expiry is safe with any number of replicas."""
     queue = f"q-{uuid.uuid4().hex[:12]}"
     clock = FakeClock()
     stores = [Store.open(postgres_url) for _ in range(3)]
