@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from alembic import command
@@ -15,8 +14,6 @@ SCRIPT_LOCATION = Path(__file__).parent / "alembic"
 MIGRATION_LOCK_KEY = 0x72756E7769636B
 """The PostgreSQL advisory lock every migration holds ("runwick" in ASCII)."""
 DEFAULT_LOCK_WAIT_MS = 600_000
-
-log = logging.getLogger(__name__)
 
 
 class SchemaNotCurrent(Exception):
@@ -39,13 +36,9 @@ def upgrade(engine: Engine, revision: str = "head", *, lock_wait_ms: int = DEFAU
     """Brings the schema to ``revision``, by default the newest (idempotent). On
     PostgreSQL it first waits up to ``lock_wait_ms`` (0: no limit) while another
     migration runs, then raises MigrationLocked."""
-    before = current_revision(engine)
     config = _config(engine)
     config.attributes["lock_wait_ms"] = lock_wait_ms
-    command.upgrade(config, revision)
-    after = current_revision(engine)
-    if after != before:
-        log.info("database schema migrated from %s to %s", before or "none", after)
+    command.upgrade(config, revision)  # logs the change, if any (alembic/env.py)
 
 
 def head_revision() -> str | None:

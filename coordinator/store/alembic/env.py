@@ -45,4 +45,8 @@ with engine.begin() as connection:
     if connection.dialect.name == "postgresql":
         lock_migrations(connection, context.config.attributes.get("lock_wait_ms", 0))
     context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+    before = context.get_context().get_current_revision()  # read under the lock
     context.run_migrations()
+    after = context.get_context().get_current_revision()
+    if after != before:
+        log.info("database schema migrated from %s to %s", before or "none", after)
