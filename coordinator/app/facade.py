@@ -56,7 +56,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
 from coordinator.service.retention import RetentionService, check_purge
 from coordinator.service.schedules import Fired, SchedulesService
-from coordinator.service.tokens import NewToken, TokenService
+from coordinator.service.tokens import NewToken, TokenService, check_bootstrap_token
 from coordinator.store import DatabaseTimeouts, Store
 from coordinator.store.notify import listen_for_jobs
 
@@ -82,7 +82,7 @@ class Coordinator:
         self.clock = clock
         self.bootstrap_token: str | None = None
         """The admin token created on this first start (show it once), else None."""
-        self.metrics = CoordinatorMetrics()
+        self.metrics = CoordinatorMetrics(max_label_values=config.metrics_max_label_values)
         """The registry behind ``/metrics`` (also readable in-process)."""
         store.on_transaction = self.metrics.transaction
         self.executors = Executors(postgres=store.postgres)
@@ -149,6 +149,8 @@ class Coordinator:
         """Opens the store (creating SQLite on first start) and, with authentication on,
         creates the bootstrap admin token when there is no token yet."""
         config.retention_ages_ms()  # a bad retention setting fails before the store opens
+        if config.bootstrap_token is not None:
+            check_bootstrap_token(config.bootstrap_token)  # and so does a malformed token
         if store is None:
             timeouts = DatabaseTimeouts(
                 pg_idle_in_transaction_timeout_ms=config.pg_idle_in_transaction_timeout_ms,
@@ -177,7 +179,12 @@ class Coordinator:
         app = cls(config, store, clock, rng or random.Random())
         if config.auth_enabled:
             try:
-                app.bootstrap_token = await app.executors.write(app.tokens.bootstrap)
+                supplied = config.bootstrap_token
+                made = await app.executors.write(
+                    app.tokens.bootstrap, supplied, generate=config.generate_bootstrap_token
+                )
+                # The operator knows a token they supplied: only a generated one is shown.
+                app.bootstrap_token = made if supplied is None else None
             except BaseException:
                 app.close()
                 raise

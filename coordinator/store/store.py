@@ -112,8 +112,9 @@ class Store:
         view.bounds = bounds.validate()
         return view
 
-    def migrate(self) -> None:
-        migrations.upgrade(self._write_engine)
+    def migrate(self, *, lock_wait_ms: int = migrations.DEFAULT_LOCK_WAIT_MS) -> None:
+        """Creates or upgrades the schema (``migrate.upgrade``)."""
+        migrations.upgrade(self._write_engine, lock_wait_ms=lock_wait_ms)
 
     def close(self) -> None:
         self._write_engine.dispose()
