@@ -317,6 +317,7 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
         setup = report.Setup(
             mode="local" if coordinator else "target",
             engine=database.engine if database else None,
+            database=database.name if database else None,
             target=target,
             workers=None if options.no_workers else options.workers,
             concurrency=None if options.no_workers else options.concurrency,

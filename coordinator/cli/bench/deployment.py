@@ -84,6 +84,11 @@ class ScratchDatabase:
         return database
 
     @property
+    def name(self) -> str:
+        """The PostgreSQL database's name, or the SQLite file's path."""
+        return self._name if self._name is not None else self.url.removeprefix("sqlite:///")
+
+    @property
     def local_postgres(self) -> bool:
         """True for PostgreSQL on this machine's loopback (its processes can be read)."""
         return self._server_url is not None and (self._server_url.host or "") in _LOOPBACK
@@ -113,7 +118,7 @@ class ScratchDatabase:
     def drop(self) -> None:
         if self._server_url is not None and self._name is not None:
             _admin_execute(self._server_url, f'DROP DATABASE IF EXISTS "{self._name}" WITH (FORCE)')
-            self._name = None
+            self._server_url = None
 
 
 def _safe(url: Any) -> str:

@@ -209,14 +209,15 @@ class Phases:
             stop_workers()
             self.sink.poll()
         self.measured.records = list(self.sink.records)
-        self.measured.not_succeeded = self.unsucceeded(client, self.measured.job_ids.values())
+        patience = 0.0 if self.measured.stalled else SUCCESS_CHECK_TIMEOUT_S
+        self.measured.not_succeeded = self.unsucceeded(client, self.measured.job_ids.values(), patience)
         return self.measured
 
-    def unsucceeded(self, client: Client, job_ids: Collection[str]) -> int:
+    def unsucceeded(self, client: Client, job_ids: Collection[str], patience_s: float) -> int:
         """How many of ``job_ids`` the coordinator does not list as succeeded (results are
-        recorded just after the handler returns, so it asks again for a while)."""
+        recorded just after the handler returns, so it asks again for ``patience_s``)."""
         missing = set(job_ids)
-        deadline = time.monotonic() + SUCCESS_CHECK_TIMEOUT_S
+        deadline = time.monotonic() + patience_s
         while True:
             for info in client.list_jobs(queue=self.plan.queue, state=JobState.SUCCEEDED, page_size=500):
                 missing.discard(info.id)

@@ -25,6 +25,8 @@ class Setup:
     mode: str
     """``local`` (the bench started the coordinator) or ``target``."""
     engine: str | None
+    database: str | None
+    """The scratch database's name (PostgreSQL) or file (SQLite); None with ``--target``."""
     target: str
     workers: int | None
     """Worker processes the bench started; None with ``--no-workers``."""
@@ -112,6 +114,7 @@ def build(plan: Plan, setup: Setup, measured: Measured, usage: Usage) -> dict[st
         "setup": {
             "mode": setup.mode,
             "engine": setup.engine,
+            "database": setup.database,
             "target": setup.target,
             "queue": plan.queue,
             "workers": setup.workers,
