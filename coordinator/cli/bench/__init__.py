@@ -80,7 +80,7 @@ def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--batch",
         type=int,
         default=500,
-        help="jobs per enqueue call (default 500, the coordinator's maximum)",
+        help="jobs per enqueue call (default 500, the coordinator's default maximum)",
     )
     add("--workers", type=int, default=2, help="worker processes to start (default 2)")
     add("--concurrency", type=int, default=64, help="handlers at once per worker process (default 64)")
@@ -104,7 +104,11 @@ def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     add("--work-dir", help="folder for the SQLite file, logs and records (kept); default a temporary one")
     add("--queue", help="queue of the bench's jobs; default runwick-bench-<random>")
     add("--target", help="HOST:PORT of an existing coordinator to measure, instead of starting one")
-    add("--token", default=os.environ.get("RUNWICK_TOKEN"), help="--target: bearer token [RUNWICK_TOKEN]")
+    add(
+        "--token",
+        default=os.environ.get("RUNWICK_TOKEN"),
+        help="--target: bearer token with the enqueue, read, manage and work scopes [RUNWICK_TOKEN]",
+    )
     add("--ca", default=os.environ.get("RUNWICK_CA"), help="--target: PEM CA file, speak TLS [RUNWICK_CA]")
     add(
         "--cert",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,13 +94,6 @@ class SinkReader:
                     added += 1
                 self._offsets[path] = offset + complete
         return added
-
-    def count(self, numbers: range) -> int:
-        """How many records so far have a number in ``numbers``."""
-        return sum(1 for record in self.records if record.n in numbers)
-
-    def of(self, numbers: range) -> Iterator[Record]:
-        return (record for record in self.records if record.n in numbers)
 
 
 @dataclass(frozen=True)

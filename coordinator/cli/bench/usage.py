@@ -97,6 +97,13 @@ class UsageProbe:
         return after.at - before.at, seconds, busy_pct
 
 
-def peak_memory_kb(pids: Sequence[int]) -> list[int | None]:
-    """Each process's peak resident set (``VmHWM``) in kB; None for a process gone."""
-    return [procfs.peak_rss_kb(pid) for pid in pids]
+def peak_memory_kb(roots: Sequence[int]) -> list[int | None]:
+    """Each root process's peak resident set (``VmHWM``) in kB, plus its children's peaks
+    when it has any (an upper bound of their peak together); None for a process gone."""
+    stats = procfs.all_stats()
+    peaks: list[int | None] = []
+    for root in roots:
+        values = [procfs.peak_rss_kb(pid) for pid in procfs.descendants(root, stats)]
+        known = [value for value in values if value is not None]
+        peaks.append(sum(known) if known else None)
+    return peaks
