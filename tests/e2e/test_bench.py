@@ -136,3 +136,19 @@ async def test_a_target_is_measured_from_its_workers_side(coordinator: Coordinat
 async def _in_thread(*args: str, expect: int = 0) -> dict[str, Any]:
     """Runs the bench without blocking the in-process coordinator's event loop."""
     return await asyncio.to_thread(bench, *args, expect=expect)
+
+
+def test_an_unreachable_target_fails_before_any_worker_starts(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWICK_")}
+    result = subprocess.run(
+        runwick_command("bench", "--target", "127.0.0.1:1", "--work-dir", str(work)),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1 and "UNAVAILABLE" in result.stderr and result.stdout == ""
+    assert not list(work.glob("worker-*.log"))  # no worker was started

@@ -31,9 +31,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_sdk import ConnectionOptions, RunwickError, Unauthenticated
+
+if TYPE_CHECKING:
+    from coordinator.cli.bench.phases import Plan
 
 ENGINES = ("sqlite", "postgres")
 READY_TIMEOUT_S = 60.0
@@ -246,13 +249,10 @@ def _log_tail(logs: Path, lines: int = 8) -> str:
         return "(no worker log)"
 
 
-def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    from coordinator.cli.bench import deployment, report, usage
-    from coordinator.cli.bench.phases import Phases, Plan, Probe, client_for
-    from coordinator.cli.bench.sink import SinkReader
-    from coordinator.cli.connect import connection_options
+def _plan(options: argparse.Namespace) -> Plan:
+    from coordinator.cli.bench.phases import Plan
 
-    plan = Plan(
+    return Plan(
         jobs=options.jobs,
         batch=options.batch,
         latency_jobs=options.latency_jobs,
@@ -264,6 +264,15 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
         settle_s=options.settle,
         stall_timeout_s=options.stall_timeout,
     )
+
+
+def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    from coordinator.cli.bench import deployment, report, usage
+    from coordinator.cli.bench.phases import Phases, Probe, client_for
+    from coordinator.cli.bench.sink import SinkReader
+    from coordinator.cli.connect import connection_options
+
+    plan = _plan(options)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     database: deployment.ScratchDatabase | None = None
     coordinator: deployment.Coordinator | None = None
@@ -312,10 +321,7 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
             worker_peaks[:] = usage.peak_memory_kb([worker.pid for worker in workers])
             deployment.stop_processes(workers)
 
-        with client_for(connection) as client:
-            measured = Phases(plan, connection, reader).run(
-                client, Probe(probe.start, probe.end), stop_workers
-            )
+        measured = Phases(plan, connection, reader).run(client, Probe(probe.start, probe.end), stop_workers)
         window, cpu_s, busy = probe.cpu_seconds()
         coordinator_peak = usage.peak_memory_kb([coordinator.pid])[0] if coordinator else None
         setup = report.Setup(
