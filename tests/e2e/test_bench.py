@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_URL
 from tests.integration.conftest import Coordinator
-from tests.support import ROOT, eventually, reap, runwick_command, start_process
+from tests.support import ROOT, eventually, reap, runwick_command, start_process, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -152,3 +152,42 @@ def test_an_unreachable_target_fails_before_any_worker_starts(tmp_path: Path) ->
     )
     assert result.returncode == 1 and "UNAVAILABLE" in result.stderr and result.stdout == ""
     assert not list(work.glob("worker-*.log"))  # no worker was started
+
+
+def _running_with(text: str) -> list[int]:
+    """Processes whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWICK_")}
+    process = subprocess.Popen(
+        runwick_command("bench", "--work-dir", str(work), "--jobs", "100000", "--latency-jobs", "2000"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: len(list((work / "sink").glob("ready-*"))) == 2, 60, what="both workers to connect"
+        )
+        started = set(_running_with(str(work))) - {process.pid}
+        assert len(started) == 3  # the coordinator and two workers
+        process.terminate()
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130 and "interrupted" in stderr
+        assert _running_with(str(work)) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -202,6 +203,7 @@ def run_bench(options: argparse.Namespace) -> int:
     from coordinator.cli.bench.deployment import BenchSetupError
     from coordinator.cli.connect import failure
 
+    signal.signal(signal.SIGTERM, _interrupt)  # stop what the bench started, as on Ctrl-C
     with _work_dir(options.work_dir) as folder:
         try:
             report = _run(options, folder)
@@ -211,6 +213,9 @@ def run_bench(options: argparse.Namespace) -> int:
         except BenchSetupError as exc:
             print(f"runwick bench: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print("runwick bench: interrupted; what it started is stopped", file=sys.stderr)
+            return 130
         except RunwickError as exc:
             print(f"runwick bench: {failure(exc)}", file=sys.stderr)
             if isinstance(exc, Unauthenticated) and not options.token:
@@ -223,6 +228,10 @@ def run_bench(options: argparse.Namespace) -> int:
 
         print(render_text(report))
     return 0 if report["ok"] else 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait_ready(workers: list[subprocess.Popen[bytes]], sink: Path, logs: Path) -> None:
@@ -295,6 +304,8 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
         client = stack.enter_context(client_for(connection))
         client.list_queues()  # fails now, before any worker starts, on a bad target or token
         sink_dir = Path(options.sink) if options.no_workers else folder / "sink"
+        if not options.no_workers:
+            shutil.rmtree(sink_dir, ignore_errors=True)  # an earlier run's, kept in --work-dir
         sink_dir.mkdir(exist_ok=True)
         reader = SinkReader(sink_dir)
         reader.skip_existing()

@@ -64,7 +64,10 @@ class ScratchDatabase:
     @classmethod
     def create(cls, engine: str, server_url: str | None, folder: Path) -> ScratchDatabase:
         if engine == "sqlite":
-            url = f"sqlite:///{folder / 'bench.db'}"
+            path = folder / "bench.db"
+            for stale in (path, path.with_name("bench.db-wal"), path.with_name("bench.db-shm")):
+                stale.unlink(missing_ok=True)  # an earlier run's, kept in --work-dir
+            url = f"sqlite:///{path}"
             migrate_schema(url)
             return cls("sqlite", url)
         server = _pg_url(server_url or DEFAULT_PG_SERVER)
