@@ -254,6 +254,7 @@ def test_a_duplicate_a_loss_or_an_early_start_shows_in_the_report() -> None:
         (["--rate", "0"], "--rate must be above 0"),
         (["--no-workers"], "need --target"),
         (["--tls"], "need --target"),
+        (["--token", "rwk_x"], "need --target"),
         (["--database-url", "sqlite:///x.db"], "SQLite database is always a fresh file"),
         (["--target", "127.0.0.1:1", "--engine", "postgres"], "--target measures a deployment"),
         (["--target", "127.0.0.1:1", "--no-workers"], "--no-workers needs --sink and --queue"),

@@ -110,17 +110,20 @@ def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     add("--target", help="HOST:PORT of an existing coordinator to measure, instead of starting one")
     add(
         "--token",
-        default=os.environ.get("RUNWICK_TOKEN"),
         help="--target: bearer token with the enqueue, read, manage and work scopes [RUNWICK_TOKEN]",
     )
-    add("--ca", default=os.environ.get("RUNWICK_CA"), help="--target: PEM CA file, speak TLS [RUNWICK_CA]")
+    add("--ca", help="--target: PEM CA file, speak TLS [RUNWICK_CA]")
     add(
         "--cert",
-        default=os.environ.get("RUNWICK_CERT"),
         help="--target: PEM client certificate [RUNWICK_CERT]",
     )
-    add("--key", default=os.environ.get("RUNWICK_KEY"), help="--target: PEM key of --cert [RUNWICK_KEY]")
-    add("--tls", action="store_true", help="--target: speak TLS trusting the system's CAs")
+    add("--key", help="--target: PEM key of --cert [RUNWICK_KEY]")
+    add(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="--target: speak TLS trusting the system's CAs [RUNWICK_TLS=1]",
+    )
     add(
         "--no-workers",
         action="store_true",
@@ -152,9 +155,11 @@ def _check(options: argparse.Namespace) -> None:
             raise UsageError("--no-workers and --sink need --target (a deployment whose workers you run)")
         remote_only = {"--token": options.token, "--ca": options.ca, "--cert": options.cert}
         remote_only |= {"--key": options.key, "--tls": options.tls}
-        given = [flag for flag, value in remote_only.items() if value and flag != "--token"]
+        given = [flag for flag, value in remote_only.items() if value]
         if given:
-            raise UsageError(f"{', '.join(given)} need --target (the local coordinator speaks plaintext)")
+            raise UsageError(
+                f"{', '.join(given)} need --target (the local coordinator speaks plaintext, without tokens)"
+            )
         engine = options.engine or _engine_of(options.database_url)
         if engine == "sqlite" and options.database_url:
             raise UsageError(
@@ -163,6 +168,12 @@ def _check(options: argparse.Namespace) -> None:
             )
         options.engine = engine
     else:
+        env = os.environ.get
+        options.token = options.token or env("RUNWICK_TOKEN")
+        options.ca, options.cert = options.ca or env("RUNWICK_CA"), options.cert or env("RUNWICK_CERT")
+        options.key = options.key or env("RUNWICK_KEY")
+        if options.tls is None:
+            options.tls = env("RUNWICK_TLS", "") not in ("", "0", "false")
         if options.engine or options.database_url:
             raise UsageError(
                 "--engine and --database-url choose a local database; --target measures a deployment"
