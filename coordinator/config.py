@@ -27,7 +27,7 @@ class CoordinatorConfig:
     job_defaults: SettingsLayer = field(default_factory=SettingsLayer)
     """The ``JobDefaults`` precedence level (R-3): over library defaults, under the SDK's."""
     bounds: StoreBounds = field(default_factory=StoreBounds)
-    """The limits of SPEC §5 (payload, names, parents, output, failure text, batch and
+    """The limits of docs/limits.md (payload, names, parents, output, failure text, batch and
     page sizes, history); the store applies them (``Store.open(..., bounds=...)``)."""
     pg_idle_in_transaction_timeout_ms: int = 10_000
     """PostgreSQL ``idle_in_transaction_session_timeout`` of every connection the store
@@ -46,8 +46,11 @@ class CoordinatorConfig:
     no other timeout: one coordinator process is its only writer."""
     default_page_size: int = 100
     """Page size when the request leaves it unset (clamped to ``bounds.max_page_size``)."""
-    batch_window_ms: int = 2
-    """How long the dispatcher gathers stream messages before one write transaction."""
+    batch_window_ms: int = 0
+    """How long the dispatcher waits, once woken, to gather more stream messages before
+    one write transaction. 0 (the default): none. Under load the batches form by
+    themselves from what arrives while the previous one is written; when idle, a message
+    is written at once instead of after a fixed wait."""
     maintenance_interval_s: float = 1.0
     """How often lease expiry and due-job promotion run (``scheduler.leases``,
     ``scheduler.due``)."""
@@ -62,8 +65,16 @@ class CoordinatorConfig:
     """How often a PostgreSQL replica re-reads the database clock it anchors its own to
     (R-13, ``scheduler.clock``)."""
     idle_recheck_interval_s: float = 1.0
-    """Idle workers re-check for work this often even without a wake-up: covers jobs
-    made available by another replica."""
+    """Idle workers re-check for work this often even without a wake-up, while nothing
+    tells this replica of jobs another one made claimable (PostgreSQL with its LISTEN
+    connection down). Otherwise they re-check every ``idle_interval_s``."""
+    idle_interval_s: float = 30.0
+    """How long an idle coordinator leaves the database alone: lease expiry, due-job
+    promotion and count folding sleep this long (never less than their own interval)
+    after a pass that found nothing to watch, until this replica claims, schedules or
+    writes again; idle workers re-check for work this often when every wake-up reaches
+    them (SQLite, or PostgreSQL with LISTEN connected). A replica that crashed leaves
+    jobs whose leases the others recover within this time at worst, when they were idle."""
     maintenance_batch: int = 500
     """Most expired leases or due jobs handled per transaction."""
     # -- retention (R-19, ``scheduler.retention``): age since ``finished_at_ms``; None keeps
@@ -136,7 +147,7 @@ class CoordinatorConfig:
     """A keepalive ping unanswered this long closes the connection."""
     max_connection_age_ms: int = 30 * 60_000
     """Connections are closed (GOAWAY) after this age, so long-lived worker streams
-    reconnect and spread over replicas (SPEC §8); workers reconnect with backoff."""
+    reconnect and spread over replicas (docs/scaling.md); workers reconnect with backoff."""
     max_connection_age_grace_ms: int = 60_000
     """After ``max_connection_age_ms``, how long open calls may go on before they are cut;
     above the longest unary call (a WaitJob chunk: 30 s). Worker streams end cleanly

@@ -1,4 +1,4 @@
-"""The coordinator's Prometheus metrics, on a registry of their own (SPEC §7).
+"""The coordinator's Prometheus metrics, on a registry of their own (docs/metrics.md).
 
 Names follow Prometheus' rules: base units, ``_total`` counters, ``_seconds`` histograms.
 Labels are bounded: queue, wire_name, outcome, state, and the gRPC method and status code;

@@ -13,6 +13,17 @@ python=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 
+# Node.js tools, pinned by committed lock files into project-local node_modules/:
+# buf (protos/: `buf lint` of the wire contract) and the Node.js worker example
+# (examples/node-worker: grpc-js, proto-loader). Debian's nodejs and npm where missing.
+if ! { command -v node && command -v npm; } >/dev/null; then
+  echo "installing Debian packages: nodejs npm" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+for node_project in protos examples/node-worker; do
+  npm ci --prefix "$node_project" --no-audit --no-fund --loglevel=error
+done
+
 # shellcheck source=tests/postgres.sh
 . tests/postgres.sh
 ensure_postgres

@@ -145,10 +145,10 @@ async def serve_grpc(
 
 
 def server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
-    """The API server's channel options (SPEC §8: keepalive, sizes, connection age)."""
+    """The API server's channel options (docs/scaling.md: keepalive, sizes, connection age)."""
     return [
         ("grpc.so_reuseport", 0),  # a second server on the port must fail, not steal traffic
-        # Sized from the bounds (SPEC §5): a valid request never hits the transport limit
+        # Sized from the bounds (docs/limits.md): a valid request never hits the transport limit
         # before the bound's clear error; one far over it gets RESOURCE_EXHAUSTED.
         ("grpc.max_send_message_length", config.message_limit_bytes()),
         ("grpc.max_receive_message_length", config.message_limit_bytes()),

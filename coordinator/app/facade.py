@@ -43,6 +43,7 @@ from coordinator.scheduler.counts import QueueCountFolding
 from coordinator.scheduler.cron import ScheduleTicks
 from coordinator.scheduler.due import due_promotion
 from coordinator.scheduler.leases import lease_expiry
+from coordinator.scheduler.loop import Cadence
 from coordinator.scheduler.retention import Retention, purge_all
 from coordinator.scheduler.revocations import RevokedTokenStreams
 from coordinator.scheduler.stats import QueueStatistics
@@ -93,7 +94,7 @@ class Coordinator:
         self.audit_log = AuditLog(store, config)
         self.queues = QueueService(store, clock, config)
         self.count_folding = QueueCountFolding(
-            self.queues, self.executors, config.queue_count_fold_interval_s
+            self.queues, self.executors, Cadence(config.queue_count_fold_interval_s, config.idle_interval_s)
         )
         self.schedules = SchedulesService(store, clock, config, self.jobs)
         self.dispatcher = Dispatcher(
@@ -104,9 +105,9 @@ class Coordinator:
             self._absorb,
             on_sessions_changed=lambda sessions: self.metrics.workers(s.queues for s in sessions),
         )
-        interval = config.maintenance_interval_s
-        self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, interval)
-        self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, interval)
+        interval, idle = config.maintenance_interval_s, config.idle_interval_s
+        self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, Cadence(interval, idle))
+        self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, Cadence(interval, idle))
         self.queue_statistics = QueueStatistics(
             store,
             clock,
@@ -217,8 +218,10 @@ class Coordinator:
             loops.append(("clock", refresh.run))
         self._tasks = [asyncio.create_task(run(stop), name=f"runwick-{name}") for name, run in loops]
         if self.store.postgres:
-            listen = listen_for_jobs(self.store.url, self.dispatcher.jobs_available)
+            listen = listen_for_jobs(self.store.url, self._heard_of_jobs, self.dispatcher.hears_all)
             self._listen_task = asyncio.create_task(listen, name="runwick-listen")
+        else:
+            self.dispatcher.hears_all(True)  # SQLite: this process makes every write
 
     def on_readiness(self, listener: ReadinessListener) -> None:
         """Calls ``listener(ok)`` after every database check."""
@@ -280,14 +283,29 @@ class Coordinator:
         self.metrics.observe(effects)
         self.watch.finished(effects.terminal_job_ids)
         self.dispatcher.absorb(effects)
+        self._wake_maintenance(leases=effects.leases_taken, scheduled=effects.next_run_at_ms is not None)
         for push in effects.cancel_pushes:
             self.dispatcher.cancel_attempt(push.worker_id, push.attempt_id)
+
+    def _heard_of_jobs(self) -> None:
+        """A replica (maybe this one) made jobs claimable: claims follow, here or there."""
+        self.dispatcher.jobs_available()
+        self._wake_maintenance(leases=True, scheduled=False)
+
+    def _wake_maintenance(self, *, leases: bool, scheduled: bool) -> None:
+        """Ends the idle sleep of the loops that this replica's writes gave work."""
+        self.count_folding.cadence.wake()  # every write appends count deltas
+        if leases:
+            self.lease_expiry.cadence.wake()
+        if scheduled:
+            self.due_promotion.cadence.wake()
 
     # -- jobs ---------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[NewJobSpec]) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``)."""
         enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
+        self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))
         for spec, item in zip(specs, enqueued, strict=True):
             if not item.existing:
                 self.metrics.enqueued(spec.queue, spec.wire_name)

@@ -131,7 +131,7 @@ def wrappers(owner: object) -> list[MetricWrapperBase]:
     "owner", [CoordinatorMetrics(), WorkerMetrics(CollectorRegistry())], ids=["coordinator", "sdk"]
 )
 def test_metrics_use_base_units_and_bounded_labels(owner: object) -> None:
-    """Never job or attempt IDs, never error text; durations in seconds (SPEC §7)."""
+    """Never job or attempt IDs, never error text; durations in seconds (docs/metrics.md)."""
     found = wrappers(owner)
     assert len(found) >= 6
     for metric in found:
