@@ -355,7 +355,7 @@ def run_migrate(options: argparse.Namespace) -> int:
     except (ConfigError, MigrationLocked) as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
-    print("database schema is up to date")
+    _say("database schema is up to date", options.log_format == "json")
     return 0
 
 
