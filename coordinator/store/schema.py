@@ -72,6 +72,8 @@ CLAIMABLE_PREDICATE = _CLAIMABLE
 """The claim and due indexes' predicate: a query must state it word for word (as text,
 not bound parameters) for a planner to use those partial indexes."""
 _LEASED = "state IN ('reserved', 'running')"
+LEASED_PREDICATE = _LEASED
+"""The leased-jobs index's predicate, for queries that must use that partial index."""
 
 Index(
     "ix_jobs_claim",
@@ -177,6 +179,19 @@ queue_count_deltas = Table(
     Column("queue", String(256), nullable=False),
     Column("state", String(16), nullable=False),
     Column("delta", Integer, nullable=False),
+)
+
+# The dashboard's throughput chart: how many jobs of each queue ended in each terminal
+# state, per minute. Written by the count fold from the deltas it folds (a positive
+# delta of a terminal state is jobs that ended there), so no write on the hot path and no
+# scan of the jobs; minutes older than ``FINISHED_MINUTES_KEPT_MS`` are dropped.
+queue_finished = Table(
+    "queue_finished",
+    metadata,
+    Column("minute_ms", BigInteger, primary_key=True),
+    Column("queue", String(256), primary_key=True),
+    Column("state", String(16), primary_key=True),
+    Column("count", BigInteger, nullable=False),
 )
 
 # R-15/R-16: one row per (child, parent). No foreign key to the parent: retention may
