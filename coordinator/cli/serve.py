@@ -84,6 +84,12 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="Prometheus /metrics HTTP port, 0 = any, -1 = none [RUNWICK_METRICS_PORT]",
     )
     serve.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=int(_env("RUNWICK_DASHBOARD_PORT", "7235")),
+        help="web dashboard HTTP port (HTTPS with --tls-cert), 0 = any, -1 = none [RUNWICK_DASHBOARD_PORT]",
+    )
+    serve.add_argument(
         "--max-connection-age",
         type=float,
         default=float(_env("RUNWICK_MAX_CONNECTION_AGE_S", "1800")),
@@ -220,6 +226,7 @@ def run_serve(options: argparse.Namespace) -> int:
         drain_timeout_s=options.drain_timeout,
         health_port=_port_or_none(options.health_port),
         metrics_port=_port_or_none(options.metrics_port),
+        dashboard_port=_port_or_none(options.dashboard_port),
         max_connection_age_ms=int(options.max_connection_age * 1000),
         max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),
     )
@@ -239,7 +246,11 @@ async def _serve_until_signalled(config: CoordinatorConfig) -> None:
 
     running = await start_coordinator(config)
     announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
-    print(f"runwick health port {running.health_port}, metrics port {running.metrics_port}", flush=True)
+    print(
+        f"runwick health port {running.health_port}, metrics port {running.metrics_port}, "
+        f"dashboard port {running.dashboard_port}",
+        flush=True,
+    )
     print(f"{READY_LINE}{running.target}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -164,12 +164,15 @@ def finished_since(conn: Connection, since_ms: int) -> list[FinishedMinute]:
     minute, queue and state (a range of ``queue_finished``'s key)."""
     first = since_ms - since_ms % 60_000
     rows = conn.execute(
-        select(queue_finished)
+        select(
+            queue_finished.c.minute_ms, queue_finished.c.queue, queue_finished.c.state, queue_finished.c.count
+        )
         .where(queue_finished.c.minute_ms >= first)
         .order_by(queue_finished.c.minute_ms, queue_finished.c.queue, queue_finished.c.state)
     )
     return [
-        FinishedMinute(int(row.minute_ms), row.queue, JobState(row.state), int(row.count)) for row in rows
+        FinishedMinute(int(minute), queue, JobState(state), int(count))
+        for minute, queue, state, count in rows
     ]
 
 
