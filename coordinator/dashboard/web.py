@@ -170,9 +170,9 @@ class Dashboard:
     async def signin_form(self, request: Request) -> Response:
         if not self.auth_enabled:
             return RedirectResponse("/", status_code=303)
-        return self._signin_page(request, "", 200)
+        return self._signin_page(request, "", 200, request.query_params.get("next"))
 
-    def _signin_page(self, request: Request, message: str, status: int) -> Response:
+    def _signin_page(self, request: Request, message: str, status: int, next_path: object) -> Response:
         nonce = sessions.new_signin_nonce()
         response = self.page(
             request,
@@ -181,7 +181,7 @@ class Dashboard:
             status,
             csrf=nonce,
             message=message,
-            next=local_path(request.query_params.get("next")),
+            next=local_path(next_path if isinstance(next_path, str) else None),
         )
         response.set_cookie(
             sessions.SIGNIN_COOKIE,
@@ -201,17 +201,22 @@ class Dashboard:
         given, token, next_path = form.get(sessions.CSRF_FIELD), form.get("token"), form.get("next")
         nonce = request.cookies.get(sessions.SIGNIN_COOKIE)
         if not nonce or not isinstance(given, str) or not sessions.same(given, nonce):
-            return self._signin_page(request, "The sign-in form expired (CSRF check failed); try again.", 403)
+            return self._signin_page(
+                request, "The sign-in form expired (CSRF check failed); try again.", 403, next_path
+            )
         token = token.strip() if isinstance(token, str) else ""
         if not token:
-            return self._signin_page(request, "Enter a token.", 400)
+            return self._signin_page(request, "Enter a token.", 400, next_path)
         principal = await self._principal(token)
         if principal is None:
             log.info("dashboard: sign-in refused from %s: unknown or revoked token", peer(request))
-            return self._signin_page(request, "Unknown or revoked token.", 401)
+            return self._signin_page(request, "Unknown or revoked token.", 401, next_path)
         if not principal.allows(Scope.READ):
             return self._signin_page(
-                request, f"Token {principal.name!r} lacks the 'read' scope the dashboard needs.", 403
+                request,
+                f"Token {principal.name!r} lacks the 'read' scope the dashboard needs.",
+                403,
+                next_path,
             )
         session = sessions.Session(token, self.app.clock.now_ms())
         response = RedirectResponse(

@@ -19,15 +19,14 @@
       element.classList.toggle("stale", !ok);
     }
 
-    function shouldWait() {
-      if (document.hidden || busy) return true;
+    function inUse() {
       var active = document.activeElement;
       if (active && active !== document.body && element.contains(active)) return true;
       return element.querySelector("input[type=checkbox]:checked") !== null;
     }
 
     function refresh() {
-      if (shouldWait()) return;
+      if (document.hidden || busy || inUse()) return;
       busy = true;
       var headers = { "X-Requested-With": "fetch" };
       if (etag) headers["If-None-Match"] = etag;
@@ -45,12 +44,16 @@
             status(false);
             return null;
           }
-          etag = response.headers.get("ETag");
-          return response.text();
+          return response.text().then(function (html) {
+            return { html: html, etag: response.headers.get("ETag") };
+          });
         })
-        .then(function (html) {
-          if (html !== null && html !== undefined && !shouldWait()) {
-            element.innerHTML = html;
+        .then(function (fresh) {
+          // The operator may have started using the region meanwhile: keep what they
+          // see, and the old ETag, so the next round brings the change again.
+          if (fresh && !inUse()) {
+            etag = fresh.etag;
+            element.innerHTML = fresh.html;
             element.setAttribute("data-refreshed", String(Date.now()));
             status(true);
           }
