@@ -84,7 +84,8 @@ def _job_row(
         "executions": 1 if state.terminal or leased else 0,
         "unstarted_streak": 0,
         "worker_id": f"worker-{rng.randrange(40)}" if leased else None,
-        "lease_expires_at_ms": now + 60_000 if leased else None,
+        # Far off: these leases have no attempt rows, so lease expiry must not find them.
+        "lease_expires_at_ms": now + 24 * HOUR_MS if leased else None,
         "created_at_ms": now,
         "updated_at_ms": now,
         "finished_at_ms": now - rng.randrange(HOUR_MS) if state.terminal else None,

@@ -101,6 +101,7 @@ def build_environment() -> Environment:
         autoescape=select_autoescape(["html"]),
         trim_blocks=True,
         lstrip_blocks=True,
+        auto_reload=False,  # package files: no stat of every template on every render
     )
     env.filters.update(
         time=format_time,

@@ -19,8 +19,6 @@ import uvicorn
 from coordinator.app import Coordinator
 from coordinator.dashboard.web import build_app
 
-log = logging.getLogger(__name__)
-
 STARTUP_TIMEOUT_S = 10.0
 STOP_GRACE_S = 2.0
 """How long open requests (and idle keep-alive connections) get when the server stops."""
@@ -67,6 +65,9 @@ async def serve_dashboard(app: Coordinator) -> DashboardServer:
     TLS file cannot be read."""
     config = app.config
     assert config.dashboard_port is not None
+    # uvicorn reports its own start and stop at INFO on a logger named "uvicorn.error";
+    # the coordinator's log says when the dashboard listens. Failures still show.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     tls = bool(config.tls_cert_file and config.tls_key_file)
     sock = _bind(config.host, config.dashboard_port)
     try:
