@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -30,6 +30,7 @@ OPEN_STATES = (
     JobState.RUNNING,
 )
 ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+NOTICE_PARAMS = frozenset({"notice", "count", "refused"})
 NOTICES = {
     "retried": "Retried: the job runs again as a new generation.",
     "cancelled": "Cancel sent: the job is cancelled, or its worker has been told to stop it.",
@@ -83,10 +84,12 @@ async def _form_text(request: Request, name: str) -> str | None:
 
 
 async def _back(request: Request, default: str, notice: str, **extra: object) -> Response:
-    target = local_path(await _form_text(request, "next") or default)
-    query = urlencode({"notice": notice, **{k: str(v) for k, v in extra.items()}})
-    target = target.split("?", 1)[0] + "?" + "&".join(p for p in (target.partition("?")[2], query) if p)
-    return RedirectResponse(target, status_code=303)
+    """303 to the form's ``next`` (a local path, else ``default``) with ``notice``; the
+    notice of an earlier action in that URL is dropped, so they do not pile up."""
+    path, _, query = local_path(await _form_text(request, "next") or default).partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in NOTICE_PARAMS]
+    added = [("notice", notice), *((k, str(v)) for k, v in extra.items())]
+    return RedirectResponse(f"{path}?{urlencode([*kept, *added])}", status_code=303)
 
 
 def _totals(queues: Sequence[QueueStats]) -> dict[JobState, int]:

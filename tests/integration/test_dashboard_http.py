@@ -421,3 +421,16 @@ async def test_no_dashboard_is_served_when_its_port_is_none(database_url: str) -
         assert running.dashboard_port is None and running.dashboard is None
     finally:
         await running.stop(grace_s=1)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_an_action_returns_to_its_page_with_one_notice(dashboard: Dashboard) -> None:
+    await dashboard.enqueue()
+    session = await dashboard.session("manage")
+    csrf = await session.csrf()
+    paused = await session.post(
+        "/queues/default/pause", {"csrf": csrf, "next": "/queues?x=1&notice=resumed&count=3"}
+    )
+    assert paused.header("location") == "/queues?x=1&notice=paused"
+    resumed = await session.post("/queues/default/resume", {"csrf": csrf, "next": "https://evil.example/"})
+    assert resumed.header("location") == "/?notice=resumed"
