@@ -434,3 +434,45 @@ async def test_an_action_returns_to_its_page_with_one_notice(dashboard: Dashboar
     assert paused.header("location") == "/queues?x=1&notice=paused"
     resumed = await session.post("/queues/default/resume", {"csrf": csrf, "next": "https://evil.example/"})
     assert resumed.header("location") == "/?notice=resumed"
+
+
+async def test_no_page_reads_the_jobs_table_unbounded(dashboard: Dashboard) -> None:
+    """Counts come from the maintained counts: every read of ``jobs`` a page makes is a
+    keyset page (LIMIT), one job by ID, or the leased jobs (their partial index)."""
+    from sqlalchemy import event
+
+    job_id = await dashboard.enqueue()
+    session = await dashboard.session("admin")
+    statements: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        statements.append(" ".join(statement.split()))
+
+    engine = dashboard.running.store._read_engine
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        for path in (
+            "/",
+            "/jobs",
+            "/jobs?state=failed&queue=default",
+            "/jobs?wire_name=tests.echo",
+            f"/jobs/{job_id}",
+            "/failed",
+            "/queues",
+            "/schedules",
+            "/workers",
+            "/audit",
+        ):
+            assert (await session.get(path)).status == 200
+            assert (await session.get(path + ("&" if "?" in path else "?") + "fragment=1")).status == 200
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    on_jobs = [s for s in statements if re.search(r"\bFROM jobs\b", s)]
+    assert on_jobs
+    for statement in on_jobs:
+        bounded = (
+            "LIMIT" in statement
+            or "jobs.id = " in statement
+            or "state IN ('reserved', 'running')" in statement
+        )
+        assert bounded, statement
