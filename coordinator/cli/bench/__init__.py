@@ -85,7 +85,14 @@ def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
         server = subprocess.Popen(
             [
                 *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", url, "--port", "0"),
-                *("--health-port", "-1", "--metrics-port", "-1"),  # no fixed ports for a bench
+                *(
+                    "--health-port",
+                    "-1",
+                    "--metrics-port",
+                    "-1",
+                    "--dashboard-port",
+                    "-1",
+                ),  # no fixed ports for a bench
                 "--insecure",  # loopback only: the bench's clients and workers send no token
             ],
             stdout=subprocess.PIPE,
