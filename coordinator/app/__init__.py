@@ -3,6 +3,6 @@ background loops, and exposes every operation with its follow-ups. Transports (t
 API, the CLI's in-process commands, the dashboard) call only it."""
 
 from coordinator.app.facade import Coordinator
-from coordinator.app.offline import SchemaNotCurrent, migrate_database, open_scratch_store
+from coordinator.app.offline import MigrationLocked, SchemaNotCurrent, migrate_database, open_scratch_store
 
-__all__ = ["Coordinator", "SchemaNotCurrent", "migrate_database", "open_scratch_store"]
+__all__ = ["Coordinator", "MigrationLocked", "SchemaNotCurrent", "migrate_database", "open_scratch_store"]
