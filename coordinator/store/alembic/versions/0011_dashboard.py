@@ -2,8 +2,8 @@
 by the queue count fold), an index for lists filtered by wire name, and the leased-jobs
 index widened by the holder, so each worker's leases are counted from the index alone
 
-Revision ID: 0010_dashboard
-Revises: 0009_retention
+Revision ID: 0011_dashboard
+Revises: 0010_scheduled_index
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_dashboard"
-down_revision = "0009_retention"
+revision = "0011_dashboard"
+down_revision = "0010_scheduled_index"
 branch_labels = None
 depends_on = None
 
