@@ -1,6 +1,7 @@
 """The coordinator process: the facade (``coordinator.app``) with its transports — the
 gRPC API and health port, the web dashboard, the Prometheus ``/metrics`` endpoint —
-started and stopped in the right order. The composition root; ``runwick serve`` and the tests start it.
+started and stopped in the right order. The composition root; ``runwick serve`` and the
+tests start it.
 
 ``start_coordinator(config) -> RunningCoordinator`` binds (port 0 picks a free port,
 which ``.port`` reports) and ``await running.stop()`` shuts down gracefully: readiness
