@@ -131,6 +131,14 @@ class CoordinatorConfig:
     metrics_max_label_values: int = 100
     """Distinct values each caller-chosen metric label (``queue``, ``wire_name``) takes
     before the rest are counted under ``(other)``: bounds the series of every metric."""
+    dashboard_port: int | None = None
+    """HTTP port of the web dashboard (on ``host``; HTTPS with the API's certificate when
+    TLS is configured); 0 picks a free one, None serves none (``runwick serve`` defaults
+    to 7235)."""
+    dashboard_session_ttl_s: float = 12 * 3600.0
+    """How long a dashboard sign-in lasts; the token is checked again on every request,
+    so a revoked token's sessions end at once (within ``auth_cache_ttl_s`` on replicas
+    other than the one that revoked it)."""
     health_check_interval_s: float = 5.0
     """How often a background task reads the database: readiness and the queue gauges."""
     queue_count_fold_interval_s: float = 1.0

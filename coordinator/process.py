@@ -1,6 +1,7 @@
 """The coordinator process: the facade (``coordinator.app``) with its transports — the
-gRPC API and health port, the Prometheus ``/metrics`` endpoint — started and stopped in
-the right order. The composition root; ``runwick serve`` and the tests start it.
+gRPC API and health port, the web dashboard, the Prometheus ``/metrics`` endpoint —
+started and stopped in the right order. The composition root; ``runwick serve`` and the
+tests start it.
 
 ``start_coordinator(config) -> RunningCoordinator`` binds (port 0 picks a free port,
 which ``.port`` reports) and ``await running.stop()`` shuts down gracefully: readiness
@@ -20,6 +21,7 @@ from pathlib import Path
 from coordinator.api.server import GrpcServers, bind_health, serve_grpc, tls_credentials
 from coordinator.app import Coordinator
 from coordinator.config import CoordinatorConfig, check_security
+from coordinator.dashboard import DashboardServer, serve_dashboard
 from coordinator.domain.clock import Clock
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.store import Store
@@ -33,7 +35,13 @@ class RunningCoordinator:
     grpc: GrpcServers
     metrics_port: int | None = None
     """The HTTP port of ``/metrics``, when it is served."""
+    dashboard: DashboardServer | None = None
     stopped: bool = False
+
+    @property
+    def dashboard_port(self) -> int | None:
+        """The HTTP(S) port of the dashboard, when it is served."""
+        return self.dashboard.port if self.dashboard is not None else None
 
     @property
     def config(self) -> CoordinatorConfig:
@@ -83,6 +91,8 @@ class RunningCoordinator:
         await self.grpc.health.draining()  # first, so no new traffic is routed here
         drain_s = self.config.drain_timeout_s if grace_s is None else grace_s
         await self.app.drain(drain_s)
+        if self.dashboard is not None:
+            await self.dashboard.stop()
         await self.app.stop_background()
         await self.grpc.stop(grace_s=min(drain_s, 5.0))
         await asyncio.to_thread(self.app.metrics.close)
@@ -131,21 +141,27 @@ async def start_coordinator(
         await early_health.stop()
         app.close()
         raise
+    dashboard = None
     try:
+        if config.dashboard_port is not None:
+            dashboard = await serve_dashboard(app)
         metrics_port = None
         if config.metrics_port is not None:
             metrics_port = app.metrics.serve(config.host, config.metrics_port)
     except OSError:
+        if dashboard is not None:
+            await dashboard.stop()
         await servers.stop(grace_s=0)
         app.close()
         raise
     app.start()
     log.info(
-        "coordinator listening on %s:%d (%s); health port %s, metrics port %s",
+        "coordinator listening on %s:%d (%s); health port %s, metrics port %s, dashboard port %s",
         config.host,
         servers.port,
         "postgresql" if app.store.postgres else "sqlite",
         servers.health_port if servers.health_port is not None else "off",
         metrics_port if metrics_port is not None else "off",
+        dashboard.port if dashboard is not None else "off",
     )
-    return RunningCoordinator(app, servers, metrics_port)
+    return RunningCoordinator(app, servers, metrics_port, dashboard)

@@ -35,6 +35,9 @@ ensure_postgres
 missing=()
 { command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
 command -v kubectl >/dev/null || missing+=(kubernetes-client)
+# The dashboard's browser tests (tests/browser) drive Debian's Chromium through Playwright,
+# which never downloads a browser of its own here.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -21,13 +21,16 @@ from coordinator.app.watch import TerminalWatch
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
 from coordinator.domain.access import Actor, Principal
+from coordinator.domain.activity import HOUR_MS, Throughput
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
+    ConnectedWorker,
     Enqueued,
     JobRecord,
+    LeaseHolder,
     NewJobSpec,
     QueueRecord,
     QueueStats,
@@ -47,6 +50,7 @@ from coordinator.scheduler.loop import Cadence
 from coordinator.scheduler.retention import Retention, purge_all
 from coordinator.scheduler.revocations import RevokedTokenStreams
 from coordinator.scheduler.stats import QueueStatistics
+from coordinator.service.activity import ActivityService
 from coordinator.service.audit import AuditLog
 from coordinator.service.batch import WorkerOps
 from coordinator.service.effects import Effects
@@ -93,6 +97,7 @@ class Coordinator:
         self.manage = ManagementService(store, clock)
         self.audit_log = AuditLog(store, config)
         self.queues = QueueService(store, clock, config)
+        self.activity = ActivityService(store, clock)
         self.count_folding = QueueCountFolding(
             self.queues, self.executors, Cadence(config.queue_count_fold_interval_s, config.idle_interval_s)
         )
@@ -483,6 +488,36 @@ class Coordinator:
         record, effects = await self.executors.write(self.queues.set_limit, name, limit, actor)
         self._absorb(effects)
         return record
+
+    # -- activity (the dashboard) --------------------------------------------------------
+
+    async def throughput(self, window_ms: int = HOUR_MS, queue: str | None = None) -> Throughput:
+        """Jobs that ended per minute over the last ``window_ms`` (default an hour), from
+        the per-minute counts the count fold keeps: no scan of the jobs."""
+        return await self.executors.read(self.activity.throughput, window_ms, queue)
+
+    async def lease_holders(self, limit: int = 100) -> list[LeaseHolder]:
+        """The workers holding reserved or running jobs now, on any replica."""
+        return await self.executors.read(self.activity.lease_holders, limit)
+
+    def connected_workers(self) -> list[ConnectedWorker]:
+        """The worker streams open on this coordinator (other replicas have their own)."""
+        return sorted(
+            (
+                ConnectedWorker(
+                    worker_id=s.worker_id,
+                    queues=s.queues,
+                    wire_names=s.wire_names,
+                    capacity=s.capacity,
+                    credit=s.credit,
+                    lease_ms=s.lease_ms,
+                    token_id=s.token_id,
+                    draining=s.draining,
+                )
+                for s in self.dispatcher.sessions
+            ),
+            key=lambda w: (w.worker_id, w.queues),
+        )
 
     # -- worker streams -----------------------------------------------------------------
 

@@ -90,6 +90,12 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="Prometheus /metrics HTTP port, 0 = any, -1 = none [RUNWICK_METRICS_PORT]",
     )
     serve.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=int(_env("RUNWICK_DASHBOARD_PORT", "7235")),
+        help="web dashboard HTTP port (HTTPS with --tls-cert), 0 = any, -1 = none [RUNWICK_DASHBOARD_PORT]",
+    )
+    serve.add_argument(
         "--metrics-max-label-values",
         type=int,
         default=int(_env("RUNWICK_METRICS_MAX_LABEL_VALUES", "100")),
@@ -275,6 +281,7 @@ def run_serve(options: argparse.Namespace) -> int:
             drain_timeout_s=options.drain_timeout,
             health_port=_port_or_none(options.health_port),
             metrics_port=_port_or_none(options.metrics_port),
+            dashboard_port=_port_or_none(options.dashboard_port),
             metrics_max_label_values=options.metrics_max_label_values,
             max_connection_age_ms=int(options.max_connection_age * 1000),
             max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),
@@ -303,10 +310,12 @@ async def _serve_until_signalled(config: CoordinatorConfig, *, json_lines: bool,
         announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
     _say(
         f"runwick health port {_port_text(running.health_port)}, "
-        f"metrics port {_port_text(running.metrics_port)}",
+        f"metrics port {_port_text(running.metrics_port)}, "
+        f"dashboard port {_port_text(running.dashboard_port)}",
         json_lines,
         health_port=running.health_port,
         metrics_port=running.metrics_port,
+        dashboard_port=running.dashboard_port,
     )
     _say(f"{READY_LINE}{running.target}", json_lines, target=running.target)
     stop = asyncio.Event()

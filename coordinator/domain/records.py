@@ -266,3 +266,39 @@ class Enqueued:
     job_id: str
     state: JobState
     existing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedMinute:
+    """How many jobs of a queue ended in a terminal state during one minute (the
+    dashboard's throughput and failure rate)."""
+
+    minute_ms: int
+    """The minute's start, a multiple of 60,000 ms."""
+    queue: str
+    state: JobState
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """A worker holding leases right now, on whichever replica it is connected to."""
+
+    worker_id: str
+    reserved: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectedWorker:
+    """A worker stream open on this coordinator."""
+
+    worker_id: str
+    queues: tuple[str, ...]
+    wire_names: tuple[str, ...]
+    capacity: int
+    credit: int
+    """How many more jobs it has asked for and not been given yet."""
+    lease_ms: int
+    token_id: str | None
+    draining: bool

@@ -25,7 +25,9 @@ class QueueService:
 
     def fold_counts(self) -> int:
         """Folds the job-count deltas written since the last fold (a background pass)."""
-        return self.store.transact(lambda tx: tx.fold_queue_counts(), what="folding queue counts")
+        return self.store.transact(
+            lambda tx: tx.fold_queue_counts(self.clock.now_ms()), what="folding queue counts"
+        )
 
     def list(self) -> list[QueueStats]:
         """Every known queue, by name, with its jobs counted per state."""

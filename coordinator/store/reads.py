@@ -9,7 +9,9 @@ from sqlalchemy import Connection, func, select, text
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
+    FinishedMinute,
     JobRecord,
+    LeaseHolder,
     QueueStats,
     Relatives,
     TokenRecord,
@@ -27,12 +29,14 @@ from coordinator.store.rows import (
 )
 from coordinator.store.schema import (
     CLAIMABLE_PREDICATE,
+    LEASED_PREDICATE,
     attempts,
     audit_events,
     dependencies,
     jobs,
     queue_count_deltas,
     queue_counts,
+    queue_finished,
     queues,
     tokens,
     transitions,
@@ -142,6 +146,44 @@ def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
             )
         )
     return result
+
+
+def finished_since(conn: Connection, since_ms: int) -> list[FinishedMinute]:
+    """The per-minute counts of ended jobs from the minute holding ``since_ms`` on, by
+    minute, queue and state (a range of ``queue_finished``'s key)."""
+    first = since_ms - since_ms % 60_000
+    rows = conn.execute(
+        select(
+            queue_finished.c.minute_ms, queue_finished.c.queue, queue_finished.c.state, queue_finished.c.count
+        )
+        .where(queue_finished.c.minute_ms >= first)
+        .order_by(queue_finished.c.minute_ms, queue_finished.c.queue, queue_finished.c.state)
+    )
+    return [
+        FinishedMinute(int(minute), queue, JobState(state), int(count))
+        for minute, queue, state, count in rows
+    ]
+
+
+def lease_holders(conn: Connection, limit: int) -> list[LeaseHolder]:
+    """The workers holding reserved or running jobs, most jobs first, at most ``limit``
+    of them: read from the leased jobs only (the partial index of leased states), whatever
+    the size of the table."""
+    leased = text(LEASED_PREDICATE)
+    rows = conn.execute(
+        select(jobs.c.worker_id, jobs.c.state, func.count())
+        .where(leased, jobs.c.worker_id.is_not(None))
+        .group_by(jobs.c.worker_id, jobs.c.state)
+    )
+    held: dict[str, dict[str, int]] = {}
+    for worker_id, state, count in rows:
+        held.setdefault(worker_id, {})[state] = int(count)
+    holders = [
+        LeaseHolder(worker_id, by_state.get("reserved", 0), by_state.get("running", 0))
+        for worker_id, by_state in held.items()
+    ]
+    holders.sort(key=lambda h: (-(h.reserved + h.running), h.worker_id))
+    return holders[:limit]
 
 
 def count_by_state(conn: Connection) -> dict[str, int]:

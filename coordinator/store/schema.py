@@ -84,7 +84,19 @@ Index(
     sqlite_where=text(_CLAIMABLE),
     postgresql_where=text(_CLAIMABLE),
 )
-Index("ix_jobs_leased", jobs.c.state, sqlite_where=text(_LEASED), postgresql_where=text(_LEASED))
+# Leased jobs by state and holder: the dashboard counts each worker's leases from this
+# index alone. ``worker_id`` changes only with ``state`` (claim, end), so it adds no index
+# write that the state change does not already make.
+Index(
+    "ix_jobs_leased",
+    jobs.c.state,
+    jobs.c.worker_id,
+    sqlite_where=text(_LEASED),
+    postgresql_where=text(_LEASED),
+)
+# The jobs of one type, newest first (a list filtered by wire name); IDs and wire names
+# never change, so jobs' updates never touch it.
+Index("ix_jobs_wire_name_id", jobs.c.wire_name, jobs.c.id)
 # R-17: each queue's reserved and running jobs (a limited queue's claims count them) and
 # its oldest due job, without a scan of the table.
 Index("ix_jobs_queue_state", jobs.c.queue, jobs.c.state)
@@ -191,6 +203,19 @@ queue_count_deltas = Table(
     Column("queue", String(256), nullable=False),
     Column("state", String(16), nullable=False),
     Column("delta", Integer, nullable=False),
+)
+
+# The dashboard's throughput chart: how many jobs of each queue ended in each terminal
+# state, per minute. Written by the count fold from the deltas it folds (a positive
+# delta of a terminal state is jobs that ended there), so no write on the hot path and no
+# scan of the jobs; minutes older than ``FINISHED_MINUTES_KEPT_MS`` are dropped.
+queue_finished = Table(
+    "queue_finished",
+    metadata,
+    Column("minute_ms", BigInteger, primary_key=True),
+    Column("queue", String(256), primary_key=True),
+    Column("state", String(16), primary_key=True),
+    Column("count", BigInteger, nullable=False),
 )
 
 # R-15/R-16: one row per (child, parent). No foreign key to the parent: retention may

@@ -25,7 +25,9 @@ from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
+    FinishedMinute,
     JobRecord,
+    LeaseHolder,
     QueueStats,
     Relatives,
     TokenRecord,
@@ -236,6 +238,17 @@ class Store:
         (R-17), without a scan of the jobs."""
         with self._reading() as conn:
             return reads.queue_stats(conn, now_ms)
+
+    def finished_since(self, since_ms: int) -> list[FinishedMinute]:
+        """Jobs that ended per minute, queue and terminal state, from the minute holding
+        ``since_ms`` on (kept for a day; folded from the count deltas, not counted)."""
+        with self._reading() as conn:
+            return reads.finished_since(conn, since_ms)
+
+    def lease_holders(self, limit: int) -> list[LeaseHolder]:
+        """The workers holding reserved or running jobs now (any replica), most first."""
+        with self._reading() as conn:
+            return reads.lease_holders(conn, limit)
 
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as conn:

@@ -12,9 +12,9 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from coordinator.domain.records import QueueRecord
-from coordinator.domain.states import LEASED_STATES
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.rows import queue_from_row
-from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queues
+from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queue_finished, queues
 from coordinator.store.tx_base import TxBase
 
 
@@ -23,6 +23,11 @@ class Unset:
 
 
 UNSET = Unset()
+
+MINUTE_MS = 60_000
+FINISHED_MINUTES_KEPT_MS = 24 * 3_600_000
+"""How long the per-minute counts of ended jobs are kept (``queue_finished``)."""
+_TERMINAL = frozenset(state.value for state in JobState if state.terminal)
 
 
 def _insert_counts(postgres: bool) -> Any:
@@ -91,18 +96,28 @@ class QueueOps(TxBase):
         if rows:
             self._conn.execute(insert(queue_count_deltas), rows)
 
-    def fold_queue_counts(self) -> int:
+    def fold_queue_counts(self, now_ms: int | None = None) -> int:
         """Folds the deltas appended so far into ``queue_counts`` and returns how many it
         folded. Deletes exactly the rows it adds (DELETE ... RETURNING), so a delta that
-        commits meanwhile is folded next time, never lost."""
+        commits meanwhile is folded next time, never lost.
+
+        With ``now_ms``, the jobs that ended (each transaction's positive delta of a
+        terminal state; a retry or a purge takes jobs out, and counts no end) are also
+        added to ``now_ms``'s minute of ``queue_finished``, and minutes older than
+        ``FINISHED_MINUTES_KEPT_MS`` are dropped."""
         deltas: Counter[tuple[str, str]] = Counter()
+        ended: Counter[tuple[str, str]] = Counter()
         folded = 0
         returning = queue_count_deltas.delete().returning(
             queue_count_deltas.c.queue, queue_count_deltas.c.state, queue_count_deltas.c.delta
         )
         for queue, state, delta in self._conn.execute(returning):
             deltas[(queue, state)] += delta
+            if delta > 0 and state in _TERMINAL:
+                ended[(queue, state)] += delta
             folded += 1
+        if now_ms is not None:
+            self._count_finished(ended, now_ms)
         changed = [{"q": q, "s": s, "d": d} for (q, s), d in sorted(deltas.items()) if d]
         if changed:
             known = {
@@ -127,6 +142,30 @@ class QueueOps(TxBase):
                 changed,
             )
         return folded
+
+    def _count_finished(self, ended: Mapping[tuple[str, str], int], now_ms: int) -> None:
+        minute = now_ms - now_ms % MINUTE_MS
+        self._conn.execute(
+            queue_finished.delete().where(queue_finished.c.minute_ms < minute - FINISHED_MINUTES_KEPT_MS)
+        )
+        if not ended:
+            return
+        keys = sorted(ended)
+        if self._postgres:
+            statement = postgresql_insert(queue_finished)
+            upsert: Any = statement.on_conflict_do_update(
+                index_elements=["minute_ms", "queue", "state"],
+                set_={"count": queue_finished.c.count + statement.excluded.count},
+            )
+        else:
+            sqlite_statement = sqlite_insert(queue_finished)
+            upsert = sqlite_statement.on_conflict_do_update(
+                index_elements=["minute_ms", "queue", "state"],
+                set_={"count": queue_finished.c.count + sqlite_statement.excluded.count},
+            )
+        self._conn.execute(
+            upsert, [{"minute_ms": minute, "queue": q, "state": s, "count": ended[(q, s)]} for q, s in keys]
+        )
 
     def active_jobs(self, queue: str, cap: int) -> int:
         """Jobs of ``queue`` reserved or running, counted up to ``cap``."""

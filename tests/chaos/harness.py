@@ -147,7 +147,7 @@ class CoordinatorProcess:
             self.log,
             *("--database-url", settings.database_url, "--port", "0"),
             *("--maintenance-interval", str(settings.maintenance_s), "--drain-timeout", "3"),
-            *("--health-port", "-1", "--metrics-port", "-1", "--insecure"),
+            *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1", "--insecure"),
             env={**os.environ, "PGAPPNAME": self.app_name},  # pg_stat_activity.application_name
         )
         self.starts += 1

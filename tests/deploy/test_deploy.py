@@ -74,11 +74,13 @@ def test_probes_are_native_grpc_on_the_plaintext_health_port(
             "grpc": defaults["port"],
             "health": defaults["health_port"],
             "metrics": defaults["metrics_port"],
+            "dashboard": defaults["dashboard_port"],
         }
         settings = env(container)
         assert int(settings["RUNWICK_HEALTH_PORT"]) == ports["health"]
         assert int(settings["RUNWICK_PORT"]) == ports["grpc"]
         assert int(settings["RUNWICK_METRICS_PORT"]) == ports["metrics"]
+        assert int(settings["RUNWICK_DASHBOARD_PORT"]) == ports["dashboard"]
         probes = {
             kind: container[kind]["grpc"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")
         }
@@ -179,6 +181,7 @@ def test_service_and_network_policy_cover_the_ports(overlays: dict[str, list[Doc
         assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
             "grpc": "grpc",
             "metrics": "metrics",
+            "dashboard": "dashboard",
         }
         policy = the(docs, "NetworkPolicy")
         assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
@@ -240,6 +243,7 @@ def test_dockerfile_builds_a_small_non_root_image_of_the_coordinator(
         defaults["port"],
         defaults["health_port"],
         defaults["metrics_port"],
+        defaults["dashboard_port"],
     }
     assert [arg for kind, arg in final if kind == "ENTRYPOINT"] == ['["runwick"]']
     assert [arg for kind, arg in final if kind == "CMD"] == ['["serve"]']

@@ -24,7 +24,17 @@ async def test_s5_serve_applies_bounds_from_file_environment_and_flags(
     process = serve(
         log,
         *("--database-url", database_url),
-        *("--insecure", "--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
+        *(
+            "--insecure",
+            "--port",
+            "0",
+            "--health-port",
+            "-1",
+            "--metrics-port",
+            "-1",
+            "--dashboard-port",
+            "-1",
+        ),
         *("--config", str(config), "--max-enqueue-batch", "4"),
         env={**os.environ, "RUNWICK_MAX_PAGE_SIZE": "3"},  # over the file's 50
     )

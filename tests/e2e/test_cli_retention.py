@@ -208,7 +208,17 @@ async def test_serve_purges_by_its_retention_flags(database_url: str, tmp_path: 
     process = serve(
         log,
         *("--database-url", database_url),
-        *("--insecure", "--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
+        *(
+            "--insecure",
+            "--port",
+            "0",
+            "--health-port",
+            "-1",
+            "--metrics-port",
+            "-1",
+            "--dashboard-port",
+            "-1",
+        ),
         *("--retain-cancelled", "1s", "--retain-succeeded", "off", "--retention-interval", "200ms"),
         env={**os.environ, "RUNWICK_RETAIN_FAILED": "off"},
     )

@@ -36,7 +36,7 @@ async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
     process = serve(
         log,
         *("--database-url", database_url),
-        *("--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
+        *("--port", "0", "--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
         *("--admin-token-file", str(token_file), "--maintenance-interval", "0.2"),
     )
     try:

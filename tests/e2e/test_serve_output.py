@@ -28,7 +28,10 @@ from tests.support.polling import eventually
 
 pytestmark = pytest.mark.slow
 
-QUIET = ("--port", "0", "--health-port", "0", "--metrics-port", "0", "--maintenance-interval", "0.2")
+QUIET = (
+    *("--port", "0", "--health-port", "0", "--metrics-port", "0", "--dashboard-port", "0"),
+    *("--maintenance-interval", "0.2"),
+)
 
 
 def clean_env(**settings: str) -> dict[str, str]:
@@ -106,7 +109,7 @@ async def test_text_start_up_is_a_few_lines_without_library_noise(tmp_path: Path
         await wait_listening(process, log)
     finally:
         assert await stop(process) == 0
-    no_ports = ("--port", "0", "--health-port", "-1", "--metrics-port", "-1")
+    no_ports = ("--port", "0", "--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1")
     second = serve(log, "--database-url", database, "--insecure", *no_ports, env=clean_env())
     try:
         await wait_listening(second, log, count=2)
@@ -117,7 +120,7 @@ async def test_text_start_up_is_a_few_lines_without_library_noise(tmp_path: Path
     assert len(first_start.splitlines()) <= 5, first_start  # what a person reads, then the target
     assert "database schema migrated from none to " in first_start
     assert "alembic" not in first_start
-    assert "health port off, metrics port off" in second_start  # never "port None"
+    assert "health port off, metrics port off, dashboard port off" in second_start  # never "port None"
     assert "migrated" not in second_start and "None" not in second_start
 
 

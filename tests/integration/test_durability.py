@@ -38,7 +38,14 @@ def _serve(database_url: str, port: int, log: Path) -> subprocess.Popen[str]:
     return serve(
         log,
         *("--database-url", database_url, "--port", str(port), "--maintenance-interval", "0.2"),
-        *("--health-port", "-1", "--metrics-port", "-1"),  # a restart reuses only the API port
+        *(
+            "--health-port",
+            "-1",
+            "--metrics-port",
+            "-1",
+            "--dashboard-port",
+            "-1",
+        ),  # a restart reuses only the API port
         "--insecure",  # loopback only; the test's workers and clients send no token
     )
 

@@ -110,7 +110,7 @@ def _serve(database_url: str, port: int, log: Path, *extra: str) -> subprocess.P
         log,
         *("--database-url", database_url, "--port", str(port), "--maintenance-interval", "0.2"),
         # No fixed side ports: a restart on the same port must not collide.
-        *("--health-port", "-1", "--metrics-port", "-1"),
+        *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
         "--insecure",  # loopback only; the test's workers and clients send no token
         *extra,
     )

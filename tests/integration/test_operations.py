@@ -122,7 +122,8 @@ async def test_probes_answer_alive_and_not_ready_while_the_database_migrates(
     process = serve(
         log,
         *("--database-url", f"sqlite:///{path}", "--insecure", "--port", "0"),
-        *("--health-port", str(health_port), "--metrics-port", "-1", "--sqlite-busy-timeout", "120"),
+        *("--health-port", str(health_port), "--metrics-port", "-1", "--dashboard-port", "-1"),
+        *("--sqlite-busy-timeout", "120"),
     )
     try:
 

@@ -33,7 +33,7 @@ async def two_replicas(postgres_url: str, tmp_path: Path) -> AsyncIterator[list[
             process = serve(
                 log,
                 *("--database-url", postgres_url, "--port", "0", "--insecure"),
-                *("--health-port", "-1", "--metrics-port", "-1"),
+                *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
             )
             processes.append(process)
             targets.append(await wait_listening(process, log))

@@ -59,6 +59,12 @@ def test_the_tree_keeps_every_contract() -> None:
             "Transports reach the store only through the facade BROKEN",
         ),
         (
+            "coordinator/dashboard/views.py",
+            "import coordinator.service.queues",
+            "The dashboard calls only the facade BROKEN",
+        ),
+        ("coordinator/dashboard/web.py", "import coordinator.api.auth", "Coordinator layers BROKEN"),
+        (
             "worker_sdk/_client.py",
             "import coordinator.errors",
             "The SDK stands alone: worker_sdk imports nothing of the coordinator BROKEN",

@@ -105,3 +105,20 @@ def test_the_domain_imports_only_the_standard_library_and_the_wire_grammar() -> 
             if not (_is_stdlib(m) or m.startswith("coordinator.domain") or m == "worker_sdk.grammar")
         }
         assert others == set(), path.name
+
+
+def test_the_dashboards_pages_styles_and_script_ship_in_the_package() -> None:
+    """No build step: templates and static files are package data, every one of them."""
+    import fnmatch
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "coordinator"
+    ]
+    shipped = [
+        path.relative_to(ROOT / "coordinator").as_posix()
+        for folder in ("templates", "static")
+        for path in sorted((ROOT / "coordinator" / "dashboard" / folder).iterdir())
+    ]
+    assert len(shipped) > 10
+    assert [p for p in shipped if not any(fnmatch.fnmatch(p, g) for g in globs)] == []

@@ -168,6 +168,7 @@ def start_coordinator(database_url: str, log: Path) -> Coordinator:
     argv = [
         *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", database_url),
         *("--host", "127.0.0.1", "--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
+        *("--dashboard-port", "-1"),
         *("--insecure", "--drain-timeout", "5", "--log-level", "WARNING"),
     ]
     log_file = log.open("ab")

@@ -1,0 +1,103 @@
+"""The dashboard's HTTP server: uvicorn on the coordinator's own event loop.
+
+``await serve_dashboard(app) -> DashboardServer`` binds ``config.host`` and
+``config.dashboard_port`` (0 picks a free port, which ``.port`` reports), with TLS when
+the API has a certificate, and serves until ``await server.stop()``. The coordinator
+process owns the signals: this server installs no handlers of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+
+from coordinator.app import Coordinator
+from coordinator.dashboard.web import build_app
+
+STARTUP_TIMEOUT_S = 10.0
+STOP_GRACE_S = 2.0
+"""How long open requests (and idle keep-alive connections) get when the server stops."""
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # SIGTERM and SIGINT belong to the coordinator process (graceful drain).
+        yield
+
+
+class DashboardServer:
+    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], port: int) -> None:
+        self._server = server
+        self._task = task
+        self.port = port
+        """The bound port (the one chosen, with port 0)."""
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, so asyncio turns Nagle off on accepted connections (it checks
+    # the protocol): else a response's header and body writes wait on delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_dashboard(app: Coordinator) -> DashboardServer:
+    """Binds and starts the dashboard. Raises OSError when the port cannot be bound or a
+    TLS file cannot be read."""
+    config = app.config
+    assert config.dashboard_port is not None
+    # uvicorn reports its own start and stop at INFO on a logger named "uvicorn.error";
+    # the coordinator's log says when the dashboard listens. Failures still show.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    tls = bool(config.tls_cert_file and config.tls_key_file)
+    sock = _bind(config.host, config.dashboard_port)
+    try:
+        uvicorn_config = uvicorn.Config(
+            build_app(app, tls=tls),
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=int(STOP_GRACE_S),
+            ssl_certfile=config.tls_cert_file if tls else None,
+            ssl_keyfile=config.tls_key_file if tls else None,
+        )
+        uvicorn_config.load()  # reads the TLS files now: a bad one fails the start
+    except BaseException:
+        sock.close()
+        raise
+    server = _Server(uvicorn_config)
+    port = int(sock.getsockname()[1])
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="runwick-dashboard")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STARTUP_TIMEOUT_S
+    while not server.started:
+        if task.done():
+            sock.close()
+            task.result()  # raises what stopped it
+            raise OSError("the dashboard server stopped while starting")
+        if loop.time() > deadline:
+            server.should_exit = True
+            raise OSError("the dashboard server did not start")
+        await asyncio.sleep(0.01)
+    return DashboardServer(server, task, port)
