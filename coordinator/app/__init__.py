@@ -4,5 +4,16 @@ API, the CLI's in-process commands, the dashboard) call only it."""
 
 from coordinator.app.facade import Coordinator
 from coordinator.app.offline import SchemaNotCurrent, migrate_database, open_scratch_store
+from coordinator.app.workers import ConnectedWorker
+from coordinator.service.bulk import BulkOutcome, JobFilter, SkippedJob
 
-__all__ = ["Coordinator", "SchemaNotCurrent", "migrate_database", "open_scratch_store"]
+__all__ = [
+    "BulkOutcome",
+    "ConnectedWorker",
+    "Coordinator",
+    "JobFilter",
+    "SchemaNotCurrent",
+    "SkippedJob",
+    "migrate_database",
+    "open_scratch_store",
+]

@@ -215,6 +215,11 @@ class Store:
                 conn, queue=queue, state=state, wire_name=wire_name, after_id=after_id, limit=limit
             )
 
+    def in_flight_by_worker(self, worker_ids: Sequence[str]) -> dict[str, int]:
+        """Jobs reserved or running per worker ID (workers holding none are left out)."""
+        with self._reading() as conn:
+            return reads.in_flight_by_worker(conn, worker_ids)
+
     def relatives(self, job_id: str) -> Relatives:
         """The job's parents and children (R-15)."""
         with self._reading() as conn:
