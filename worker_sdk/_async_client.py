@@ -132,7 +132,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         max_executions: int | None = None,
         parents: Sequence[str] = (),
         unique_key: str | None = None,
-        retry_delay: tuple[timedelta, timedelta] | None = None,
+        retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job given by wire name and encoded payload, for tools that have
@@ -154,8 +154,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             parents: Job IDs that must succeed first (R-15).
             unique_key: While a job of this wire name with this key has not ended, the
                 enqueue returns it instead of a new one.
-            retry_delay: ``(initial, maximum)`` delay between executions (R-2); None
-                leaves it to the defaults.
+            retry_delay: The delay before a retry (R-2): a timedelta sets the initial
+                delay, a pair ``(initial, maximum)`` both; None leaves it to the defaults.
             execution_timeout: How long one run may take (R-7); None leaves it to the
                 defaults.
 

@@ -93,7 +93,7 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
         max_executions: int | None = None,
         parents: Sequence[str] = (),
         unique_key: str | None = None,
-        retry_delay: tuple[timedelta, timedelta] | None = None,
+        retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job by wire name and encoded payload; see ``AsyncClient.enqueue_raw``."""

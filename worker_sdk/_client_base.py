@@ -171,7 +171,7 @@ class ClientBase:
         max_executions: int | None,
         parents: Sequence[str],
         unique_key: str | None = None,
-        retry_delay: tuple[timedelta, timedelta] | None = None,
+        retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
     ) -> job_service_pb2.EnqueueRequest:
         """One NewJob as given: only types are checked here, values by the coordinator
@@ -268,10 +268,16 @@ class ClientBase:
 
 def _raw_settings(
     max_executions: int | None,
-    retry_delay: tuple[timedelta, timedelta] | None,
+    retry_delay: timedelta | tuple[timedelta, timedelta] | None,
     execution_timeout: timedelta | None,
 ) -> SettingsLayer:
-    initial, maximum = (None, None) if retry_delay is None else _delay_pair(retry_delay)
+    """A timedelta ``retry_delay`` sets the initial delay only, a pair both."""
+    initial: timedelta | None
+    maximum: timedelta | None
+    if retry_delay is None or isinstance(retry_delay, timedelta):
+        initial, maximum = retry_delay, None
+    else:
+        initial, maximum = _delay_pair(retry_delay)
     if retry_delay is not None:
         check_delay_pair("retry", initial, maximum)
     if execution_timeout is not None:

@@ -17,6 +17,7 @@ import grpc
 import grpc.aio
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
+from worker_sdk._background import BackgroundWorker, start_in_background
 from worker_sdk._config import WorkerConfig, build_config
 from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
 from worker_sdk._engine import Engine
@@ -44,8 +45,10 @@ class Worker:
 
     Register handlers with ``@worker.handler(PayloadType)``, add middleware with
     ``worker.use(...)``, then either embed it in a running asyncio program
-    (``async with worker:`` or ``await worker.start()`` / ``await worker.stop()``) or run
-    it standalone with ``worker.run()``, which drains on SIGTERM/SIGINT.
+    (``async with worker:`` or ``await worker.start()`` / ``await worker.stop()``), start
+    it on a thread of its own in a program without a loop (``worker.start_in_background()``,
+    returning a handle with ``stop(timeout)``), or run it standalone with ``worker.run()``,
+    which drains on SIGTERM/SIGINT.
 
     Args:
         target: The coordinator address, e.g. ``"runwick:7233"``; or a
@@ -274,6 +277,32 @@ class Worker:
                 self._metrics_server.server_close()
                 self._metrics_server = None
             logger.info("worker %s stopped", self._config.worker_id)
+
+    def start_in_background(self, *, start_timeout: timedelta = timedelta(seconds=30)) -> BackgroundWorker:
+        """Starts the worker on a thread of its own with its own event loop, for hosts
+        without one (Django, Flask, gunicorn's sync workers); returns at once.
+
+        Call ``stop(timeout)`` on the handle to drain and stop it (R-12); it is also
+        drained when the interpreter exits normally (the host's own graceful shutdown).
+        Signals stay the host's: the thread installs no handlers.
+
+        Under a pre-fork server (gunicorn), call it in each worker process after the fork
+        (its ``post_worker_init`` hook), never before: threads and gRPC channels do not
+        survive ``fork()``.
+
+        Args:
+            start_timeout: How long to wait for the thread to start the worker.
+
+        Raises:
+            RuntimeError: No handler is registered, or the worker was already started.
+            OSError: ``metrics_port`` cannot be bound.
+        """
+        self._check_not_started("start again")
+        if not self._handlers:
+            raise RuntimeError("register at least one handler before starting the worker")
+        return start_in_background(
+            self.worker_id, self.start, self.stop, self._config.drain_timeout, start_timeout.total_seconds()
+        )
 
     def run(self) -> None:
         """Runs the worker until SIGTERM or SIGINT, then drains and returns.

@@ -9,11 +9,12 @@ from coordinator.store.migrate import SchemaNotCurrent
 __all__ = ["SchemaNotCurrent", "migrate_database", "open_scratch_store"]
 
 
-def migrate_database(database_url: str) -> None:
-    """Creates or upgrades the schema to this coordinator's (idempotent)."""
+def migrate_database(database_url: str) -> tuple[str | None, str | None]:
+    """Creates or upgrades the schema to this coordinator's (idempotent); returns the
+    schema revisions before (None: no schema yet) and after."""
     store = Store(database_url)
     try:
-        store.migrate()
+        return store.migrate()
     finally:
         store.close()
 

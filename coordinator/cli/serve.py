@@ -262,15 +262,30 @@ def announce_bootstrap_token(token: str | None, token_file: str | None) -> None:
 
 
 def run_migrate(options: argparse.Namespace) -> int:
-    """``runwick migrate``: creates or upgrades the schema."""
-    migrate_schema(options.database_url)
-    print("database schema is up to date")
+    """``runwick migrate``: creates or upgrades the schema and says which it did."""
+    before, after = migrate_schema(options.database_url)
+    where = _redacted(options.database_url)
+    if before is None:
+        print(f"created the database schema (revision {after}) in {where}")
+    elif before != after:
+        print(f"upgraded the database schema from revision {before} to {after} in {where}")
+    else:
+        print(f"the database schema is already up to date (revision {after}) in {where}; nothing changed")
     return 0
 
 
-def migrate_schema(database_url: str) -> None:
+def _redacted(url: str) -> str:
+    """The database URL without its password, to print."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+
+
+def migrate_schema(database_url: str) -> tuple[str | None, str | None]:
     """Creates or upgrades the coordinator's schema in ``database_url`` (also used by
-    ``runwick bench`` for its scratch database)."""
+    ``runwick bench`` for its scratch database); the revisions before and after."""
     from coordinator.app import migrate_database
 
-    migrate_database(database_url)
+    return migrate_database(database_url)

@@ -112,8 +112,12 @@ class Store:
         view.bounds = bounds.validate()
         return view
 
-    def migrate(self) -> None:
+    def migrate(self) -> tuple[str | None, str | None]:
+        """Brings the schema to the newest revision; returns the revisions before and
+        after (``None`` before: the database had no schema)."""
+        before = migrations.current_revision(self._write_engine)
         migrations.upgrade(self._write_engine)
+        return before, migrations.current_revision(self._write_engine)
 
     def close(self) -> None:
         self._write_engine.dispose()

@@ -54,12 +54,12 @@ class _Timings:
 
 def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = commands.add_parser("bench", help="measure no-op job throughput and latency on this machine")
-    bench.add_argument("--jobs", type=int, default=5_000)
+    bench.add_argument("--jobs", type=int, default=5_000, help="no-op jobs to run (default 5000)")
     bench.add_argument("--workers", type=int, default=2, help="worker processes")
     bench.add_argument("--concurrency", type=int, default=64, help="handlers per worker process")
     bench.add_argument("--batch", type=int, default=500, help="jobs per enqueue call")
     bench.add_argument("--database-url", help="default: a fresh SQLite file in a temporary folder")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def run_bench(options: argparse.Namespace) -> int:
