@@ -89,8 +89,8 @@ def _list(client: Client, options: argparse.Namespace) -> int:
         [
             Column("id", keep=True),
             Column("name"),
-            Column("scopes"),
-            Column("queues"),
+            Column("scopes", max_width=24),
+            Column("queues", max_width=16),
             Column("created", wide_only=True),
             Column("created by", wide_only=True),
             Column("revoked"),

@@ -9,8 +9,9 @@ documented shapes are in docs/cli-json.md):
 - states, outcomes and other enumerations by their SDK values (``"available"``);
 - times as RFC 3339 UTC strings with milliseconds (``2026-12-01T10:00:00.000Z``);
 - durations in seconds, the key ending in ``_s`` (``retry_delay_s``);
-- bytes (payloads, outputs): the decoded JSON value when the bytes are UTF-8 JSON, else
-  ``null`` and their base64 under ``<name>_base64``;
+- bytes (payloads, outputs) under two keys: ``<name>`` holds the decoded JSON value when
+  the bytes are UTF-8 JSON, else ``<name>_base64`` holds them in base64 (the other one,
+  or both when there are none, ``null``);
 - a command prints one object: a single thing under its name (``{"job": ...}``), lists
   under the plural (``{"jobs": [...], "next_page_token": ...}``).
 
@@ -25,6 +26,7 @@ import argparse
 import base64
 import binascii
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -40,6 +42,7 @@ from rich.text import Text
 
 OUTPUT_MODES = ("table", "wide", "json")
 _WIDE_WIDTH = 100_000
+"""Wide tables are as wide as their cells."""
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
@@ -89,10 +92,7 @@ def _put(document: dict[str, Any], name: str, value: object) -> None:
     if isinstance(value, timedelta) or (value is None and name in _DURATIONS):
         document[f"{name}_s"] = None if value is None else value.total_seconds()
     elif isinstance(value, bytes) or (value is None and name in _BYTES):
-        decoded, raw = bytes_json(value)
-        document[name] = decoded
-        if raw is not None:
-            document[f"{name}_base64"] = raw
+        document[name], document[f"{name}_base64"] = bytes_json(value)
     else:
         document[name] = json_value(value)
 
@@ -157,6 +157,8 @@ class Column:
     """Never cut (IDs): the other columns give way."""
     wide_only: bool = False
     """Shown only with ``--output wide``."""
+    max_width: int | None = None
+    """In table mode, cut cells longer than this first (lists such as scopes)."""
 
 
 def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool = False) -> None:
@@ -166,29 +168,38 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: boo
     for index in shown:
         column = columns[index]
         if column.keep or wide:
-            grid.add_column(
-                column.header, no_wrap=True, overflow="ignore", min_width=_keep_width(column, rows, index)
-            )
+            width = _keep_width(column, rows, index)
+            grid.add_column(column.header, no_wrap=True, overflow="ignore", min_width=width)
         else:
-            grid.add_column(column.header, no_wrap=True, overflow="ellipsis")
+            grid.add_column(
+                column.header,
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=len(column.header),
+                max_width=column.max_width,
+            )
     for row in rows:
         grid.add_row(*(Text(str(row[index])) for index in shown))
-    _console(wide).print(grid)
-
-
-def _keep_width(column: Column, rows: Sequence[Sequence[str]], index: int) -> int:
-    return max([len(column.header), *(len(str(row[index])) for row in rows)])
-
-
-def _console(wide: bool) -> Console:
-    return Console(
-        file=sys.stdout,
-        width=_WIDE_WIDTH if wide else None,
+    terminal = sys.stdout.isatty()
+    width = _WIDE_WIDTH if wide else Console(file=sys.stdout).width
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=terminal,
+        color_system="auto" if terminal else None,
         highlight=False,
         markup=False,
         emoji=False,
         soft_wrap=False,
     )
+    console.print(grid)
+    for line in buffer.getvalue().splitlines():
+        print(line.rstrip())
+
+
+def _keep_width(column: Column, rows: Sequence[Sequence[str]], index: int) -> int:
+    return max([len(column.header), *(len(str(row[index])) for row in rows)])
 
 
 def fields_view(rows: Sequence[tuple[str, str]]) -> None:
