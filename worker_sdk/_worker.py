@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +20,7 @@ import grpc.aio
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
 from worker_sdk._background import BackgroundWorker, start_in_background
-from worker_sdk._config import WorkerConfig, build_config
+from worker_sdk._config import WorkerConfig, build_config, default_worker_id
 from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
@@ -138,6 +140,10 @@ class Worker:
             hello_timeout=hello_timeout,
             ack_timeout=ack_timeout,
         )
+        self._own_worker_id = worker_id is None
+        """The ID was made here: a process forked from this one makes its own (pre-fork
+        servers declare the worker in the master and start it in each child)."""
+        self._id_pid = os.getpid()
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise ValueError(f"metrics_port must be 0 to 65535 or None, got {metrics_port!r}")
         self._metrics_registry = metrics_registry
@@ -155,7 +161,11 @@ class Worker:
 
     @property
     def worker_id(self) -> str:
-        """This worker's ID, sent in every Hello."""
+        """This worker's ID, sent in every Hello: unique per process (a default one is
+        made anew in a process forked from the one that declared the worker)."""
+        if self._own_worker_id and self._id_pid != os.getpid() and self._engine is None:
+            self._config = dataclasses.replace(self._config, worker_id=default_worker_id())
+            self._id_pid = os.getpid()
         return self._config.worker_id
 
     @property
@@ -210,6 +220,7 @@ class Worker:
         self._check_not_started("start again")
         if not self._handlers:
             raise RuntimeError("register at least one handler before starting the worker")
+        self.worker_id  # noqa: B018 - a forked process takes its own ID before it connects
         config = self._config
         host, port = self._metrics_address
         if port is not None and self._metrics_server is None:

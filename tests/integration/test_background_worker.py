@@ -170,3 +170,19 @@ async def test_a_handle_refuses_to_stop_in_another_process(
     assert handle.running
     monkeypatch.undo()
     assert await asyncio.to_thread(handle.stop, 10) is True
+
+
+def test_a_process_forked_from_the_declaring_one_takes_its_own_worker_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pre-fork servers declare the worker in the master (preload) and start it in each
+    child: two children must not share the master's ID. One given explicitly stays."""
+    import worker_sdk._worker as worker_module
+
+    made, named = Worker("127.0.0.1:1"), Worker("127.0.0.1:1", worker_id="billing-1")
+    in_master = made.worker_id
+    real_pid = worker_module.os.getpid()
+    monkeypatch.setattr(worker_module.os, "getpid", lambda: real_pid + 1)
+    in_child = made.worker_id
+    assert in_child != in_master and made.worker_id == in_child  # made once per process
+    assert named.worker_id == "billing-1"
