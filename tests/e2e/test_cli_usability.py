@@ -402,3 +402,40 @@ sys.exit(main(sys.argv[1:]))
         )
         assert result.returncode == 2, result.stderr
         assert 'pip install "runwick[coordinator]"' in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_bulk_progress_shows_only_on_a_terminal(coordinator: Coordinator, client: AsyncClient) -> None:
+    """With stderr on a terminal (a pseudo-terminal here) the bulk call draws its
+    spinner there; stdout, a pipe, gets only the result."""
+    import pty
+
+    await _enqueue_many(client, 3, run_at=_far_future())
+    primary, secondary = pty.openpty()
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run,
+            runwick_command(
+                "jobs", "cancel", "--state", "scheduled", "--yes", "--target", coordinator.target
+            ),
+            cwd=ROOT,
+            env=_env(TERM="xterm"),
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        os.close(secondary)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65_536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(primary)
+    assert done.returncode == 0 and done.stdout.startswith("cancelled 3")
+    assert b"cancel of the jobs with state scheduled in progress" in drawn
