@@ -393,14 +393,24 @@ class Coordinator:
         """R-9 for every failed or cancelled job the filter selects, as ``bulk_cancel``
         runs its batches. A job a single retry would refuse is skipped with its reason."""
         states = check_filter(job_filter, RETRYABLE, "retry", self.bounds.max_wire_name_length)
+        outcome = BulkOutcome()
         return await self._bulk(
             lambda after_id, by_ms: self.bulk.retry_batch(
-                job_filter, states, by_ms, after_id, actor, include_dependents=include_dependents
-            )
+                job_filter,
+                states,
+                by_ms,
+                after_id,
+                actor,
+                include_dependents=include_dependents,
+                reopened=frozenset(outcome.reopened_ids),
+            ),
+            outcome,
         )
 
-    async def _bulk(self, batch: Callable[[str | None, int], BulkBatch]) -> BulkOutcome:
-        outcome = BulkOutcome()
+    async def _bulk(
+        self, batch: Callable[[str | None, int], BulkBatch], outcome: BulkOutcome | None = None
+    ) -> BulkOutcome:
+        outcome = outcome or BulkOutcome()
         created_by_ms = self.clock.now_ms()
         after_id: str | None = None
         while True:

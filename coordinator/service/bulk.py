@@ -71,8 +71,8 @@ class BulkBatch:
     """Cancelled at once, or retried."""
     requested: int = 0
     """Cancel only: running jobs whose workers were asked to stop."""
-    reopened: int = 0
-    """Retry with dependents: descendants re-opened."""
+    reopened: list[str] = field(default_factory=list)
+    """Retry with dependents: the descendants re-opened."""
     skipped: list[SkippedJob] = field(default_factory=list)
     effects: list[Effects] = field(default_factory=list)
 
@@ -83,14 +83,19 @@ class BulkOutcome:
 
     done: int = 0
     requested: int = 0
-    reopened: int = 0
+    reopened_ids: set[str] = field(default_factory=set)
+    """Descendants re-opened so far: a later batch that selects one leaves it be."""
     skipped: int = 0
     skipped_jobs: list[SkippedJob] = field(default_factory=list)
+
+    @property
+    def reopened(self) -> int:
+        return len(self.reopened_ids)
 
     def add(self, batch: BulkBatch) -> None:
         self.done += batch.done
         self.requested += batch.requested
-        self.reopened += batch.reopened
+        self.reopened_ids.update(batch.reopened)
         self.skipped += len(batch.skipped)
         room = MAX_SKIPPED_LISTED - len(self.skipped_jobs)
         self.skipped_jobs.extend(batch.skipped[: max(room, 0)])
@@ -166,12 +171,18 @@ class BulkService:
         actor: Actor,
         *,
         include_dependents: bool,
+        reopened: frozenset[str] = frozenset(),
     ) -> BulkBatch:
-        """One transaction: R-9 for each of the next jobs of the filter."""
+        """One transaction: R-9 for each of the next jobs of the filter. Jobs this
+        operation already re-opened as dependents (``reopened``, and those re-opened in
+        this batch) were retried with their parent: they are neither retried again nor
+        reported skipped."""
 
         def body(tx: Tx) -> BulkBatch:
             batch = self._select(tx, job_filter, states, created_by_ms, after_id)
             for job_id in batch.ids:
+                if job_id in reopened or job_id in batch.result.reopened:
+                    continue
                 try:
                     managed = self.manage.retry_in(
                         tx, job_id, actor, include_dependents, bulk=job_filter.describe()
@@ -180,7 +191,7 @@ class BulkService:
                     batch.result.skipped.append(_skipped(job_id, exc))
                     continue
                 batch.result.done += 1
-                batch.result.reopened += len(managed.reopened)
+                batch.result.reopened.extend(managed.reopened)
                 batch.result.effects.append(managed.effects)
             return batch.result
 

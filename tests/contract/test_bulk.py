@@ -48,7 +48,13 @@ def run(bulk: BulkService, verb: str, job_filter: JobFilter, **kwargs: bool) -> 
             batch = bulk.cancel_batch(job_filter, states, created_by, after, OPERATOR)
         else:
             batch = bulk.retry_batch(
-                job_filter, states, created_by, after, OPERATOR, include_dependents=kwargs.get("deps", False)
+                job_filter,
+                states,
+                created_by,
+                after,
+                OPERATOR,
+                include_dependents=kwargs.get("deps", False),
+                reopened=frozenset(outcome.reopened_ids),
             )
         assert batch.selected <= BATCH
         batches += 1
@@ -113,6 +119,22 @@ def test_bulk_retry_with_dependents_reopens_them_once(small: Harness, bulk: Bulk
     assert (outcome.done, outcome.reopened, outcome.skipped) == (1, 1, 0)
     assert small.job(parent).state is JobState.AVAILABLE
     assert (small.job(child).state, small.job(child).generation) == (JobState.WAITING, 2)
+
+
+def test_bulk_retry_with_dependents_leaves_the_reopened_ones_be(small: Harness, bulk: BulkService) -> None:
+    """``--state failed --include-dependents``: the children failed parent_failed match
+    the filter too; re-opened with their parent, they are not retried again or skipped."""
+    parent = small.enqueue(queue="p")
+    children = []
+    for _ in range(4):  # more than a batch: some are selected in later batches
+        small.clock.advance(1)
+        children.append(small.enqueue(queue="c", parent_ids=(parent,)))
+    small.report(small.run(parent).attempt_id, Outcome.PERMANENT_FAILURE)
+
+    outcome, _ = run(bulk, "retry", JobFilter(state=JobState.FAILED), deps=True)
+
+    assert (outcome.done, outcome.reopened, outcome.skipped) == (1, 4, 0)
+    assert {(small.job(c).state, small.job(c).generation) for c in children} == {(JobState.WAITING, 2)}
 
 
 def test_jobs_created_after_the_operation_began_are_not_selected(small: Harness, bulk: BulkService) -> None:
