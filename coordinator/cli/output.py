@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import binascii
 import dataclasses
 import io
 import json
@@ -137,14 +136,6 @@ def bytes_json(data: bytes | None) -> tuple[Any, str | None]:
 def show_instant(moment: datetime) -> str:
     """RFC 3339 in UTC with milliseconds and ``Z``."""
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def decode_base64(text: str) -> bytes:
-    """The inverse of ``<name>_base64`` (for tests and scripts)."""
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error as exc:
-        raise ValueError(f"not base64: {exc}") from exc
 
 
 # -- people ----------------------------------------------------------------------------
