@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.settings import SettingsLayer
@@ -25,7 +27,7 @@ class CoordinatorConfig:
     job_defaults: SettingsLayer = field(default_factory=SettingsLayer)
     """The ``JobDefaults`` precedence level (R-3): over library defaults, under the SDK's."""
     bounds: StoreBounds = field(default_factory=StoreBounds)
-    """The limits of SPEC §5 (payload, names, parents, output, failure text, batch and
+    """The limits of docs/limits.md (payload, names, parents, output, failure text, batch and
     page sizes, history); the store applies them (``Store.open(..., bounds=...)``)."""
     pg_idle_in_transaction_timeout_ms: int = 10_000
     """PostgreSQL ``idle_in_transaction_session_timeout`` of every connection the store
@@ -44,8 +46,11 @@ class CoordinatorConfig:
     no other timeout: one coordinator process is its only writer."""
     default_page_size: int = 100
     """Page size when the request leaves it unset (clamped to ``bounds.max_page_size``)."""
-    batch_window_ms: int = 2
-    """How long the dispatcher gathers stream messages before one write transaction."""
+    batch_window_ms: int = 0
+    """How long the dispatcher waits, once woken, to gather more stream messages before
+    one write transaction. 0 (the default): none. Under load the batches form by
+    themselves from what arrives while the previous one is written; when idle, a message
+    is written at once instead of after a fixed wait."""
     maintenance_interval_s: float = 1.0
     """How often lease expiry and due-job promotion run (``scheduler.leases``,
     ``scheduler.due``)."""
@@ -60,8 +65,16 @@ class CoordinatorConfig:
     """How often a PostgreSQL replica re-reads the database clock it anchors its own to
     (R-13, ``scheduler.clock``)."""
     idle_recheck_interval_s: float = 1.0
-    """Idle workers re-check for work this often even without a wake-up: covers jobs
-    made available by another replica."""
+    """Idle workers re-check for work this often even without a wake-up, while nothing
+    tells this replica of jobs another one made claimable (PostgreSQL with its LISTEN
+    connection down). Otherwise they re-check every ``idle_interval_s``."""
+    idle_interval_s: float = 30.0
+    """How long an idle coordinator leaves the database alone: lease expiry, due-job
+    promotion and count folding sleep this long (never less than their own interval)
+    after a pass that found nothing to watch, until this replica claims, schedules or
+    writes again; idle workers re-check for work this often when every wake-up reaches
+    them (SQLite, or PostgreSQL with LISTEN connected). A replica that crashed leaves
+    jobs whose leases the others recover within this time at worst, when they were idle."""
     maintenance_batch: int = 500
     """Most expired leases or due jobs handled per transaction."""
     # -- retention (R-19, ``scheduler.retention``): age since ``finished_at_ms``; None keeps
@@ -90,6 +103,15 @@ class CoordinatorConfig:
     admin_token_file: str | None = None
     """Where to write the bootstrap admin token (mode 0600) when the coordinator creates
     it on first start, e.g. a volume a Kubernetes job turns into a Secret."""
+    bootstrap_token: str | None = field(default=None, repr=False)
+    """An admin token the operator chose (``rwk_<16 hex>_<43 characters>``, e.g. from a
+    Kubernetes Secret): on a start with no token at all it becomes the first admin token,
+    stored hashed like any other; once tokens exist it is not used. None: the coordinator
+    makes one (``generate_bootstrap_token``)."""
+    generate_bootstrap_token: bool = True
+    """With no token at all and no ``bootstrap_token``, create a random admin token (the
+    caller shows or stores it). ``runwick serve`` turns it off when it could do neither
+    (stdout is no terminal and no ``admin_token_file``): the next start makes it."""
     auth_cache_ttl_s: float = 5.0
     """How long a token check is reused: bounds how late another replica notices a
     revocation (this replica notices at once)."""
@@ -106,6 +128,9 @@ class CoordinatorConfig:
     metrics_port: int | None = None
     """HTTP port of the Prometheus ``/metrics`` endpoint; 0 picks a free one, None serves
     none (``runwick serve`` defaults to 9233)."""
+    metrics_max_label_values: int = 100
+    """Distinct values each caller-chosen metric label (``queue``, ``wire_name``) takes
+    before the rest are counted under ``(other)``: bounds the series of every metric."""
     health_check_interval_s: float = 5.0
     """How often a background task reads the database: readiness and the queue gauges."""
     queue_count_fold_interval_s: float = 1.0
@@ -122,7 +147,7 @@ class CoordinatorConfig:
     """A keepalive ping unanswered this long closes the connection."""
     max_connection_age_ms: int = 30 * 60_000
     """Connections are closed (GOAWAY) after this age, so long-lived worker streams
-    reconnect and spread over replicas (SPEC §8); workers reconnect with backoff."""
+    reconnect and spread over replicas (docs/scaling.md); workers reconnect with backoff."""
     max_connection_age_grace_ms: int = 60_000
     """After ``max_connection_age_ms``, how long open calls may go on before they are cut;
     above the longest unary call (a WaitJob chunk: 30 s). Worker streams end cleanly
@@ -177,6 +202,39 @@ class ConfigError(ValueError):
     """The configuration is inconsistent or unsafe; the message says what to change."""
 
 
+FILE_SUFFIX = "_FILE"
+
+
+def env_or_file(environ: Mapping[str, str], name: str) -> tuple[str, str] | None:
+    """A setting from the environment variable ``name`` or from the file that
+    ``name_FILE`` names (a mounted Kubernetes Secret, say): ``(value, where)``, or None
+    when neither is set. The file's trailing whitespace (its final newline) is dropped.
+
+    Raises ConfigError when both are set, the file cannot be read or holds nothing.
+    """
+    value, path = environ.get(name) or None, environ.get(name + FILE_SUFFIX) or None
+    if value is not None and path is not None:
+        raise ConfigError(f"set {name} or {name}{FILE_SUFFIX}, not both")
+    if value is not None:
+        return value, name
+    if path is None:
+        return None
+    return read_setting_file(path, f"{name}{FILE_SUFFIX}"), f"{name}{FILE_SUFFIX} ({path})"
+
+
+def read_setting_file(path: str, what: str) -> str:
+    """The text of a file holding one setting, trailing whitespace dropped; raises
+    ConfigError naming ``what`` when it cannot be read or is empty."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").rstrip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{what}: cannot read {path}: {reason}") from exc
+    if not text:
+        raise ConfigError(f"{what}: {path} is empty")
+    return text
+
+
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
 
 
@@ -201,3 +259,7 @@ def check_security(config: CoordinatorConfig) -> None:
         raise ConfigError("TLS needs both --tls-cert and --tls-key")
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ConfigError("--tls-client-ca (client certificates) needs TLS: give --tls-cert and --tls-key")
+    if config.metrics_max_label_values < 1:
+        raise ConfigError(
+            f"metrics_max_label_values must be at least 1, got {config.metrics_max_label_values}"
+        )

@@ -2,7 +2,7 @@
 
 CoordinatorError
 ├── InvalidArgument      a request field is wrong (names the field, and the index in a batch)
-│   └── JobOutputTooLarge  a success write's output is over ``max_output_bytes`` (SPEC §5)
+│   └── JobOutputTooLarge  a success write's output is over ``max_output_bytes`` (docs/limits.md)
 ├── NotFound             the job or attempt does not exist
 ├── AlreadyExists        the thing to create exists already (a client-chosen job ID, a schedule)
 ├── FailedPrecondition   the job is in the wrong state for the operation
@@ -61,7 +61,7 @@ class InvalidArgument(CoordinatorError):
 
 
 class JobOutputTooLarge(InvalidArgument):
-    """SPEC §5: a success write whose output is over ``max_output_bytes``; nothing is written."""
+    """docs/limits.md: a success write whose output is over ``max_output_bytes``; nothing is written."""
 
     default_reason = "OUTPUT_TOO_LARGE"
 

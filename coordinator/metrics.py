@@ -1,8 +1,11 @@
-"""The coordinator's Prometheus metrics, on a registry of their own (SPEC §7).
+"""The coordinator's Prometheus metrics, on a registry of their own (docs/metrics.md).
 
 Names follow Prometheus' rules: base units, ``_total`` counters, ``_seconds`` histograms.
 Labels are bounded: queue, wire_name, outcome, state, and the gRPC method and status code;
-never job or attempt IDs, never error text.
+never job or attempt IDs, never error text. Queues and wire names are chosen by callers,
+so each takes at most ``max_label_values`` distinct values (the first seen by this
+process); the rest are counted under ``(other)``, a value no name can have. The queue
+gauges keep series only for queues that have jobs (or, for connected workers, workers).
 
 Facts are recorded where they are known: the facade hands over the ``Effects`` of every
 transaction (starts, ended attempts and jobs, lease expiries, stale results) and counts
@@ -13,6 +16,7 @@ query.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -47,13 +51,44 @@ RPC_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 OPEN_STATES = tuple(state.value for state in JobState if not state.terminal)
 UNKNOWN_METHOD = "unknown"
 """The method label of calls to methods the server does not have (bounded labels)."""
+OVERFLOW = "(other)"
+"""The label value that counts every queue or wire name past ``max_label_values``; the
+name grammar has no parentheses, so no real name reads so."""
+DEFAULT_MAX_LABEL_VALUES = 100
+
+
+class LabelValues:
+    """The values one caller-chosen label may take: the first ``limit`` distinct ones
+    seen keep their own series, later ones become ``OVERFLOW``. Values are never let go:
+    a counter's series lives as long as the process."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a label needs room for at least 1 value, got {limit}")
+        self.limit = limit
+        self._admitted: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        if value in self._admitted:
+            return value
+        with self._lock:
+            if value in self._admitted or len(self._admitted) < self.limit:
+                self._admitted.add(value)
+                return value
+        return OVERFLOW
 
 
 class CoordinatorMetrics:
-    """Every coordinator metric, registered on ``registry`` (a fresh one by default)."""
+    """Every coordinator metric, registered on ``registry`` (a fresh one by default);
+    queue and wire-name labels take at most ``max_label_values`` values each."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, max_label_values: int = DEFAULT_MAX_LABEL_VALUES
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.queue_label = LabelValues(max_label_values)
+        self.wire_name_label = LabelValues(max_label_values)
         r = self.registry
         self.jobs_enqueued = Counter(
             "runwick_jobs_enqueued_total",
@@ -158,28 +193,32 @@ class CoordinatorMetrics:
 
     # -- facts ---------------------------------------------------------------------
 
+    def _labels(self, queue: str, wire_name: str) -> tuple[str, str]:
+        return self.queue_label(queue), self.wire_name_label(wire_name)
+
     def enqueued(self, queue: str, wire_name: str) -> None:
-        self.jobs_enqueued.labels(queue, wire_name).inc()
+        self.jobs_enqueued.labels(*self._labels(queue, wire_name)).inc()
 
     def completed(self, queue: str, wire_name: str, state: JobState) -> None:
-        self.jobs_completed.labels(queue, wire_name, state.value).inc()
+        self.jobs_completed.labels(*self._labels(queue, wire_name), state.value).inc()
 
     def observe(self, effects: Effects) -> None:
         """Records what one transaction did (a worker batch, an operator action, a
         maintenance pass)."""
         for started in effects.started:
-            self.job_wait.labels(started.queue, started.wire_name).observe(started.waited_ms / 1000)
+            self.job_wait.labels(*self._labels(started.queue, started.wire_name)).observe(
+                started.waited_ms / 1000
+            )
         for finished in effects.finished:
             self.completed(finished.queue, finished.wire_name, finished.state)
         for ended in effects.ended:
+            labels = self._labels(ended.queue, ended.wire_name)
             if ended.ran_ms is not None:
-                self.job_run.labels(ended.queue, ended.wire_name, ended.outcome.value).observe(
-                    ended.ran_ms / 1000
-                )
+                self.job_run.labels(*labels, ended.outcome.value).observe(ended.ran_ms / 1000)
             if ended.lease_lapsed:
-                self.leases_expired.labels(ended.queue, ended.wire_name).inc()
+                self.leases_expired.labels(*labels).inc()
                 if ended.outcome is Outcome.UNSTARTED_ABANDONED:
-                    self.unstarted_abandonments.labels(ended.queue, ended.wire_name).inc()
+                    self.unstarted_abandonments.labels(*labels).inc()
         stale = effects.stale_result_count()
         if stale:
             self.stale_results.inc(stale)
@@ -193,35 +232,54 @@ class CoordinatorMetrics:
             self.grpc_handling.labels(method).observe(seconds)
 
     def workers(self, queues_by_session: Iterable[Iterable[str]]) -> None:
-        """Sets the connected-workers gauge from the sessions' queue lists."""
+        """Sets the connected-workers gauge from the sessions' queue lists; a queue no
+        worker serves any more loses its series."""
         counts: dict[str, int] = {}
         for queues in queues_by_session:
-            for queue in queues:
+            for queue in {self.queue_label(name) for name in queues}:
                 counts[queue] = counts.get(queue, 0) + 1
         for queue in self._worker_queues - counts.keys():
-            self.connected_workers.labels(queue).set(0)
+            self._remove(self.connected_workers, queue)
         for queue, count in counts.items():
             self.connected_workers.labels(queue).set(count)
-        self._worker_queues |= counts.keys()
+        self._worker_queues = set(counts)
 
     def queue_stats(
         self, depths: Mapping[tuple[str, str], int], oldest_due_ms: Mapping[str, int], now_ms: int
     ) -> None:
-        """Sets the queue gauges from one background read. Queues seen before or named by
-        connected workers read 0 when empty, so an idle queue has series too."""
-        queues = {queue for queue, _ in depths} | set(oldest_due_ms) | {q for q, _ in self._depth_keys}
-        queues |= self._worker_queues
+        """Sets the queue gauges from one background read. A queue with jobs in any
+        non-terminal state has a series per such state (0 where it has none); a queue
+        without jobs has none, and one that had loses them."""
+        # Sorted, so the queues that get their own series do not depend on dict order.
+        for queue in sorted({queue for queue, _ in depths} | set(oldest_due_ms)):
+            self.queue_label(queue)
+        counts: dict[tuple[str, str], int] = {}
+        for (queue, state), count in depths.items():
+            if count > 0:
+                key = (self.queue_label(queue), state)
+                counts[key] = counts.get(key, 0) + count
+        ages_s: dict[str, float] = {}
+        for queue, run_at in oldest_due_ms.items():
+            mapped = self.queue_label(queue)
+            ages_s[mapped] = max(ages_s.get(mapped, 0.0), max(now_ms - run_at, 0) / 1000)
+        queues = {queue for queue, _ in counts} | set(ages_s)
         keys = {(queue, state) for queue in queues for state in OPEN_STATES}
         for queue, state in keys:
-            self.queue_depth.labels(queue, state).set(depths.get((queue, state), 0))
+            self.queue_depth.labels(queue, state).set(counts.get((queue, state), 0))
+        for queue, state in self._depth_keys - keys:
+            self._remove(self.queue_depth, queue, state)
         self._depth_keys = keys
-        for queue in self._age_queues | set(oldest_due_ms) | queues:
-            run_at = oldest_due_ms.get(queue)
-            self.oldest_available_age.labels(queue).set(
-                0 if run_at is None else max(now_ms - run_at, 0) / 1000
-            )
-        self._age_queues |= queues
+        for queue in queues:
+            self.oldest_available_age.labels(queue).set(ages_s.get(queue, 0.0))
+        for queue in self._age_queues - queues:
+            self._remove(self.oldest_available_age, queue)
+        self._age_queues = queues
         self.queue_stats_refreshed.set(time.time())
+
+    @staticmethod
+    def _remove(metric: Gauge, *labels: str) -> None:
+        with contextlib.suppress(KeyError):  # never set
+            metric.remove(*labels)
 
     # -- exposition ------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.api.server import GrpcServers, serve_grpc, tls_credentials
+from coordinator.api.server import GrpcServers, bind_health, serve_grpc, tls_credentials
 from coordinator.app import Coordinator
 from coordinator.config import CoordinatorConfig, check_security
 from coordinator.domain.clock import Clock
@@ -115,12 +115,20 @@ async def start_coordinator(
     """
     check_security(config)
     tls = tls_credentials(config)  # read first: a bad path fails before anything starts
-    app = await Coordinator.open(config, clock=clock, store=store, rng=rng)
+    # Probes get answers while the store opens (and SQLite migrates): alive, not ready.
+    early_health = await bind_health(config)
+    try:
+        app = await Coordinator.open(config, clock=clock, store=store, rng=rng)
+    except BaseException:
+        await early_health.stop()
+        raise
     try:
         if app.bootstrap_token is not None and config.admin_token_file:
             await asyncio.to_thread(_write_token_file, config.admin_token_file, app.bootstrap_token)
-        servers = await serve_grpc(app, tls)
+            log.info("bootstrap admin token written to %s", config.admin_token_file)
+        servers = await serve_grpc(app, tls, early_health)
     except BaseException:
+        await early_health.stop()
         app.close()
         raise
     try:

@@ -1,4 +1,4 @@
-"""Checks of client input that are not lifecycle rules: names, IDs, times (SPEC §5).
+"""Checks of client input that are not lifecycle rules: names, IDs, times (docs/limits.md).
 
 Each check raises ``InvalidArgument`` naming the field, with a machine-readable reason,
 and quotes at most a short prefix of what the client sent.
@@ -71,7 +71,7 @@ def require_id(field: str, text: str, *, index: int | None = None) -> str:
 def check_parents(
     parent_ids: Sequence[str], max_parents: int, *, index: int | None = None
 ) -> tuple[str, ...]:
-    """SPEC §5/R-15: well-formed IDs, at most ``max_parents`` after de-duplication.
+    """docs/limits.md, R-15: well-formed IDs, at most ``max_parents`` after de-duplication.
 
     Returns the de-duplicated parent IDs in their first order.
     """

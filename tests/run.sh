@@ -3,8 +3,8 @@
 # runs the whole suite (SQLite, PostgreSQL and process tests). Extra arguments go to pytest.
 #
 # PostgreSQL: set RUNWICK_TEST_PG_ADMIN_URL to use a server of your own; otherwise the
-# local server on 127.0.0.1:5432 is used, started here if it is down, and installed
-# from Debian's packages (apt-get install postgresql) if it is missing.
+# server on 127.0.0.1:5432 is used if one answers, else a throwaway cluster in a temporary
+# directory (tests/postgres.sh). The system's PostgreSQL configuration is never changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,32 +13,20 @@ python=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 
-pg_up() {
-  .venv/bin/python - <<'PY'
-import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", 5432), timeout=2).close()
-except OSError:
-    sys.exit(1)
-PY
-}
-
-if [ -z "${RUNWICK_TEST_PG_ADMIN_URL:-}" ] && ! pg_up; then
-  if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
-    echo "PostgreSQL is not installed: installing Debian's postgresql package" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  fi
-  version=$(ls /etc/postgresql | sort -V | tail -n 1)
-  if [ -z "$version" ]; then
-    echo "no PostgreSQL cluster found under /etc/postgresql" >&2
-    exit 1
-  fi
-  # Trust auth on loopback, as the tests connect as user postgres without a password.
-  hba=/etc/postgresql/$version/main/pg_hba.conf
-  grep -q "^host all all 127.0.0.1/32 trust" "$hba" || sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
-  pg_ctlcluster --skip-systemctl-redirect "$version" main start
-  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+# Node.js tools, pinned by committed lock files into project-local node_modules/:
+# buf (protos/: `buf lint` of the wire contract) and the Node.js worker example
+# (examples/node-worker: grpc-js, proto-loader). Debian's nodejs and npm where missing.
+if ! { command -v node && command -v npm; } >/dev/null; then
+  echo "installing Debian packages: nodejs npm" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
+for node_project in protos examples/node-worker; do
+  npm ci --prefix "$node_project" --no-audit --no-fund --loglevel=error
+done
+
+# shellcheck source=tests/postgres.sh
+. tests/postgres.sh
+ensure_postgres
 
 # Observability and deploy tests run a real Prometheus and promtool (Debian's prometheus
 # package) and render manifests with kubectl (Debian's kubernetes-client where missing).
@@ -55,4 +43,7 @@ fi
 # The layers are a contract (pyproject.toml [tool.importlinter]): a broken one fails the run.
 .venv/bin/lint-imports --no-cache
 
-exec .venv/bin/python -m pytest "$@"
+# Not exec: the throwaway cluster, if any, is stopped when this shell exits.
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+exit "$status"

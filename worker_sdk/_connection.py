@@ -30,7 +30,7 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     # No client-side size limits (-1): the coordinator sizes its own from its bounds
-    # (SPEC §5), so a request is judged there, with the bound's clear error.
+    # (docs/limits.md), so a request is judged there, with the bound's clear error.
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
 )

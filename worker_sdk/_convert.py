@@ -201,7 +201,7 @@ def audit_event_from_proto(message: admin_service_pb2.AuditEvent) -> AuditEvent:
     )
 
 
-def result_message(attempt_id: str, report: RunReport) -> worker_service_pb2.WorkerMessage:
+def result_message(attempt_id: str, report: RunReport) -> worker_service_pb2.ConnectRequest:
     """The Result message for one run's report."""
     result = worker_service_pb2.Result(
         attempt_id=attempt_id,
@@ -214,4 +214,4 @@ def result_message(attempt_id: str, report: RunReport) -> worker_service_pb2.Wor
     )
     if report.retry_delay is not None:
         result.retry_delay.FromTimedelta(report.retry_delay)
-    return worker_service_pb2.WorkerMessage(result=result)
+    return worker_service_pb2.ConnectRequest(result=result)

@@ -83,10 +83,10 @@ class Engine:
 
     # -- StreamHandler ------------------------------------------------------------------
 
-    def hello(self) -> pb.WorkerMessage:
+    def hello(self) -> pb.ConnectRequest:
         """The Hello opening every stream."""
         config = self._config
-        return pb.WorkerMessage(
+        return pb.ConnectRequest(
             hello=pb.Hello(
                 worker_id=config.worker_id,
                 queues=list(config.queues),
@@ -103,9 +103,9 @@ class Engine:
         for message in self.table.unacked.values():
             self._send(message)
         for run in self.table.in_phase(Phase.STARTING):
-            self._send(pb.WorkerMessage(start=pb.StartRequest(attempt_id=run.attempt_id)))
+            self._send(pb.ConnectRequest(start=pb.StartRequest(attempt_id=run.attempt_id)))
         for run in self.table.in_phase(Phase.RELEASING):
-            self._send(pb.WorkerMessage(release=pb.Release(attempt_id=run.attempt_id)))
+            self._send(pb.ConnectRequest(release=pb.Release(attempt_id=run.attempt_id)))
         self._replenish()
         self.heartbeater.beat()
 
@@ -114,7 +114,7 @@ class Engine:
         self.table.credit_outstanding = 0
         self.heartbeater.reset()
 
-    def on_message(self, message: pb.CoordinatorMessage) -> None:
+    def on_message(self, message: pb.ConnectResponse) -> None:
         """Dispatches one coordinator message."""
         kind = message.WhichOneof("kind")
         if kind == "assignment":
@@ -148,15 +148,15 @@ class Engine:
                 assignment.job_id,
                 assignment.wire_name,
             )
-            self._send(pb.WorkerMessage(release=pb.Release(attempt_id=attempt_id)))
+            self._send(pb.ConnectRequest(release=pb.Release(attempt_id=attempt_id)))
             return
         if self._draining:
-            self._send(pb.WorkerMessage(release=pb.Release(attempt_id=attempt_id)))
+            self._send(pb.ConnectRequest(release=pb.Release(attempt_id=attempt_id)))
             return
         # The coordinator granted the lease we asked for when it claimed the job, a moment
         # before this arrived: measured from here, on our own clock, whatever the skew.
         table.runs[attempt_id] = Run(assignment, lease_deadline=table.clock() + self._lease_s)
-        self._send(pb.WorkerMessage(start=pb.StartRequest(attempt_id=attempt_id)))
+        self._send(pb.ConnectRequest(start=pb.StartRequest(attempt_id=attempt_id)))
 
     def _on_start_answer(self, answer: pb.StartAnswer) -> None:
         run = self.table.runs.get(answer.attempt_id)
@@ -213,7 +213,7 @@ class Engine:
             logger.info("result of attempt %s was stale (superseded attempt)", ack.attempt_id)
         elif ack.status == pb.ResultAck.STATUS_REJECTED:
             if ack.reason == REJECTED_OUTPUT_TOO_LARGE and sent.result.outcome == job_pb2.OUTCOME_SUCCEEDED:
-                # SPEC §5: the coordinator's max_output_bytes is below this worker's; the
+                # docs/limits.md: the coordinator's max_output_bytes is below this worker's; the
                 # job fails permanently with output_too_large, as if the SDK had caught it.
                 logger.warning(
                     "attempt %s: output over the coordinator's limit; reporting %s",
@@ -353,7 +353,7 @@ class Engine:
 
     # -- credit, drain ------------------------------------------------------------------
 
-    def _send(self, message: pb.WorkerMessage) -> bool:
+    def _send(self, message: pb.ConnectRequest) -> bool:
         return self._session is not None and self._session.send(message)
 
     def _restart_stream(self) -> None:
@@ -364,7 +364,7 @@ class Engine:
         if self._draining:
             return
         count = self.table.credit_to_send()
-        if count > 0 and self._send(pb.WorkerMessage(credit=pb.Credit(count=count))):
+        if count > 0 and self._send(pb.ConnectRequest(credit=pb.Credit(count=count))):
             self.table.credit_outstanding += count
 
     async def drain(self, within: timedelta, *, stopping: bool) -> None:
@@ -377,7 +377,7 @@ class Engine:
         table = self.table
         for run in table.in_phase(Phase.STARTING):
             run.phase = Phase.RELEASING
-            self._send(pb.WorkerMessage(release=pb.Release(attempt_id=run.attempt_id)))
+            self._send(pb.ConnectRequest(release=pb.Release(attempt_id=run.attempt_id)))
         table.notify()
 
         def nothing_running() -> bool:

@@ -35,7 +35,7 @@ class Heartbeater:
         *,
         interval: timedelta,
         lease: timedelta,
-        send: Callable[[worker_service_pb2.WorkerMessage], bool],
+        send: Callable[[worker_service_pb2.ConnectRequest], bool],
         on_silence: Callable[[], None],
         metrics: WorkerMetrics | None = None,
     ) -> None:
@@ -74,7 +74,7 @@ class Heartbeater:
         attempt_ids = self._table.heartbeat_ids()
         if not attempt_ids:
             return
-        message = worker_service_pb2.WorkerMessage(
+        message = worker_service_pb2.ConnectRequest(
             heartbeat=worker_service_pb2.Heartbeat(attempt_ids=attempt_ids, lease=duration(self._lease))
         )
         if self._send(message):

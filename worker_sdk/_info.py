@@ -11,7 +11,7 @@ from worker_sdk._settings import JobSettings
 
 
 class JobState(StrEnum):
-    """A job's lifecycle state (SPEC §2)."""
+    """A job's lifecycle state (docs/concepts.md)."""
 
     SCHEDULED = "scheduled"
     """Run-at in the future, or waiting out a retry delay."""
@@ -76,7 +76,7 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True)
 class AttemptInfo:
-    """One claim of a job by a worker (SPEC §2). Message and full text need a reveal."""
+    """One claim of a job by a worker (docs/concepts.md). Message and full text need a reveal."""
 
     id: str
     job_id: str

@@ -1,4 +1,4 @@
-"""The worker's Prometheus metrics (SPEC §7), on the host service's registry by default.
+"""The worker's Prometheus metrics (docs/metrics.md), on the host service's registry by default.
 
 Every ``Worker`` on one registry shares one set of metrics (a registry refuses the same
 name twice), so a process with several workers reports their sum. Labels are bounded:

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 
 class Outcome(StrEnum):
-    """How one attempt ended (SPEC R-4, R-5, R-12)."""
+    """How one attempt ended (R-4, R-5, R-12)."""
 
     SUCCEEDED = "succeeded"
     RETRYABLE_FAILURE = "retryable_failure"

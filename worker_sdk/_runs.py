@@ -57,7 +57,7 @@ class RunTable:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.runs: dict[str, Run] = {}
-        self.unacked: dict[str, worker_service_pb2.WorkerMessage] = {}
+        self.unacked: dict[str, worker_service_pb2.ConnectRequest] = {}
         """Result messages sent but not yet acknowledged, by attempt ID, in send order."""
         self.credit_outstanding = 0
         """Credit the coordinator holds on the current stream (not yet used by assignments)."""

@@ -31,7 +31,7 @@ _CLOSE_GRACE_S = 1.0
 class StreamHandler(Protocol):
     """What the session asks of the worker's protocol engine."""
 
-    def hello(self) -> worker_service_pb2.WorkerMessage:
+    def hello(self) -> worker_service_pb2.ConnectRequest:
         """The Hello to open every stream with."""
         ...
 
@@ -39,7 +39,7 @@ class StreamHandler(Protocol):
         """The stream is welcomed; messages may be sent."""
         ...
 
-    def on_message(self, message: worker_service_pb2.CoordinatorMessage) -> None:
+    def on_message(self, message: worker_service_pb2.ConnectResponse) -> None:
         """A coordinator message arrived."""
         ...
 
@@ -73,7 +73,7 @@ class Session:
         self._hello_timeout_s = hello_timeout.total_seconds()
         self._initial_delay_s = reconnect_initial_delay.total_seconds()
         self._max_delay_s = reconnect_max_delay.total_seconds()
-        self._outbox: asyncio.Queue[worker_service_pb2.WorkerMessage | None] | None = None
+        self._outbox: asyncio.Queue[worker_service_pb2.ConnectRequest | None] | None = None
         self._attempt: asyncio.Task[None] | None = None
         self._closing = False
         self._wake = asyncio.Event()
@@ -85,7 +85,7 @@ class Session:
         """True while a welcomed stream is open."""
         return self._outbox is not None
 
-    def send(self, message: worker_service_pb2.WorkerMessage) -> bool:
+    def send(self, message: worker_service_pb2.ConnectRequest) -> bool:
         """Queues a message on the open stream; False (dropped) when there is none."""
         if self._outbox is None:
             return False
@@ -135,7 +135,7 @@ class Session:
                 self._metrics.reconnects.inc()
 
     async def _serve_once(self) -> None:
-        outbox: asyncio.Queue[worker_service_pb2.WorkerMessage | None] = asyncio.Queue()
+        outbox: asyncio.Queue[worker_service_pb2.ConnectRequest | None] = asyncio.Queue()
         outbox.put_nowait(self._handler.hello())
         # Requests go out through call.write from a task of our own, not a request
         # iterator: grpc cancels the task it runs an iterator in only while the call is
@@ -144,7 +144,7 @@ class Session:
         # once they were collected. Our writer is stopped however the call ends.
         call = self._stub.Connect(metadata=self._metadata)
         writer = asyncio.create_task(_write(call, outbox), name="runwick-stream-writer")
-        responses: AsyncIterator[worker_service_pb2.CoordinatorMessage] = aiter(call)
+        responses: AsyncIterator[worker_service_pb2.ConnectResponse] = aiter(call)
         try:
             try:
                 first = await asyncio.wait_for(anext(responses), self._hello_timeout_s)
@@ -188,7 +188,7 @@ class Session:
 
 async def _write(
     call: Any,
-    outbox: asyncio.Queue[worker_service_pb2.WorkerMessage | None],
+    outbox: asyncio.Queue[worker_service_pb2.ConnectRequest | None],
 ) -> None:
     """Writes everything queued, in order, until a None half-closes the stream."""
     try:
@@ -203,7 +203,7 @@ async def _write(
 async def _end_call(
     call: Any,
     writer: asyncio.Task[None],
-    responses: AsyncIterator[worker_service_pb2.CoordinatorMessage],
+    responses: AsyncIterator[worker_service_pb2.ConnectResponse],
 ) -> None:
     """Ends one stream in order: stop and await the writer, close the response
     generator unless it is running (then it ends with the call), cancel the call."""

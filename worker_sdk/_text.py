@@ -1,4 +1,4 @@
-"""The SDK's wording of the name grammar's verdicts (R-5, SPEC §5).
+"""The SDK's wording of the name grammar's verdicts (R-5, docs/limits.md).
 
 The grammar itself is ``worker_sdk.grammar``, shared with the coordinator; this module
 only turns its answer into the message ``@job`` raises, so a bad wire name shows up at

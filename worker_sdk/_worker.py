@@ -43,7 +43,7 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
 
 
 class Worker:
-    """Runs handlers for jobs pushed by the coordinator (SPEC §7, worker_service.proto).
+    """Runs handlers for jobs pushed by the coordinator (docs/protocol.md, worker_service.proto).
 
     Register handlers with ``@worker.handler(PayloadType)``, add middleware with
     ``worker.use(...)``, then either embed it in a running asyncio program

@@ -1,4 +1,4 @@
-"""The wire's text grammar, shared by the SDK and the coordinator (R-5, SPEC §5).
+"""The wire's text grammar, shared by the SDK and the coordinator (R-5, docs/limits.md).
 
 This is the one implementation of the rules for names (wire names and queues), error
 codes, UTF-16 name lengths and UTF-8-safe truncation. The SDK checks them early, so a
@@ -69,7 +69,7 @@ def coerce_code(code: str, fallback: str) -> str:
 
 
 def utf16_length(text: str) -> int:
-    """Length in UTF-16 code units: a character outside the BMP counts 2 (SPEC §5).
+    """Length in UTF-16 code units: a character outside the BMP counts 2 (docs/limits.md).
 
     Never raises: a lone surrogate counts 1, as it would in a UTF-16 string.
     """

@@ -2,9 +2,11 @@
 
 Two servicers report the same two facts:
 
-- **liveness**: the process runs and serves; SERVING from start until ``stop`` ends.
-- **readiness**: the database answered the last background check and the coordinator is
-  not draining.
+- **liveness**: the process runs; SERVING from ``starting`` (the health port binds before
+  the store opens, so a long SQLite migration does not trip a startup probe) until
+  ``stop`` ends.
+- **readiness**: the coordinator has started serving, the database answered the last
+  background check and it is not draining.
 
 On the API port, ``""`` and the Runwick service names follow readiness (what client-side
 health checking and load balancers expect), plus ``liveness`` and ``readiness``. On the
@@ -40,13 +42,21 @@ class Health:
         self._database_ok = True
         self._draining = False
         self._live = False
+        self._serving = False
 
     @property
     def ready(self) -> bool:
-        return self._live and self._database_ok and not self._draining
+        return self._live and self._serving and self._database_ok and not self._draining
+
+    async def starting(self) -> None:
+        """Liveness SERVING, readiness NOT_SERVING: alive, not serving yet (opening and
+        migrating the database)."""
+        self._live = True
+        await self._publish()
 
     async def start(self) -> None:
-        self._live = True
+        """Serving: readiness follows the database checks from now on."""
+        self._live = self._serving = True
         await self._publish()
 
     async def database_checked(self, ok: bool) -> None:

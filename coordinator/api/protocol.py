@@ -1,5 +1,5 @@
-"""The worker stream's wire form: decoding WorkerMessages, and framing what the
-dispatcher delivers to a session into CoordinatorMessages (``frame``)."""
+"""The worker stream's wire form: decoding ConnectRequests, and framing what the
+dispatcher delivers to a session into ConnectResponses (``frame``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, Res
 from worker_sdk.grammar import TRUNCATION_MARKER, truncate_utf8
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
-Message = pb.CoordinatorMessage
+Message = pb.ConnectResponse
 
 
 def result_report(result: pb.Result) -> ResultReport:
@@ -86,7 +86,7 @@ def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
 
 
 def result_ack(answer: ResultAnswer) -> Message:
-    """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (SPEC §5)."""
+    """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (docs/limits.md)."""
     ack = pb.ResultAck(
         attempt_id=answer.attempt_id,
         status=pb.ResultAck.STATUS_ACCEPTED if answer.accepted else pb.ResultAck.STATUS_STALE,

@@ -44,28 +44,69 @@ SERVICE_NAMES = (
 
 
 @dataclass
+class HealthPort:
+    """The health state and, when configured, the plaintext port serving it to probes;
+    bound before the store opens (``bind_health``)."""
+
+    health: Health
+    server: grpc.aio.Server | None = None
+    port: int | None = None
+
+    async def stop(self) -> None:
+        await self.health.stop()
+        if self.server is not None:
+            await self.server.stop(grace=None)
+
+
+async def bind_health(config: CoordinatorConfig) -> HealthPort:
+    """Binds and starts the plaintext health port (when ``config.health_port`` is set)
+    answering liveness SERVING and readiness NOT_SERVING until ``serve_grpc`` starts.
+
+    Raises OSError when the port cannot be bound.
+    """
+    state = Health(SERVICE_NAMES)
+    early = HealthPort(state)
+    if config.health_port is not None:
+        # Plaintext and health only, for Kubernetes' gRPC probes whatever the API port uses.
+        early.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(state.probes, early.server)
+        early.port = _bind(early.server, config.host, config.health_port)
+        await early.server.start()
+    await state.starting()
+    return early
+
+
+@dataclass
 class GrpcServers:
     server: grpc.aio.Server
     port: int
-    health: Health
-    health_server: grpc.aio.Server | None = None
-    health_port: int | None = None
-    """The plaintext health port, when one is served."""
+    health_port_state: HealthPort
+
+    @property
+    def health(self) -> Health:
+        return self.health_port_state.health
+
+    @property
+    def health_port(self) -> int | None:
+        """The plaintext health port, when one is served."""
+        return self.health_port_state.port
 
     async def stop(self, grace_s: float) -> None:
         await self.server.stop(grace=grace_s)
-        await self.health.stop()
-        if self.health_server is not None:
-            await self.health_server.stop(grace=None)
+        await self.health_port_state.stop()
 
 
-async def serve_grpc(app: Coordinator, tls: grpc.ServerCredentials | None) -> GrpcServers:
-    """Binds and starts the API server (and the health port when configured), with
-    ``tls`` (``tls_credentials(config)``) on the API port.
+async def serve_grpc(
+    app: Coordinator, tls: grpc.ServerCredentials | None, early_health: HealthPort | None = None
+) -> GrpcServers:
+    """Binds and starts the API server, with ``tls`` (``tls_credentials(config)``) on the
+    API port, and turns readiness on. ``early_health`` is the health port bound earlier
+    (``bind_health``); without it the health port is bound here.
 
     Raises OSError when a port cannot be bound.
     """
     config = app.config
+    early = early_health if early_health is not None else await bind_health(config)
     server = grpc.aio.server(
         # Metrics first: it sees the status the interceptors after it settle on.
         interceptors=[
@@ -86,32 +127,28 @@ async def serve_grpc(app: Coordinator, tls: grpc.ServerCredentials | None) -> Gr
         ),
         server,
     )
-    health_state = Health(SERVICE_NAMES)
+    health_state = early.health
     health_pb2_grpc.add_HealthServicer_to_server(health_state.api, server)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    health_server: grpc.aio.Server | None = None
-    health_port = None
-    port = _bind(server, config.host, config.port, tls)
-    if config.health_port is not None:
-        # Plaintext and health only, for Kubernetes' gRPC probes whatever the API port uses.
-        health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        health_pb2_grpc.add_HealthServicer_to_server(health_state.probes, health_server)
-        health_port = _bind(health_server, config.host, config.health_port)
+    try:
+        port = _bind(server, config.host, config.port, tls)
+    except OSError:
+        if early_health is None:
+            await early.stop()
+        raise
     app.on_readiness(health_state.database_checked)
     await server.start()
-    if health_server is not None:
-        await health_server.start()
     await health_state.start()
-    return GrpcServers(server, port, health_state, health_server, health_port)
+    return GrpcServers(server, port, early)
 
 
 def server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
-    """The API server's channel options (SPEC §8: keepalive, sizes, connection age)."""
+    """The API server's channel options (docs/scaling.md: keepalive, sizes, connection age)."""
     return [
         ("grpc.so_reuseport", 0),  # a second server on the port must fail, not steal traffic
-        # Sized from the bounds (SPEC §5): a valid request never hits the transport limit
+        # Sized from the bounds (docs/limits.md): a valid request never hits the transport limit
         # before the bound's clear error; one far over it gets RESOURCE_EXHAUSTED.
         ("grpc.max_send_message_length", config.message_limit_bytes()),
         ("grpc.max_receive_message_length", config.message_limit_bytes()),

@@ -50,12 +50,12 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self.coordinator_id = coordinator_id
         self.hello_timeout_s = hello_timeout_s
         self.max_stream_age_s = max_stream_age_s
-        """Streams are ended cleanly after about this long (SPEC §8), before the
+        """Streams are ended cleanly after about this long (docs/scaling.md), before the
         transport's maximum connection age would cut them."""
 
     async def Connect(
-        self, request_iterator: AsyncIterator[pb.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[pb.CoordinatorMessage]:
+        self, request_iterator: AsyncIterator[pb.ConnectRequest], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ConnectResponse]:
         # Errors raised here end the stream with their status (api.errors.ErrorInterceptor).
         self.app.check_accepting_workers()  # before waiting for Hello
         try:
@@ -114,7 +114,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             log.info("worker %s disconnected", session.worker_id)
 
     async def _read(
-        self, session: WorkerSession, messages: AsyncIterator[pb.WorkerMessage]
+        self, session: WorkerSession, messages: AsyncIterator[pb.ConnectRequest]
     ) -> CoordinatorError | None:
         """Hands every message to the dispatcher; returns the protocol violation that
         ended the stream, if one did."""
@@ -134,7 +134,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             session.close()
         return None
 
-    def _handle(self, session: WorkerSession, message: pb.WorkerMessage) -> None:
+    def _handle(self, session: WorkerSession, message: pb.ConnectRequest) -> None:
         """One worker message. A message out of order or malformed for the stream as a
         whole raises (the stream ends with FAILED_PRECONDITION or INVALID_ARGUMENT); one
         about an attempt this coordinator does not know is answered per message instead

@@ -46,6 +46,7 @@ from coordinator.scheduler.counts import QueueCountFolding
 from coordinator.scheduler.cron import ScheduleTicks
 from coordinator.scheduler.due import due_promotion
 from coordinator.scheduler.leases import lease_expiry
+from coordinator.scheduler.loop import Cadence
 from coordinator.scheduler.retention import Retention, purge_all
 from coordinator.scheduler.revocations import RevokedTokenStreams
 from coordinator.scheduler.stats import QueueStatistics
@@ -67,7 +68,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
 from coordinator.service.retention import RetentionService, check_purge
 from coordinator.service.schedules import Fired, SchedulesService
-from coordinator.service.tokens import NewToken, TokenService
+from coordinator.service.tokens import NewToken, TokenService, check_bootstrap_token
 from coordinator.store import DatabaseTimeouts, Store
 from coordinator.store.notify import listen_for_jobs
 
@@ -93,7 +94,7 @@ class Coordinator:
         self.clock = clock
         self.bootstrap_token: str | None = None
         """The admin token created on this first start (show it once), else None."""
-        self.metrics = CoordinatorMetrics()
+        self.metrics = CoordinatorMetrics(max_label_values=config.metrics_max_label_values)
         """The registry behind ``/metrics`` (also readable in-process)."""
         store.on_transaction = self.metrics.transaction
         self.executors = Executors(postgres=store.postgres)
@@ -106,7 +107,7 @@ class Coordinator:
         self.audit_log = AuditLog(store, config)
         self.queues = QueueService(store, clock, config)
         self.count_folding = QueueCountFolding(
-            self.queues, self.executors, config.queue_count_fold_interval_s
+            self.queues, self.executors, Cadence(config.queue_count_fold_interval_s, config.idle_interval_s)
         )
         self.schedules = SchedulesService(store, clock, config, self.jobs)
         self.dispatcher = Dispatcher(
@@ -117,9 +118,9 @@ class Coordinator:
             self._absorb,
             on_sessions_changed=lambda sessions: self.metrics.workers(s.queues for s in sessions),
         )
-        interval = config.maintenance_interval_s
-        self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, interval)
-        self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, interval)
+        interval, idle = config.maintenance_interval_s, config.idle_interval_s
+        self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, Cadence(interval, idle))
+        self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, Cadence(interval, idle))
         self.queue_statistics = QueueStatistics(
             store,
             clock,
@@ -164,6 +165,8 @@ class Coordinator:
         """Opens the store (creating SQLite on first start) and, with authentication on,
         creates the bootstrap admin token when there is no token yet."""
         config.retention_ages_ms()  # a bad retention setting fails before the store opens
+        if config.bootstrap_token is not None:
+            check_bootstrap_token(config.bootstrap_token)  # and so does a malformed token
         if store is None:
             timeouts = DatabaseTimeouts(
                 pg_idle_in_transaction_timeout_ms=config.pg_idle_in_transaction_timeout_ms,
@@ -192,7 +195,12 @@ class Coordinator:
         app = cls(config, store, clock, rng or random.Random())
         if config.auth_enabled:
             try:
-                app.bootstrap_token = await app.executors.write(app.tokens.bootstrap)
+                supplied = config.bootstrap_token
+                made = await app.executors.write(
+                    app.tokens.bootstrap, supplied, generate=config.generate_bootstrap_token
+                )
+                # The operator knows a token they supplied: only a generated one is shown.
+                app.bootstrap_token = made if supplied is None else None
             except BaseException:
                 app.close()
                 raise
@@ -226,8 +234,10 @@ class Coordinator:
             loops.append(("clock", refresh.run))
         self._tasks = [asyncio.create_task(run(stop), name=f"runwick-{name}") for name, run in loops]
         if self.store.postgres:
-            listen = listen_for_jobs(self.store.url, self.dispatcher.jobs_available)
+            listen = listen_for_jobs(self.store.url, self._heard_of_jobs, self.dispatcher.hears_all)
             self._listen_task = asyncio.create_task(listen, name="runwick-listen")
+        else:
+            self.dispatcher.hears_all(True)  # SQLite: this process makes every write
 
     def on_readiness(self, listener: ReadinessListener) -> None:
         """Calls ``listener(ok)`` after every database check."""
@@ -289,14 +299,29 @@ class Coordinator:
         self.metrics.observe(effects)
         self.watch.finished(effects.terminal_job_ids)
         self.dispatcher.absorb(effects)
+        self._wake_maintenance(leases=effects.leases_taken, scheduled=effects.next_run_at_ms is not None)
         for push in effects.cancel_pushes:
             self.dispatcher.cancel_attempt(push.worker_id, push.attempt_id)
+
+    def _heard_of_jobs(self) -> None:
+        """A replica (maybe this one) made jobs claimable: claims follow, here or there."""
+        self.dispatcher.jobs_available()
+        self._wake_maintenance(leases=True, scheduled=False)
+
+    def _wake_maintenance(self, *, leases: bool, scheduled: bool) -> None:
+        """Ends the idle sleep of the loops that this replica's writes gave work."""
+        self.count_folding.cadence.wake()  # every write appends count deltas
+        if leases:
+            self.lease_expiry.cadence.wake()
+        if scheduled:
+            self.due_promotion.cadence.wake()
 
     # -- jobs ---------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[NewJobSpec]) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``)."""
         enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
+        self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))
         for spec, item in zip(specs, enqueued, strict=True):
             if not item.existing:
                 self.metrics.enqueued(spec.queue, spec.wire_name)

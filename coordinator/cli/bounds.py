@@ -1,8 +1,8 @@
-"""``runwick serve``'s bounds (SPEC §5): flags, ``RUNWICK_*`` variables and a TOML file.
+"""``runwick serve``'s bounds (docs/limits.md): flags, ``RUNWICK_*`` variables and a TOML file.
 
 Every ``StoreBounds`` field ``max_x`` is set, later wins, by
 
-1. its default (SPEC §5);
+1. its default (docs/limits.md);
 2. ``max_x = N`` in the ``[bounds]`` table of the file named by ``--config`` or
    ``RUNWICK_CONFIG``;
 3. the environment variable ``RUNWICK_MAX_X``;
@@ -51,7 +51,8 @@ def add_bounds_flags(parser: argparse.ArgumentParser) -> None:
         f"retention below [{CONFIG_ENV}]",
     )
     group = parser.add_argument_group(
-        "bounds (SPEC §5)", "limits on what the store accepts; flag > environment > config file > default"
+        "bounds",
+        "limits on what the store accepts (docs/limits.md); flag > environment > config file > default",
     )
     defaults = StoreBounds()
     for name in BOUND_NAMES:

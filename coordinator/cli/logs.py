@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 
@@ -20,3 +21,15 @@ def add_logging_flags(parser: argparse.ArgumentParser) -> None:
         default=env("RUNWICK_LOG_FORMAT", "text"),
         help="json: one object per line with job and attempt IDs [RUNWICK_LOG_FORMAT]",
     )
+
+
+QUIET_LOGGERS = ("alembic",)
+"""Libraries whose INFO lines (plugin set-up, one line per migration step) say nothing an
+operator acts on: the store logs one line per schema change instead."""
+
+
+def quiet_libraries() -> None:
+    """Keeps those libraries' lines to WARNING and above, unless DEBUG is asked for."""
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)

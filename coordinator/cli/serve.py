@@ -10,23 +10,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
-from coordinator.cli.logs import add_logging_flags
+from coordinator.cli.logs import add_logging_flags, quiet_libraries
 from coordinator.cli.retention import add_retention_flags, retention_from_options
 from worker_sdk import configure_logging
+from worker_sdk._logging import JsonFormatter
 
 if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
 
 BOOTSTRAP_BANNER = "runwick bootstrap admin token (shown once; store it now):"
 READY_LINE = "runwick coordinator listening on "
-"""Tests and scripts read the line starting so to learn the port (with ``--port 0``)."""
+"""Tests and scripts read the line starting so to learn the port (with ``--port 0``);
+with ``--log-format json`` it is the ``message`` of a JSON line that also has ``target``."""
+DATABASE_URL_ENV = "RUNWICK_DATABASE_URL"
+BOOTSTRAP_TOKEN_ENV = "RUNWICK_BOOTSTRAP_TOKEN"
 
 
 def _env(name: str, default: str) -> str:
@@ -84,6 +90,13 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="Prometheus /metrics HTTP port, 0 = any, -1 = none [RUNWICK_METRICS_PORT]",
     )
     serve.add_argument(
+        "--metrics-max-label-values",
+        type=int,
+        default=int(_env("RUNWICK_METRICS_MAX_LABEL_VALUES", "100")),
+        help="distinct queues and wire names each with series of their own; the rest count as "
+        "(other) [RUNWICK_METRICS_MAX_LABEL_VALUES]",
+    )
+    serve.add_argument(
         "--max-connection-age",
         type=float,
         default=float(_env("RUNWICK_MAX_CONNECTION_AGE_S", "1800")),
@@ -104,16 +117,47 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _database_flag(migrate)
+    migrate.add_argument(
+        "--lock-timeout",
+        type=_seconds,
+        default=_env("RUNWICK_MIGRATE_LOCK_TIMEOUT_S", "600"),
+        metavar="S",
+        help="PostgreSQL: seconds to wait while another migration runs, 0 = forever "
+        "[RUNWICK_MIGRATE_LOCK_TIMEOUT_S]",
+    )
+    add_logging_flags(migrate)
 
 
 def _database_flag(parser: argparse.ArgumentParser) -> None:
-    from coordinator.config import DEFAULT_DATABASE_URL
-
     parser.add_argument(
         "--database-url",
-        default=_env("RUNWICK_DATABASE_URL", DEFAULT_DATABASE_URL),
-        help="sqlite:///path or postgresql://user@host/db [RUNWICK_DATABASE_URL]",
+        default=None,
+        help="sqlite:///path or postgresql://user@host/db (default sqlite:///runwick.db) "
+        f"[{DATABASE_URL_ENV}, or {DATABASE_URL_ENV}_FILE: a file holding it]",
     )
+
+
+def database_url(options: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
+    """The database URL: the flag, else ``RUNWICK_DATABASE_URL`` or the file
+    ``RUNWICK_DATABASE_URL_FILE`` names (a mounted Secret), else the SQLite default.
+    Raises ConfigError for both variables set or an unreadable file."""
+    from coordinator.config import DEFAULT_DATABASE_URL, env_or_file
+
+    if options.database_url:
+        return str(options.database_url)
+    found = env_or_file(os.environ if environ is None else environ, DATABASE_URL_ENV)
+    return found[0] if found else DEFAULT_DATABASE_URL
+
+
+def bootstrap_token(options: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str | None:
+    """The operator's first admin token: ``--bootstrap-token-file``, else
+    ``RUNWICK_BOOTSTRAP_TOKEN`` or the file ``RUNWICK_BOOTSTRAP_TOKEN_FILE`` names."""
+    from coordinator.config import env_or_file, read_setting_file
+
+    if options.bootstrap_token_file:
+        return read_setting_file(options.bootstrap_token_file, "--bootstrap-token-file")
+    found = env_or_file(os.environ if environ is None else environ, BOOTSTRAP_TOKEN_ENV)
+    return found[0] if found else None
 
 
 DATABASE_TIMEOUTS = (
@@ -166,7 +210,15 @@ def _security_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--admin-token-file",
         default=env("RUNWICK_ADMIN_TOKEN_FILE"),
-        help="also write the bootstrap admin token here (mode 0600) [RUNWICK_ADMIN_TOKEN_FILE]",
+        help="write a bootstrap admin token the coordinator makes here (mode 0600); it is shown "
+        "only on a terminal, never logged [RUNWICK_ADMIN_TOKEN_FILE]",
+    )
+    serve.add_argument(
+        "--bootstrap-token-file",
+        default=None,
+        metavar="PATH",
+        help="a file holding the first admin token (rwk_...), used when no token exists yet "
+        f"[{BOOTSTRAP_TOKEN_ENV}, or {BOOTSTRAP_TOKEN_ENV}_FILE]",
     )
     serve.add_argument(
         "--tls-cert", default=env("RUNWICK_TLS_CERT"), help="PEM server certificate [RUNWICK_TLS_CERT]"
@@ -179,11 +231,15 @@ def _security_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def _security_config(options: argparse.Namespace) -> dict[str, Any]:
-    """The CoordinatorConfig fields the security flags set: auth is on by default."""
+def _security_config(options: argparse.Namespace, *, terminal: bool) -> dict[str, Any]:
+    """The CoordinatorConfig fields the security flags set: auth is on by default. A
+    token the coordinator makes must reach someone: shown on a ``terminal`` or written
+    to ``--admin-token-file``; with neither, none is made."""
     return {
         "auth_enabled": not options.insecure,
         "admin_token_file": options.admin_token_file,
+        "bootstrap_token": bootstrap_token(options),
+        "generate_bootstrap_token": terminal or bool(options.admin_token_file),
         "tls_cert_file": options.tls_cert,
         "tls_key_file": options.tls_key,
         "tls_client_ca_file": options.tls_client_ca,
@@ -197,34 +253,39 @@ def _port_or_none(port: int) -> int | None:
 def run_serve(options: argparse.Namespace) -> int:
     """``runwick serve``: runs the coordinator until SIGTERM or SIGINT."""
     configure_logging(options.log_level, options.log_format)
+    quiet_libraries()
     from coordinator.app import SchemaNotCurrent
     from coordinator.config import ConfigError, CoordinatorConfig
 
+    terminal = sys.stdout.isatty()
     try:
         bounds = bounds_from_options(options)
         retention = retention_from_options(options)
+        config = CoordinatorConfig(
+            bounds=bounds,
+            **retention,
+            **_security_config(options, terminal=terminal),
+            **database_timeouts_config(options),
+            database_url=database_url(options),
+            host=options.host,
+            port=options.port,
+            maintenance_interval_s=options.maintenance_interval,
+            schedule_interval_s=options.schedule_interval,
+            schedule_grace_s=options.schedule_grace,
+            drain_timeout_s=options.drain_timeout,
+            health_port=_port_or_none(options.health_port),
+            metrics_port=_port_or_none(options.metrics_port),
+            metrics_max_label_values=options.metrics_max_label_values,
+            max_connection_age_ms=int(options.max_connection_age * 1000),
+            max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),
+        )
     except ConfigError as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
-    config = CoordinatorConfig(
-        bounds=bounds,
-        **retention,
-        **_security_config(options),
-        **database_timeouts_config(options),
-        database_url=options.database_url,
-        host=options.host,
-        port=options.port,
-        maintenance_interval_s=options.maintenance_interval,
-        schedule_interval_s=options.schedule_interval,
-        schedule_grace_s=options.schedule_grace,
-        drain_timeout_s=options.drain_timeout,
-        health_port=_port_or_none(options.health_port),
-        metrics_port=_port_or_none(options.metrics_port),
-        max_connection_age_ms=int(options.max_connection_age * 1000),
-        max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),
-    )
     try:
-        asyncio.run(_serve_until_signalled(config))
+        asyncio.run(
+            _serve_until_signalled(config, json_lines=options.log_format == "json", terminal=terminal)
+        )
     except (SchemaNotCurrent, ConfigError) as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
@@ -234,13 +295,20 @@ def run_serve(options: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_until_signalled(config: CoordinatorConfig) -> None:
+async def _serve_until_signalled(config: CoordinatorConfig, *, json_lines: bool, terminal: bool) -> None:
     from coordinator.process import start_coordinator
 
     running = await start_coordinator(config)
-    announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
-    print(f"runwick health port {running.health_port}, metrics port {running.metrics_port}", flush=True)
-    print(f"{READY_LINE}{running.target}", flush=True)
+    if terminal:
+        announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
+    _say(
+        f"runwick health port {_port_text(running.health_port)}, "
+        f"metrics port {_port_text(running.metrics_port)}",
+        json_lines,
+        health_port=running.health_port,
+        metrics_port=running.metrics_port,
+    )
+    _say(f"{READY_LINE}{running.target}", json_lines, target=running.target)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -250,8 +318,22 @@ async def _serve_until_signalled(config: CoordinatorConfig) -> None:
     await running.stop()
 
 
+def _port_text(port: int | None) -> str:
+    return "off" if port is None else str(port)
+
+
+def _say(text: str, json_lines: bool, **fields: object) -> None:
+    """A start-up line on stdout for people and scripts: plain, or with ``--log-format
+    json`` a JSON object like the log's with ``fields`` added."""
+    if json_lines:
+        record = logging.LogRecord("runwick", logging.INFO, __file__, 0, text, (), None)
+        text = json.dumps({**json.loads(JsonFormatter().format(record)), **fields})
+    print(text, flush=True)
+
+
 def announce_bootstrap_token(token: str | None, token_file: str | None) -> None:
-    """Prints a just-created bootstrap admin token once, clearly labelled, on stdout."""
+    """Prints a just-created bootstrap admin token once, clearly labelled, on stdout: only
+    call it when stdout is a terminal (a person reads it; no log collector does)."""
     if token is None:
         return
     lines = [BOOTSTRAP_BANNER, f"    {token}"]
@@ -263,8 +345,18 @@ def announce_bootstrap_token(token: str | None, token_file: str | None) -> None:
 
 def run_migrate(options: argparse.Namespace) -> int:
     """``runwick migrate``: creates or upgrades the schema and says which it did."""
-    before, after = migrate_schema(options.database_url)
-    where = _redacted(options.database_url)
+    configure_logging(options.log_level, options.log_format)
+    quiet_libraries()
+    from coordinator.app import MigrationLocked
+    from coordinator.config import ConfigError
+
+    try:
+        url = database_url(options)
+        before, after = migrate_schema(url, lock_timeout_s=options.lock_timeout)
+    except (ConfigError, MigrationLocked) as exc:
+        print(f"runwick: {exc}", file=sys.stderr)
+        return 2
+    where = _redacted(url)
     if before is None:
         print(f"created the database schema (revision {after}) in {where}")
     elif before != after:
@@ -283,9 +375,13 @@ def _redacted(url: str) -> str:
     return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
 
 
-def migrate_schema(database_url: str) -> tuple[str | None, str | None]:
+def migrate_schema(
+    database_url: str, *, lock_timeout_s: float | None = None
+) -> tuple[str | None, str | None]:
     """Creates or upgrades the coordinator's schema in ``database_url`` (also used by
-    ``runwick bench`` for its scratch database); the revisions before and after."""
+    ``runwick bench`` for its scratch database) and returns the revisions before and
+    after. On PostgreSQL one migration runs at a time (an advisory lock); waiting longer
+    than ``lock_timeout_s`` for it raises MigrationLocked."""
     from coordinator.app import migrate_database
 
-    return migrate_database(database_url)
+    return migrate_database(database_url, lock_timeout_s=lock_timeout_s)

@@ -90,6 +90,8 @@ class Dispatcher:
         """Batches written that carried claims (tests wait on it; metrics can export it)."""
         self._idle = asyncio.Event()
         self._retiring: list[WorkerSession] = []
+        self._hears_all = False
+        """Every write that makes jobs claimable wakes this dispatcher (``hears_all``)."""
 
     # -- called by stream handlers -------------------------------------------------
 
@@ -163,6 +165,12 @@ class Dispatcher:
         self._claim_needed = True
         self._wake.set()
 
+    def hears_all(self, hearing: bool) -> None:
+        """Whether every write that makes jobs claimable reaches ``jobs_available``: this
+        process's own always do; another replica's through PostgreSQL's LISTEN, while
+        its connection is up. While they do, idle sessions re-check only rarely."""
+        self._hears_all = hearing
+
     def absorb(self, effects: Effects) -> None:
         """Wakes for what a batch, an operator action or a maintenance pass changed."""
         if effects.available_changed:
@@ -183,6 +191,8 @@ class Dispatcher:
             await self._sleep_until_woken()
             if self.config.batch_window_ms > 0 and not self._stopping:
                 await asyncio.sleep(self.config.batch_window_ms / 1000)
+            else:
+                await asyncio.sleep(0)  # the other streams' messages read in the same wake-up
             batch, routes = self._take()
             if batch:
                 try:
@@ -207,7 +217,7 @@ class Dispatcher:
                 return
 
     async def _sleep_until_woken(self) -> None:
-        timeout = self.config.idle_recheck_interval_s
+        timeout = self.config.idle_interval_s if self._hears_all else self.config.idle_recheck_interval_s
         if self._next_due_ms is not None:
             timeout = min(timeout, max(self._next_due_ms - self.clock.now_ms(), 0) / 1000)
         try:

@@ -1,4 +1,4 @@
-"""The store's named limits (SPEC §5): ``StoreBounds``, their defaults and ranges.
+"""The store's named limits (docs/limits.md): ``StoreBounds``, their defaults and ranges.
 
 Which of three behaviours applies follows from what the data is for:
 
@@ -43,7 +43,7 @@ class BoundsError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class StoreBounds:
-    """The limits the coordinator enforces on what it stores (SPEC §5).
+    """The limits the coordinator enforces on what it stores (docs/limits.md).
 
     Every field is configurable (``runwick serve`` flags, ``RUNWICK_*`` variables or the
     ``[bounds]`` table of the config file); ``RANGES`` holds what each may be set to.

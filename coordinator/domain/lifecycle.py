@@ -120,7 +120,7 @@ def decide_result(
 ) -> Decision:
     """R-5/R-6: the job's next state after a started run ends with ``report``.
 
-    SPEC §5: the detail is cut to ``max_failure_detail_bytes`` (with a marker) and the
+    docs/limits.md: the detail is cut to ``max_failure_detail_bytes`` (with a marker) and the
     message to ``max_message_bytes``, both UTF-8 safe (``StoreBounds`` supplies them).
     """
     message = truncate_utf8(report.message, max_message_bytes)

@@ -1,4 +1,4 @@
-"""Job states, attempt outcomes and the declarative transition table (SPEC §2, R-5)."""
+"""Job states, attempt outcomes and the declarative transition table (docs/concepts.md, R-5)."""
 
 from __future__ import annotations
 

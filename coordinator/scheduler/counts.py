@@ -5,23 +5,30 @@ small reads."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from coordinator.scheduler.loop import every
+from coordinator.scheduler.loop import Cadence
 from coordinator.service.executors import Executors
 from coordinator.service.queues import QueueService
 
+log = logging.getLogger(__name__)
+
 
 class QueueCountFolding:
-    def __init__(self, queues: QueueService, executors: Executors, interval_s: float) -> None:
+    def __init__(self, queues: QueueService, executors: Executors, cadence: Cadence) -> None:
         self.queues = queues
         self.executors = executors
-        self.interval_s = interval_s
+        self.cadence = cadence
 
     async def run_once(self) -> int:
+        """Folds the deltas there are; returns how many it folded."""
         return await self.executors.write(self.queues.fold_counts)
 
     async def run(self, stop: asyncio.Event) -> None:
-        async def fold() -> None:
-            await self.run_once()
-
-        await every(self.interval_s, stop, fold, "queue count folding")
+        while not await self.cadence.sleep(stop):
+            try:
+                folded = await self.run_once()
+            except Exception:
+                log.exception("queue count folding failed; retrying next interval")
+                continue
+            self.cadence.idle = folded == 0  # until this replica writes again

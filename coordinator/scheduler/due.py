@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coordinator.scheduler.loop import WritePass
+from coordinator.scheduler.loop import Cadence, WritePass
 from coordinator.service.batch import WorkerOps
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 
 
 def due_promotion(
-    ops: WorkerOps, executors: Executors, on_effects: Callable[[Effects], None], interval_s: float
+    ops: WorkerOps, executors: Executors, on_effects: Callable[[Effects], None], cadence: Cadence
 ) -> WritePass:
-    return WritePass(ops.promote_due, executors, on_effects, interval_s, "due-job promotion")
+    return WritePass(ops.promote_due, executors, on_effects, cadence, "due-job promotion")

@@ -1,5 +1,5 @@
 """The worker protocol's writes, batched: claims, starts, heartbeats, results, releases
-and lease expiry, each batch in one transaction (SPEC §8, STYLE 10).
+and lease expiry, each batch in one transaction (docs/scaling.md).
 
 Every job write is conditional on the state and history sequence read in the same
 transaction (R-11); rows are locked on PostgreSQL, and SQLite has a single writer.
@@ -72,10 +72,12 @@ class WorkerOps:
 
         def expire(tx: Tx) -> BatchAnswers:
             run = _BatchRun(tx, self, self.clock.now_ms())
-            for job in tx.expired_leases(run.now, self.config.maintenance_batch):
+            expired = tx.expired_leases(run.now, self.config.maintenance_batch)
+            for job in expired:
                 decision = decide_lease_expiry(job.view(), run.now, self.rng)
                 run.writes.end_attempt(job, decision, reported=False, lease_lapsed=True)
             run.writes.flush()
+            run.answers.maintenance_left = bool(expired) or tx.any_leased()
             return run.answers
 
         return self.store.transact(expire, what="lease expiry")
@@ -94,6 +96,7 @@ class WorkerOps:
                 run.writes.change(job, changes.due(job), "due", None)
             run.answers.available_changed = bool(due)
             run.writes.flush()
+            run.answers.maintenance_left = bool(due) or tx.any_scheduled()
             return run.answers
 
         return self.store.transact(promote, what="due-job promotion")
@@ -234,7 +237,7 @@ class _BatchRun:
             and result.output is not None
             and len(result.output) > bounds.max_output_bytes
         ):
-            # SPEC §5: rejected before anything is written; the worker then reports
+            # docs/limits.md: rejected before anything is written; the worker then reports
             # output_too_large as a permanent failure.
             return _refused(
                 attempt_id, JobOutputTooLarge(job.id, len(result.output), bounds.max_output_bytes)
@@ -264,7 +267,7 @@ class _BatchRun:
         return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
 
     def _claim(self, request: ClaimRequest) -> list[Claimed]:
-        limit = self.tx.bounds.clamp_claim_batch(request.count)  # SPEC §5: clamp silently
+        limit = self.tx.bounds.clamp_claim_batch(request.count)  # docs/limits.md: clamp silently
         if limit <= 0 or not request.wire_names:
             return []
         claimed: list[Claimed] = []

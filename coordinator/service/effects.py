@@ -66,6 +66,11 @@ class Effects:
     next_run_at_ms: int | None = None
     """The earliest run-at this transaction scheduled (a retry), so the dispatcher can wake."""
     cancel_pushes: list[CancelPush] = field(default_factory=list)
+    leases_taken: bool = False
+    """Jobs were claimed: lease expiry has leases to watch again."""
+    maintenance_left: bool | None = None
+    """After a maintenance pass, whether its next pass may find something (leased jobs
+    for lease expiry, scheduled jobs for due promotion): when not, it may sleep longer."""
 
     def stale_result_count(self) -> int:
         """Results refused as stale (R-11); only worker batches have results."""

@@ -49,7 +49,7 @@ class JobsService:
         """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
 
         Raises InvalidArgument naming the index of the first bad job; every bound of
-        SPEC §5 (``store.bounds``) is checked before anything is written.
+        docs/limits.md (``store.bounds``) is checked before anything is written.
         """
         if not specs:
             raise InvalidArgument("jobs", "at least one job is required", reason="FIELD_REQUIRED")
@@ -160,7 +160,7 @@ class JobsService:
     ) -> tuple[list[JobRecord], str]:
         """A page of jobs, newest first, and the token of the next page ('' at the end).
 
-        The page size is clamped to ``max_page_size`` silently (SPEC §5). Tokens are
+        The page size is clamped to ``max_page_size`` silently (docs/limits.md). Tokens are
         opaque (``service.paging``); a malformed one is INVALID_ARGUMENT
         (``PAGE_TOKEN_INVALID``) and reads nothing.
         """

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from coordinator.config import ConfigError
 from coordinator.domain.access import (
     ALL_SCOPES,
     SYSTEM_ACTOR,
@@ -49,13 +50,33 @@ MAX_TOKEN_NAME_LENGTH = 128
 _TOKEN = re.compile(r"^rwk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 _ID = re.compile(r"^[0-9a-f]{16}$")
 
-__all__ = ["BOOTSTRAP_TOKEN_NAME", "NewToken", "TokenService", "hash_token", "new_token", "parse_token"]
+__all__ = [
+    "BOOTSTRAP_TOKEN_NAME",
+    "NewToken",
+    "TokenService",
+    "check_bootstrap_token",
+    "hash_token",
+    "new_token",
+    "parse_token",
+]
 
 
 def new_token() -> tuple[str, str]:
     """A fresh ``(token_id, token)`` pair."""
     token_id = secrets.token_hex(8)
     return token_id, f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
+
+
+def check_bootstrap_token(token: str) -> str:
+    """The ID of an operator-supplied bootstrap token; raises ConfigError, without
+    echoing the secret, when it is not in the token format."""
+    token_id = parse_token(token)
+    if token_id is None:
+        raise ConfigError(
+            "the supplied bootstrap token is not a Runwick token: it must read "
+            "rwk_<16 hex characters>_<43 characters of A-Z a-z 0-9 - _>"
+        )
+    return token_id
 
 
 def parse_token(token: str) -> str | None:
@@ -121,20 +142,33 @@ class TokenService:
 
     # -- management ---------------------------------------------------------------------
 
-    def bootstrap(self) -> str | None:
-        """On first start (no tokens at all), creates an admin token with every scope and
-        returns it; None when tokens exist. Safe with replicas starting together."""
+    def bootstrap(self, supplied: str | None = None, *, generate: bool = True) -> str | None:
+        """On first start (no tokens at all), makes the first admin token, with every
+        scope: ``supplied`` (the operator's, checked by ``check_bootstrap_token``) or, with
+        ``generate``, a random one. Returns the token when it made one; None when tokens
+        exist already or it made none. Safe with replicas starting together."""
 
         def bootstrap(tx: Tx) -> NewToken | None:
             tx.lock_tokens()
-            if tx.has_tokens():
+            if tx.has_tokens() or (supplied is None and not generate):
                 return None
-            return self._insert(tx, BOOTSTRAP_TOKEN_NAME, ALL_SCOPES, None, SYSTEM_ACTOR)
+            return self._insert(tx, BOOTSTRAP_TOKEN_NAME, ALL_SCOPES, None, SYSTEM_ACTOR, supplied)
 
+        if supplied is None and not generate:
+            if not self.store.transact(lambda tx: tx.has_tokens(), what="the token bootstrap"):
+                log.warning(
+                    "no token exists and none was made: every call is refused until a start that can "
+                    "hand the bootstrap admin token over (a terminal, --admin-token-file, or "
+                    "RUNWICK_BOOTSTRAP_TOKEN(_FILE))"
+                )
+            return None
         created = self.store.transact(bootstrap, what="the token bootstrap")
         if created is None:
+            if supplied is not None:
+                log.info("tokens exist: the supplied bootstrap token is not used")
             return None
-        log.info("created the bootstrap admin token %s", created.record.id)
+        how = "installed the supplied" if supplied is not None else "created the"
+        log.info("%s bootstrap admin token %s", how, created.record.id)
         return created.token
 
     def create(self, name: str, scopes: Iterable[str], queues: Iterable[str], actor: Actor) -> NewToken:
@@ -191,8 +225,12 @@ class TokenService:
         scopes: frozenset[Scope],
         queues: frozenset[str] | None,
         actor: Actor,
+        supplied: str | None = None,
     ) -> NewToken:
-        token_id, token = new_token()
+        if supplied is None:
+            token_id, token = new_token()
+        else:
+            token_id, token = check_bootstrap_token(supplied), supplied
         now = self.clock.now_ms()
         record = TokenRecord(
             id=token_id,

@@ -175,6 +175,7 @@ class JobWrites:
         self._new_attempts.append(
             NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now, token_id=token_id)
         )
+        self.effects.leases_taken = True
         return updated
 
     def start(self, job: JobRecord, attempt_id: str, execution_number: int) -> JobRecord:

@@ -1,4 +1,4 @@
-"""Engines for both databases, with the settings each needs (SPEC §8).
+"""Engines for both databases, with the settings each needs (docs/scaling.md).
 
 Every transaction the coordinator opens is bounded (``DatabaseTimeouts``). On
 PostgreSQL each connection starts with ``idle_in_transaction_session_timeout``,
@@ -83,24 +83,31 @@ def create_write_engine(url: str, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS)
     url = normalize_url(url)
     if is_sqlite(url):
         return _sqlite_engine(url, "BEGIN IMMEDIATE", timeouts)
-    return create_engine(
-        url,
-        pool_size=5,
-        max_overflow=5,
-        pool_pre_ping=True,
-        hide_parameters=True,
-        connect_args={"options": _pg_options(url, timeouts)},
-    )
+    # No ping before each checkout: it doubled the server's transactions on the hot path.
+    # A connection found dead by the write itself is ``ConnectionLost`` before the commit,
+    # which ``Store.transact`` runs again; the pool then drops every older connection.
+    return _pg_engine(url, timeouts, pool_size=5, pre_ping=False)
 
 
-def create_read_engine(
-    url: str, write_engine: Engine, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS
-) -> Engine:
-    """Reads on SQLite use deferred transactions so they never wait for the writer (WAL)."""
+def create_read_engine(url: str, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS) -> Engine:
+    """Reads on SQLite use deferred transactions so they never wait for the writer (WAL).
+    On PostgreSQL reads have a pool of their own that pings: a read is not retried, and
+    after a server restart its first answer should not be an error."""
     url = normalize_url(url)
     if is_sqlite(url):
         return _sqlite_engine(url, "BEGIN", timeouts)
-    return write_engine
+    return _pg_engine(url, timeouts, pool_size=4, pre_ping=True)
+
+
+def _pg_engine(url: str, timeouts: DatabaseTimeouts, *, pool_size: int, pre_ping: bool) -> Engine:
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=pre_ping,
+        hide_parameters=True,
+        connect_args={"options": _pg_options(url, timeouts)},
+    )
 
 
 def _pg_options(url: str, timeouts: DatabaseTimeouts) -> str:

@@ -11,10 +11,17 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 SCRIPT_LOCATION = Path(__file__).parent / "alembic"
+MIGRATION_LOCK_KEY = 0x72756E7769636B
+"""The PostgreSQL advisory lock every migration holds ("runwick" in ASCII)."""
+DEFAULT_LOCK_WAIT_MS = 600_000
 
 
 class SchemaNotCurrent(Exception):
     """The database's schema is missing or older than this coordinator needs."""
+
+
+class MigrationLocked(Exception):
+    """Another migration held the schema lock for longer than this one would wait."""
 
 
 def _config(engine: Engine | None = None) -> Config:
@@ -25,9 +32,13 @@ def _config(engine: Engine | None = None) -> Config:
     return config
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Brings the schema to ``revision``, by default the newest (idempotent)."""
-    command.upgrade(_config(engine), revision)
+def upgrade(engine: Engine, revision: str = "head", *, lock_wait_ms: int = DEFAULT_LOCK_WAIT_MS) -> None:
+    """Brings the schema to ``revision``, by default the newest (idempotent). On
+    PostgreSQL it first waits up to ``lock_wait_ms`` (0: no limit) while another
+    migration runs, then raises MigrationLocked."""
+    config = _config(engine)
+    config.attributes["lock_wait_ms"] = lock_wait_ms
+    command.upgrade(config, revision)  # logs the change, if any (alembic/env.py)
 
 
 def head_revision() -> str | None:

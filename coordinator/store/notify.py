@@ -1,6 +1,6 @@
 """The notification half of the store: PostgreSQL LISTEN on the channel that
 ``Tx.notify_jobs_available`` signals, so every replica hears when any replica made jobs
-claimable (SPEC §8) and idle workers everywhere get new work without polling."""
+claimable (docs/scaling.md) and idle workers everywhere get new work without polling."""
 
 from __future__ import annotations
 
@@ -23,19 +23,28 @@ def libpq_url(sqlalchemy_url: str) -> str:
     return make_url(sqlalchemy_url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def listen_for_jobs(database_url: str, on_jobs_available: Callable[[], None]) -> None:
+async def listen_for_jobs(
+    database_url: str,
+    on_jobs_available: Callable[[], None],
+    on_listening: Callable[[bool], None] = lambda listening: None,
+) -> None:
     """Calls ``on_jobs_available`` at every notification, and once after each (re)connect
-    for what was announced while nobody listened. Runs until cancelled."""
+    for what was announced while nobody listened; ``on_listening`` hears whether the
+    connection is up (while it is not, nothing announces other replicas' jobs). Runs
+    until cancelled."""
     url = libpq_url(database_url)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 await conn.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
+                on_listening(True)
                 on_jobs_available()
                 async for _ in conn.notifies():
                     on_jobs_available()
         except asyncio.CancelledError:
+            on_listening(False)
             raise
         except Exception as exc:
+            on_listening(False)
             log.warning("LISTEN connection failed (%s); reconnecting", type(exc).__name__)
             await asyncio.sleep(RECONNECT_DELAY_S)

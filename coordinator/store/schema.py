@@ -1,6 +1,6 @@
 """Tables and indexes. Times are integer milliseconds since the epoch on both engines.
 
-Index choices follow what job tables teach (SPEC §8): the claim index is partial on the
+Index choices follow what job tables teach (docs/scaling.md): the claim index is partial on the
 claimable states and ordered like the claim; ``lease_expires_at_ms`` is deliberately not
 indexed so heartbeats stay HOT updates on PostgreSQL.
 """
@@ -72,6 +72,8 @@ CLAIMABLE_PREDICATE = _CLAIMABLE
 """The claim and due indexes' predicate: a query must state it word for word (as text,
 not bound parameters) for a planner to use those partial indexes."""
 _LEASED = "state IN ('reserved', 'running')"
+LEASED_PREDICATE = _LEASED
+"""The leased index's predicate, for the same reason."""
 
 Index(
     "ix_jobs_claim",
@@ -92,6 +94,18 @@ Index(
     jobs.c.run_at_ms,
     sqlite_where=text(_CLAIMABLE),
     postgresql_where=text(_CLAIMABLE),
+)
+_SCHEDULED = "state = 'scheduled'"
+SCHEDULED_PREDICATE = _SCHEDULED
+"""The scheduled index's predicate (due promotion)."""
+# ``state`` leads although the predicate fixes it: SQLite's planner, without statistics,
+# then prefers this index to ix_jobs_state_id for the due query.
+Index(
+    "ix_jobs_scheduled",
+    jobs.c.state,
+    jobs.c.run_at_ms,
+    sqlite_where=text(_SCHEDULED),
+    postgresql_where=text(_SCHEDULED),
 )
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
-"""Transitions kept per job by default; older ones are dropped (SPEC §5,
+"""Transitions kept per job by default; older ones are dropped (docs/limits.md,
 ``StoreBounds.max_history_per_job``)."""
 WRITE_TRIES = 3
 """How often ``transact`` runs a body whose try conflicted or lost its connection."""
@@ -73,13 +73,13 @@ class Store:
         self, url: str, *, bounds: StoreBounds | None = None, timeouts: DatabaseTimeouts | None = None
     ) -> None:
         self.bounds = (bounds or DEFAULT_BOUNDS).validate()
-        """The limits of SPEC §5 this store and the services over it apply."""
+        """The limits of docs/limits.md this store and the services over it apply."""
         self.timeouts = timeouts or DEFAULT_TIMEOUTS
         """How long a connection may hold a transaction open or wait (``engine``)."""
         self.url = normalize_url(url)
         self.postgres = not is_sqlite(self.url)
         self._write_engine = create_write_engine(self.url, self.timeouts)
-        self._read_engine = create_read_engine(self.url, self._write_engine, self.timeouts)
+        self._read_engine = create_read_engine(self.url, self.timeouts)
         self.on_transaction: Callable[[float], None] | None = None
         """Called with every write transaction's duration in seconds (for metrics)."""
 
@@ -112,17 +112,18 @@ class Store:
         view.bounds = bounds.validate()
         return view
 
-    def migrate(self) -> tuple[str | None, str | None]:
-        """Brings the schema to the newest revision; returns the revisions before and
-        after (``None`` before: the database had no schema)."""
+    def migrate(
+        self, *, lock_wait_ms: int = migrations.DEFAULT_LOCK_WAIT_MS
+    ) -> tuple[str | None, str | None]:
+        """Creates or upgrades the schema (``migrate.upgrade``); returns the revisions
+        before and after (``None`` before: the database had no schema)."""
         before = migrations.current_revision(self._write_engine)
-        migrations.upgrade(self._write_engine)
+        migrations.upgrade(self._write_engine, lock_wait_ms=lock_wait_ms)
         return before, migrations.current_revision(self._write_engine)
 
     def close(self) -> None:
         self._write_engine.dispose()
-        if self._read_engine is not self._write_engine:
-            self._read_engine.dispose()
+        self._read_engine.dispose()
 
     # -- writes ----------------------------------------------------------------------
 

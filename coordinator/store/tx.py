@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, text, update
+from sqlalchemy import bindparam, insert, literal_column, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.changes import JobChange
@@ -22,7 +22,7 @@ from coordinator.domain.records import (
     NewAttempt,
     WorkerIdentity,
 )
-from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
 from coordinator.store.purge import purge_jobs
 from coordinator.store.rows import (
@@ -35,14 +35,21 @@ from coordinator.store.rows import (
     new_attempt_row,
 )
 from coordinator.store.schedules import ScheduleWrites
-from coordinator.store.schema import attempts, jobs, transitions
+from coordinator.store.schema import (
+    CLAIMABLE_PREDICATE,
+    LEASED_PREDICATE,
+    SCHEDULED_PREDICATE,
+    attempts,
+    jobs,
+    transitions,
+)
 from coordinator.store.tx_access import AccessOps
 from coordinator.store.tx_base import chunks
 from coordinator.store.tx_dependencies import DependencyOps
 from coordinator.store.tx_queues import QueueOps
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
-"""The PostgreSQL channel that says claimable jobs appeared (SPEC §8)."""
+"""The PostgreSQL channel that says claimable jobs appeared (docs/scaling.md)."""
 
 _FINISH_ATTEMPT = (
     update(attempts)
@@ -160,25 +167,41 @@ class Tx(QueueOps, DependencyOps, AccessOps):
     def claimable(
         self, queues: Sequence[str], wire_names: Sequence[str], now_ms: int, limit: int
     ) -> list[JobRecord]:
-        """Claimable jobs in claim order: priority desc, run-at, id (R-17)."""
-        query = (
-            select(jobs)
-            .where(
-                jobs.c.queue.in_(list(queues)),
-                jobs.c.state.in_([s.value for s in CLAIMABLE_STATES]),
-                jobs.c.run_at_ms <= now_ms,
-                jobs.c.wire_name.in_(list(wire_names)),
+        """Claimable jobs in claim order: priority desc, run-at, id (R-17).
+
+        One query per queue, each an ordered walk of that queue's part of ``ix_jobs_claim``
+        that stops after ``limit`` rows, merged here: a single query over several queues
+        would have to sort every claimable job of all of them, and a deep backlog makes
+        that the cost of every claim. On PostgreSQL a multi-queue claim may lock up to
+        ``limit`` rows per queue for the rest of the transaction; others skip them.
+        """
+        found: list[JobRecord] = []
+        for queue in sorted(set(queues)):
+            query = (
+                select(jobs)
+                .where(
+                    jobs.c.queue == queue,
+                    text(CLAIMABLE_PREDICATE),  # as text, or the partial index is not used
+                    # "+ 0": SQLite would take ix_jobs_due for the run-at range and then
+                    # sort every claimable job of the queue; ix_jobs_claim gives the order,
+                    # so LIMIT ends the walk. An expression keeps the range off any index.
+                    jobs.c.run_at_ms + literal_column("0") <= now_ms,
+                    jobs.c.wire_name.in_(list(wire_names)),
+                )
+                .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
+                .limit(limit)
             )
-            .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
-            .limit(limit)
-        )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+            found.extend(map(job_from_row, self._conn.execute(self._locked(query, skip_locked=True))))
+        if len(queues) > 1:
+            found.sort(key=_claim_order)
+        return found[:limit]
 
     def expired_leases(self, now_ms: int, limit: int) -> list[JobRecord]:
         query = (
             select(jobs)
-            .where(jobs.c.state.in_([s.value for s in LEASED_STATES]), jobs.c.lease_expires_at_ms <= now_ms)
-            .order_by(jobs.c.id)
+            .where(text(LEASED_PREDICATE), jobs.c.lease_expires_at_ms <= now_ms)
+            # No order: the leased jobs are few (as many as the workers run) but sorting
+            # them would read all of them; SKIP LOCKED means no lock order is needed.
             .limit(limit)
         )
         return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
@@ -186,11 +209,21 @@ class Tx(QueueOps, DependencyOps, AccessOps):
     def due_scheduled(self, now_ms: int, limit: int) -> list[JobRecord]:
         query = (
             select(jobs)
-            .where(jobs.c.state == JobState.SCHEDULED.value, jobs.c.run_at_ms <= now_ms)
-            .order_by(jobs.c.run_at_ms, jobs.c.id)
+            .where(text(SCHEDULED_PREDICATE), jobs.c.run_at_ms <= now_ms)  # walks ix_jobs_scheduled
+            .order_by(jobs.c.run_at_ms)
             .limit(limit)
         )
         return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+
+    def any_leased(self) -> bool:
+        """Whether any job is reserved or running (one entry of ix_jobs_leased)."""
+        query = select(jobs.c.id).where(text(LEASED_PREDICATE)).limit(1)
+        return self._conn.execute(query).first() is not None
+
+    def any_scheduled(self) -> bool:
+        """Whether any job waits for its run-at (one entry of ix_jobs_scheduled)."""
+        query = select(jobs.c.id).where(text(SCHEDULED_PREDICATE)).limit(1)
+        return self._conn.execute(query).first() is not None
 
     # -- job writes ------------------------------------------------------------------
 
@@ -368,3 +401,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         )
         self.count_jobs({(queue, state.value): -count for queue, count in removed.items()})
         return sum(removed.values())
+
+
+def _claim_order(job: JobRecord) -> tuple[int, int, str]:
+    return (-job.priority, job.run_at_ms, job.id)

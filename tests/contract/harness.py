@@ -3,7 +3,7 @@ by a FakeClock and a seeded random source, with short names for the worker proto
 
 Every helper goes through the public service calls (``JobsService``, ``WorkerOps``) and
 reads effects back from the store, so each test states a contract of the store on both
-engines (STYLE 3).
+engines.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class Harness:
 
     def with_bounds(self, **changes: Any) -> Harness:
         """Services over the same database and clock whose store applies changed bounds
-        (SPEC §5 ``StoreBounds``)."""
+        (docs/limits.md ``StoreBounds``)."""
         bounds = dataclasses.replace(self.store.bounds, **changes)
         config = dataclasses.replace(self.config, bounds=bounds)
         return Harness.build(self.store.with_bounds(bounds), self.clock, config)
@@ -197,7 +197,7 @@ class Harness:
 
     def rows(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of the job tables in a stable order: equal before and after a write
-        proves the write left the store exactly as it was (SPEC §5)."""
+        proves the write left the store exactly as it was (docs/limits.md)."""
         engine = create_engine(self.store.url, poolclass=NullPool)
         try:
             with engine.connect() as conn:

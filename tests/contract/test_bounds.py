@@ -1,4 +1,4 @@
-"""SPEC §5 bounds (``StoreBounds``) as the store applies them, on both engines: each
+"""docs/limits.md bounds (``StoreBounds``) as the store applies them, on both engines: each
 reject leaves the store exactly as it was (every row of every job table compared before
 and after), each clamp serves up to the cap, each truncation keeps valid UTF-8 inside
 the cap."""

@@ -1,6 +1,6 @@
-"""Claims: order (R-17), filters, run-at, the batch clamp (SPEC §5), exactly-once
+"""Claims: order (R-17), filters, run-at, the batch clamp (docs/limits.md), exactly-once
 reservation with an attempt row and a lease (R-10), and FOR UPDATE SKIP LOCKED on
-PostgreSQL (SPEC §8)."""
+PostgreSQL (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -165,12 +165,12 @@ def test_a_claim_reserves_the_job_with_a_lease_and_records_an_attempt(harness: H
     assert last["attempt_id"] == claimed.attempt_id
 
 
-# -- PostgreSQL: FOR UPDATE SKIP LOCKED (SPEC §8) ------------------------------------------
+# -- PostgreSQL: FOR UPDATE SKIP LOCKED (docs/scaling.md) ------------------------------------------
 
 
 @pytest.mark.postgres
 def test_postgres_concurrent_claims_from_separate_stores_never_share_a_job(postgres_url: str) -> None:
-    """SPEC §8: replicas claiming at once each get distinct jobs, and all jobs get claimed."""
+    """docs/scaling.md: replicas claiming at once each get distinct jobs, and all jobs get claimed."""
     queue = f"q-{uuid.uuid4().hex[:12]}"  # the per-run database is shared: stay apart
     clock = FakeClock()
     threads = 4
@@ -212,7 +212,7 @@ def test_postgres_concurrent_claims_from_separate_stores_never_share_a_job(postg
 
 @pytest.mark.postgres
 def test_postgres_a_claim_skips_rows_another_transaction_holds(postgres_url: str) -> None:
-    """SPEC §8: a claim never waits on (or takes) rows locked by another replica's claim."""
+    """docs/scaling.md: a claim never waits on (or takes) rows locked by another replica's claim."""
     queue = f"q-{uuid.uuid4().hex[:12]}"
     clock = FakeClock()
     holder, claimer = Store.open(postgres_url), Store.open(postgres_url)

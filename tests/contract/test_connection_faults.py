@@ -126,7 +126,7 @@ def test_postgres_a_worker_batch_is_answered_when_its_backend_is_terminated_mid_
             return
         statements.append(statement)
         if len(statements) == 1:
-            assert terminate() == 1
+            assert terminate() >= 1  # the batch's backend (and the read pool's, if open)
 
     event.listen(engine, "before_cursor_execute", terminate_once)
     try:

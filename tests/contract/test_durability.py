@@ -21,7 +21,7 @@ def test_sqlite_connections_use_wal_and_synchronous_full(tmp_path: Path) -> None
     url = f"sqlite:///{tmp_path / 'runwick.db'}"
     Store.open(url).close()  # creates and migrates the file
     write = create_write_engine(url)
-    read = create_read_engine(url, write)
+    read = create_read_engine(url)
     try:
         for engine in (write, read):
             with engine.connect() as conn:

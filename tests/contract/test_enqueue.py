@@ -1,5 +1,5 @@
 """Enqueue: initial state, R-3 settings resolved and copied, R-14 idempotency keys,
-all-or-nothing batches (SPEC §5)."""
+all-or-nothing batches (docs/limits.md)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ BAD_JOBS = {
 
 @pytest.mark.parametrize(("bad", "field"), list(BAD_JOBS.values()), ids=list(BAD_JOBS))
 def test_s5_batch_with_one_invalid_job_creates_nothing(harness: Harness, bad: NewJobSpec, field: str) -> None:
-    """SPEC §5: a batch is all-or-nothing; the error names the bad job's index and field."""
+    """docs/limits.md: a batch is all-or-nothing; the error names the bad job's index and field."""
     harness.enqueue()  # something already there, to count against
     before = harness.count_jobs()
 

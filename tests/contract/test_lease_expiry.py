@@ -249,7 +249,7 @@ def test_r12_releasing_a_started_superseded_or_unknown_attempt_changes_nothing(h
 
 @pytest.mark.postgres
 def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) -> None:
-    """SPEC §8: lease expiry is safe with any number of replicas."""
+    """docs/scaling.md: lease expiry is safe with any number of replicas."""
     queue = f"q-{uuid.uuid4().hex[:12]}"
     clock = FakeClock()
     stores = [Store.open(postgres_url) for _ in range(3)]
@@ -286,3 +286,20 @@ def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) ->
     finally:
         for s in stores:
             s.close()
+
+
+def test_an_expiry_pass_says_whether_any_lease_is_left_to_watch(harness: Harness) -> None:
+    assert harness.ops.expire_leases().maintenance_left is False  # nothing leased: idle
+    claimed = harness.claim_one(harness.enqueue())
+    assert harness.ops.expire_leases().maintenance_left is True
+    harness.release(claimed.attempt_id)
+    assert harness.ops.expire_leases().maintenance_left is False
+
+
+def test_a_due_pass_says_whether_any_job_is_left_scheduled(harness: Harness) -> None:
+    assert harness.ops.promote_due().maintenance_left is False
+    harness.enqueue(run_at_ms=harness.clock.now_ms() + 10_000)
+    assert harness.ops.promote_due().maintenance_left is True
+    harness.clock.advance(10_000)
+    assert harness.ops.promote_due().maintenance_left is True  # it promoted one
+    assert harness.ops.promote_due().maintenance_left is False

@@ -110,7 +110,7 @@ WORKER_OUTCOMES = [  # success twice: most runs that end, end well
     Outcome.CANCELLED,
     Outcome.INTERRUPTED,
 ]
-# The code each outcome gets when the worker sends none (SPEC, R-5/R-6).
+# The code each outcome gets when the worker sends none.
 DEFAULT_CODE = {
     Outcome.RETRYABLE_FAILURE: "error",
     Outcome.PERMANENT_FAILURE: "permanent_failure",

@@ -1,5 +1,5 @@
-"""Reads: get, list with filters and keyset paging (SPEC §5 max_page_size, §8), attempts
-oldest first, and the bounded transition history (SPEC §5)."""
+"""Reads: get, list with filters and keyset paging (docs/limits.md max_page_size, docs/scaling.md), attempts
+oldest first, and the bounded transition history (docs/limits.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Schema: migrations produce exactly the SQLAlchemy metadata on both engines, with the
-partial indexes SPEC §8 asks for; an unmigrated database is refused with the command to
+partial indexes docs/scaling.md asks for; an unmigrated database is refused with the command to
 run (``runwick migrate``)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_migrated_schema_matches_the_metadata(engine: Engine) -> None:
 
 
 def test_claim_and_idempotency_indexes_are_partial(engine: Engine) -> None:
-    """SPEC §8: the claim index covers only claimable rows, in claim order; the
+    """docs/scaling.md: the claim index covers only claimable rows, in claim order; the
     idempotency key is unique only where set; nothing indexes the lease (HOT heartbeats)."""
     indexes = {ix["name"]: ix for ix in inspect(engine).get_indexes("jobs")}
     where = f"{engine.dialect.name}_where"

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -22,73 +19,25 @@ from prometheus_client import CollectorRegistry
 
 from coordinator.cli import build_parser
 from coordinator.metrics import CoordinatorMetrics
-from tests.support import ROOT, tool
+from tests.deploy.manifests import (
+    CRD_GROUPS,
+    DEPLOY,
+    OVERLAYS,
+    Doc,
+    containers,
+    coordinator,
+    env,
+    of_kind,
+    pod_templates,
+    the,
+)
+from tests.support import tool
 from worker_sdk._metrics import WorkerMetrics
 
-DEPLOY = ROOT / "deploy"
-KUSTOMIZE = DEPLOY / "kubernetes"
 SCHEMA_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
 """Native gRPC probes are GA from 1.27; the newest schema the validator ships."""
 SERVER_STOP_GRACE_S = 5
 """``RunningCoordinator.stop`` gives the gRPC server at most this long after the drain."""
-
-Doc = dict[str, Any]
-
-
-def render(directory: Path) -> list[Doc]:
-    rendered = subprocess.run(
-        [tool("kubectl"), "kustomize", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert rendered.returncode == 0, rendered.stderr
-    return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
-
-
-@pytest.fixture(scope="module")
-def overlays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Doc]]:
-    # The optional component is added the way a user would: an overlay of their own.
-    tree = tmp_path_factory.mktemp("kustomize") / "kubernetes"
-    shutil.copytree(KUSTOMIZE, tree)
-    monitored = tree / "overlays" / "monitored"
-    monitored.mkdir()
-    (monitored / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": ["../postgres"],
-                "components": ["../../components/servicemonitor"],
-            }
-        )
-    )
-    return {name: render(tree / "overlays" / name) for name in ("sqlite", "postgres", "monitored")}
-
-
-def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
-    return [doc for doc in docs if doc["kind"] == kind]
-
-
-def the(docs: list[Doc], kind: str) -> Doc:
-    [doc] = of_kind(docs, kind)
-    return doc
-
-
-def pod_templates(docs: list[Doc]) -> Iterator[tuple[str, Doc]]:
-    for doc in docs:
-        if doc["kind"] in ("Deployment", "Job"):
-            yield f"{doc['kind']}/{doc['metadata']['name']}", doc["spec"]["template"]
-
-
-def coordinator(docs: list[Doc]) -> Doc:
-    [container] = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
-    return container  # type: ignore[no-any-return]
-
-
-def env(container: Doc) -> dict[str, Any]:
-    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
 
 
 def cli_defaults(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -100,15 +49,15 @@ def cli_defaults(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 # -- Kubernetes -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overlay", ["sqlite", "postgres", "monitored"])
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_rendered_manifest_validates_against_the_kubernetes_schema(
     overlays: dict[str, list[Doc]], overlay: str
 ) -> None:
     docs = overlays[overlay]
     assert docs
     for doc in docs:
-        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # a CRD the validator does not know: test_service_monitor checks it
+        if doc["apiVersion"].startswith(CRD_GROUPS):
+            continue  # custom resources the validator does not know: their own tests check them
         for version in SCHEMA_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
 
@@ -164,7 +113,7 @@ def test_sqlite_is_one_replica_recreated_on_a_volume_claim(overlays: dict[str, l
     assert url.startswith("sqlite:///") and url.removeprefix("sqlite:///").startswith(mounts[data] + "/")
 
 
-def test_postgres_is_replicated_with_a_budget_a_migration_job_and_secrets(
+def test_postgres_is_replicated_with_a_budget_a_migrating_init_container_and_secret_files(
     overlays: dict[str, list[Doc]],
 ) -> None:
     docs = overlays["postgres"]
@@ -174,13 +123,21 @@ def test_postgres_is_replicated_with_a_budget_a_migration_job_and_secrets(
     budget = the(docs, "PodDisruptionBudget")
     assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     assert 0 < budget["spec"]["maxUnavailable"] < replicas
-    database = env(coordinator(docs))["RUNWICK_DATABASE_URL"]
-    assert set(database) == {"secretKeyRef"}  # never a literal URL (it holds the password)
-    [migrate] = the(docs, "Job")["spec"]["template"]["spec"]["containers"]
+    # A drain never waits on pods that serve nothing (every one, while the database is down).
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    pod = deployment["spec"]["template"]["spec"]
+    [migrate] = pod["initContainers"]
     assert migrate["args"] == ["migrate"]
     assert migrate["image"] == coordinator(docs)["image"]  # the schema of the version that serves
-    assert env(migrate)["RUNWICK_DATABASE_URL"] == database
-    assert not of_kind(docs, "PersistentVolumeClaim")
+    database = env(coordinator(docs))["RUNWICK_DATABASE_URL_FILE"]
+    assert env(migrate)["RUNWICK_DATABASE_URL_FILE"] == database
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    for container in (migrate, coordinator(docs)):
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        [(path, name)] = [(p, n) for p, n in mounts.items() if database.startswith(p + "/")]
+        assert volumes[name]["secret"]["secretName"] == "runwick-database"
+        assert [item["path"] for item in volumes[name]["secret"]["items"]] == [database[len(path) + 1 :]]
+    assert not of_kind(docs, "Job") and not of_kind(docs, "PersistentVolumeClaim")
 
 
 def test_a_budget_comes_only_with_several_replicas(overlays: dict[str, list[Doc]]) -> None:
@@ -200,7 +157,7 @@ def test_pods_run_restricted_non_root_with_resources(overlays: dict[str, list[Do
             assert pod["automountServiceAccountToken"] is False, where
             for key in ("hostNetwork", "hostPID", "hostIPC"):
                 assert not pod.get(key), where
-            for container in pod["containers"]:
+            for container in containers(pod):
                 context = container["securityContext"]
                 assert context["allowPrivilegeEscalation"] is False, where
                 assert context["readOnlyRootFilesystem"] is True, where

@@ -1,4 +1,4 @@
-"""``runwick serve`` takes SPEC §5 bounds from a config file, the environment and flags."""
+"""``runwick serve`` takes docs/limits.md bounds from a config file, the environment and flags."""
 
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ async def coordinator(database_url: str) -> AsyncIterator[Coordinator]:
         port=0,
         maintenance_interval_s=3600,  # tests run expiry explicitly, after a jump
         idle_recheck_interval_s=0.5,
+        idle_interval_s=0.5,  # idle workers re-check often (tests count claim rounds)
         drain_timeout_s=2,
     )
     running = await start_coordinator(config, clock=clock)

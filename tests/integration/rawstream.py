@@ -34,11 +34,11 @@ class RawWorker:
         queues: list[str] | None = None,
     ):
         self.channel = grpc.aio.insecure_channel(target)
-        self.outgoing: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.outgoing: asyncio.Queue[pb.ConnectRequest | None] = asyncio.Queue()
         lease = Duration()
         lease.FromMilliseconds(lease_ms)
         self.outgoing.put_nowait(
-            pb.WorkerMessage(
+            pb.ConnectRequest(
                 hello=pb.Hello(
                     worker_id=worker_id,
                     queues=queues or [],
@@ -52,12 +52,12 @@ class RawWorker:
         metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.call = stub.Connect(self._requests(), metadata=metadata)
 
-    async def _requests(self) -> AsyncIterator[pb.WorkerMessage]:
+    async def _requests(self) -> AsyncIterator[pb.ConnectRequest]:
         while (message := await self.outgoing.get()) is not None:
             yield message
 
     def send(self, **kind: object) -> None:
-        self.outgoing.put_nowait(pb.WorkerMessage(**kind))  # type: ignore[arg-type]
+        self.outgoing.put_nowait(pb.ConnectRequest(**kind))  # type: ignore[arg-type]
 
     async def next(self, kind: str, timeout: float = 10.0) -> object:
         async def read() -> object:

@@ -109,10 +109,10 @@ async def _status(call: Awaitable[object]) -> str:
 async def _connect(api: Api, token: str | None, queues: list[str] | None = None) -> str:
     """Opens a worker stream and reads the first answer: Welcome means the call was let in."""
     hello = wpb.Hello(worker_id="matrix-worker", queues=queues or [], wire_names=["tests.matrix"], capacity=1)
-    outgoing: asyncio.Queue[wpb.WorkerMessage | None] = asyncio.Queue()
-    outgoing.put_nowait(wpb.WorkerMessage(hello=hello))
+    outgoing: asyncio.Queue[wpb.ConnectRequest | None] = asyncio.Queue()
+    outgoing.put_nowait(wpb.ConnectRequest(hello=hello))
 
-    async def requests() -> AsyncIterator[wpb.WorkerMessage]:
+    async def requests() -> AsyncIterator[wpb.ConnectRequest]:
         while (message := await outgoing.get()) is not None:
             yield message
 
@@ -330,10 +330,10 @@ async def test_r20_revoking_a_work_token_ends_its_open_streams(secured: RunningC
     async with grpc.aio.insecure_channel(secured.target) as channel:
         api = Api(channel, secured.bootstrap_token or "")
         token_id, token = await api.create_token("w", ["work"])
-        outgoing: asyncio.Queue[wpb.WorkerMessage | None] = asyncio.Queue()
-        outgoing.put_nowait(wpb.WorkerMessage(hello=wpb.Hello(worker_id="w1", wire_names=["x"], capacity=1)))
+        outgoing: asyncio.Queue[wpb.ConnectRequest | None] = asyncio.Queue()
+        outgoing.put_nowait(wpb.ConnectRequest(hello=wpb.Hello(worker_id="w1", wire_names=["x"], capacity=1)))
 
-        async def requests() -> AsyncIterator[wpb.WorkerMessage]:
+        async def requests() -> AsyncIterator[wpb.ConnectRequest]:
             while (message := await outgoing.get()) is not None:
                 yield message
 

@@ -1,4 +1,4 @@
-"""SPEC §5 over real gRPC: every wrong input gets a status with machine-readable details
+"""docs/limits.md over real gRPC: every wrong input gets a status with machine-readable details
 (``google.rpc.ErrorInfo`` reason, ``google.rpc.BadRequest`` field violations), the SDK
 turns it into a typed exception a person can act on, message-size limits agree with the
 bounds, and the worker stream answers out-of-order or malformed messages clearly."""
@@ -357,7 +357,7 @@ async def test_a_bad_hello_is_refused_naming_the_field(
         from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
         call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(
-            iter([pb.WorkerMessage(hello=hello)])
+            iter([pb.ConnectRequest(hello=hello)])
         )
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in call:
@@ -374,7 +374,7 @@ async def test_a_stream_that_does_not_start_with_hello_gets_failed_precondition(
         from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
         call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(
-            iter([pb.WorkerMessage(start=pb.StartRequest(attempt_id=UNKNOWN_ID))])
+            iter([pb.ConnectRequest(start=pb.StartRequest(attempt_id=UNKNOWN_ID))])
         )
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in call:

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of SPEC §5's last rule — "the coordinator never
+"""Property-based tests (hypothesis) of the last rule of docs/limits.md — "the coordinator never
 crashes on any input" — against a real coordinator on port 0, on both engines.
 
 Requests are generated from the protobuf descriptors, so every RPC of ``JobService``
@@ -433,7 +433,7 @@ def _seed(running: RunningCoordinator) -> None:
 
 
 def check_invariants(fuzz: Fuzz) -> None:
-    """What must hold of the store whatever clients sent (SPEC §2, §5, R-11)."""
+    """What must hold of the store whatever clients sent (docs/concepts.md, docs/limits.md, R-11)."""
     with fuzz.engine.connect() as conn:
         job_rows = [r._mapping for r in conn.execute(select(jobs))]
         attempt_rows = [r._mapping for r in conn.execute(select(attempts))]
@@ -676,11 +676,11 @@ HELLOS = st.one_of(st.just(VALID_HELLO), MUTATED_HELLOS, MUTATED_HELLOS, message
 
 @dataclass
 class _Stream:
-    outgoing: asyncio.Queue[pb.WorkerMessage | None] = field(default_factory=asyncio.Queue)
-    received: list[pb.CoordinatorMessage] = field(default_factory=list)
+    outgoing: asyncio.Queue[pb.ConnectRequest | None] = field(default_factory=asyncio.Queue)
+    received: list[pb.ConnectResponse] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def requests(self) -> AsyncIterator[pb.WorkerMessage]:
+    async def requests(self) -> AsyncIterator[pb.ConnectRequest]:
         while (message := await self.outgoing.get()) is not None:
             yield message
 
@@ -696,19 +696,19 @@ class _Stream:
         return f"0193a7c2-5b1e-7c3d-9f00-{rng.getrandbits(48):012x}"
 
 
-def _message(action: tuple[Any, ...], stream: _Stream, rng: random.Random) -> pb.WorkerMessage:
+def _message(action: tuple[Any, ...], stream: _Stream, rng: random.Random) -> pb.ConnectRequest:
     kind = action[0]
     if kind == "credit":
-        return pb.WorkerMessage(credit=pb.Credit(count=action[1]))
+        return pb.ConnectRequest(credit=pb.Credit(count=action[1]))
     if kind == "start":
-        return pb.WorkerMessage(start=pb.StartRequest(attempt_id=stream.attempt(action[1], rng)))
+        return pb.ConnectRequest(start=pb.StartRequest(attempt_id=stream.attempt(action[1], rng)))
     if kind == "release":
-        return pb.WorkerMessage(release=pb.Release(attempt_id=stream.attempt(action[1], rng)))
+        return pb.ConnectRequest(release=pb.Release(attempt_id=stream.attempt(action[1], rng)))
     if kind == "heartbeat":
         beat = pb.Heartbeat(attempt_ids=[stream.attempt(ref, rng) for ref in action[1]])
         if action[2] is not None:
             beat.lease.CopyFrom(action[2])
-        return pb.WorkerMessage(heartbeat=beat)
+        return pb.ConnectRequest(heartbeat=beat)
     if kind == "result":
         _, ref, outcome, code, message, detail, output, delay = action
         result = pb.Result(
@@ -722,10 +722,10 @@ def _message(action: tuple[Any, ...], stream: _Stream, rng: random.Random) -> pb
         )
         if delay is not None:
             result.retry_delay.CopyFrom(delay)
-        return pb.WorkerMessage(result=result)
+        return pb.ConnectRequest(result=result)
     if kind == "hello":
-        return pb.WorkerMessage(hello=VALID_HELLO)
-    return pb.WorkerMessage()
+        return pb.ConnectRequest(hello=VALID_HELLO)
+    return pb.ConnectRequest()
 
 
 async def _enqueue_claimable(fuzz: Fuzz, count: int) -> None:
@@ -761,12 +761,12 @@ async def test_s5_the_worker_stream_answers_any_message_sequence_with_a_status(
     await _enqueue_claimable(fuzz, 2)
     fuzz.log.take()
     stream = _Stream()
-    stream.outgoing.put_nowait(pb.WorkerMessage(hello=hello))
+    stream.outgoing.put_nowait(pb.ConnectRequest(hello=hello))
     call = worker_service_pb2_grpc.WorkerServiceStub(fuzz.channel).Connect(stream.requests())
     reader = asyncio.create_task(_read_all(call, stream))
     await asyncio.sleep(0.02)
     if warm_up:  # take assignments first, so the actions can name real attempts
-        stream.outgoing.put_nowait(pb.WorkerMessage(credit=pb.Credit(count=2)))
+        stream.outgoing.put_nowait(pb.ConnectRequest(credit=pb.Credit(count=2)))
         await _until(stream, lambda: stream.assigned() >= 2 or reader.done())
     for action in actions:
         if action[0] == "wait":
@@ -823,7 +823,7 @@ def test_the_generated_requests_cover_every_field_type() -> None:
             ):
                 yield from walk(item.message_type)
 
-    inputs = [m.input_type for m in JOB_SERVICE.methods] + [pb.WorkerMessage.DESCRIPTOR]
+    inputs = [m.input_type for m in JOB_SERVICE.methods] + [pb.ConnectRequest.DESCRIPTOR]
     for descriptor in inputs:
         for item in walk(descriptor):
             assert _field_values(item, 0) is not None, f"{descriptor.name}.{item.name}"

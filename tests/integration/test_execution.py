@@ -1,5 +1,5 @@
 """The execution lifecycle end to end: real gRPC on port 0, real database of each engine,
-real worker processes (SPEC R-1, R-2, R-5, R-7, R-12)."""
+real worker processes (R-1, R-2, R-5, R-7, R-12)."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ async def short_lived_connections(database_url: str) -> AsyncIterator[RunningCoo
 async def test_workers_reconnect_when_the_server_ends_connections_at_max_age(
     short_lived_connections: RunningCoordinator,
 ):
-    """SPEC §8: the coordinator ends each worker stream cleanly at its maximum age (before
+    """docs/scaling.md: the coordinator ends each worker stream cleanly at its maximum age (before
     the transport's connection age would cut it); the worker reconnects with backoff and
     carries on, and no job is lost, stranded or run twice."""
     running = short_lived_connections

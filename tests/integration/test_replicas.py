@@ -1,4 +1,4 @@
-"""Several coordinator replicas over one PostgreSQL database (SPEC §8, R-13)."""
+"""Several coordinator replicas over one PostgreSQL database (docs/scaling.md, R-13)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ async def test_first_stream_message_must_be_hello(coordinator: Coordinator) -> N
         from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
         call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(
-            iter([pb.WorkerMessage(credit=pb.Credit(count=1))])
+            iter([pb.ConnectRequest(credit=pb.Credit(count=1))])
         )
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in call:
@@ -123,7 +123,7 @@ async def test_a_stream_that_never_says_hello_is_ended(database_url: str) -> Non
 
             async def nothing():  # type: ignore[no-untyped-def]
                 await silent.wait()
-                yield pb.WorkerMessage()
+                yield pb.ConnectRequest()
 
             call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(nothing())
             with pytest.raises(grpc.aio.AioRpcError) as caught:

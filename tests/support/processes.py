@@ -9,6 +9,7 @@ an in-process coordinator the process talks to).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -101,6 +102,8 @@ async def wait_listening(
     """The target of a ``runwick serve`` once it listens (``count``: its n-th start
     into the same log)."""
     line = await wait_for_line(process, log, LISTENING, count=count, timeout=timeout)
+    if line.startswith("{"):  # --log-format json: the line is an object naming the target
+        return str(json.loads(line)["target"])
     return line.split()[-1]
 
 

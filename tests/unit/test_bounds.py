@@ -1,4 +1,4 @@
-"""SPEC §5 ``StoreBounds``: defaults, ranges, clamps, the gRPC message size they need,
+"""docs/limits.md ``StoreBounds``: defaults, ranges, clamps, the gRPC message size they need,
 and where ``runwick serve`` takes them from (flags > RUNWICK_* > config file > default)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from coordinator.domain import bounds as bounds_module
 from coordinator.domain.bounds import MESSAGE_HEADROOM_BYTES, RANGES, BoundsError, StoreBounds
 from tests.support import ROOT, runwick_command
 
-SPEC_DEFAULTS = {
+DOCUMENTED_DEFAULTS = {
     "max_payload_bytes": 65_536,
     "max_wire_name_length": 128,
     "max_parents_per_job": 64,
@@ -36,12 +36,12 @@ SPEC_DEFAULTS = {
 
 
 def test_s5_defaults_are_the_spec_table() -> None:
-    assert dataclasses.asdict(StoreBounds()) == SPEC_DEFAULTS
+    assert dataclasses.asdict(StoreBounds()) == DOCUMENTED_DEFAULTS
     assert CoordinatorConfig().bounds == StoreBounds()
 
 
 def test_s5_every_bound_has_a_docstring_and_a_range() -> None:
-    """STYLE 7: one docstring per field."""
+    """One docstring per field."""
     tree = ast.parse(inspect.getsource(bounds_module))
     [cls] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "StoreBounds"]
     documented = {
@@ -57,10 +57,10 @@ def test_s5_every_bound_has_a_docstring_and_a_range() -> None:
     assert documented == names
     assert set(RANGES) == names
     for name, (low, high) in RANGES.items():
-        assert low <= SPEC_DEFAULTS[name] <= high, name
+        assert low <= DOCUMENTED_DEFAULTS[name] <= high, name
 
 
-@pytest.mark.parametrize("name", sorted(SPEC_DEFAULTS))
+@pytest.mark.parametrize("name", sorted(DOCUMENTED_DEFAULTS))
 def test_s5_bounds_out_of_range_are_refused_naming_the_bound(name: str) -> None:
     low, high = RANGES[name]
     for bad in (low - 1, high + 1):
@@ -145,7 +145,7 @@ def _serve(*argv: str) -> object:
 
 
 def test_s5_each_bound_has_a_flag_and_an_environment_variable() -> None:
-    for name in SPEC_DEFAULTS:
+    for name in DOCUMENTED_DEFAULTS:
         options = _serve(flag_of(name), "77")
         assert getattr(bounds_from_options(options, {}), name) == 77, name  # type: ignore[arg-type]
         assert getattr(resolve_bounds({}, {env_of(name): "77"}), name) == 77, name

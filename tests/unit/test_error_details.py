@@ -1,4 +1,4 @@
-"""Errors with machine-readable details (SPEC §5): the coordinator builds one gRPC status
+"""Errors with machine-readable details (docs/limits.md): the coordinator builds one gRPC status
 per error in ``api.errors`` (ErrorInfo reason and metadata, BadRequest field violations);
 the SDK's single translation point reads them back into typed exceptions."""
 

@@ -281,7 +281,7 @@ def test_r6_a_message_within_1024_bytes_is_kept(no_rng: NoRandom) -> None:
 
 @pytest.mark.parametrize("char", ["x", "é", "€", "😀"])
 def test_failure_detail_is_truncated_with_a_marker_inside_the_cap(char: str, no_rng: NoRandom) -> None:
-    """SPEC §5 max_failure_detail_bytes: byte-exact, no split code point, marker inside."""
+    """docs/limits.md max_failure_detail_bytes: byte-exact, no split code point, marker inside."""
     detail = char * 20_000
     report = Report(Outcome.PERMANENT_FAILURE, detail=detail)
     decision = decide_result(job_view(), report, NOW_MS, DETAIL_CAP, no_rng)

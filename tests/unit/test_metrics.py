@@ -13,7 +13,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
-from coordinator.metrics import CoordinatorMetrics
+from coordinator.metrics import OVERFLOW, CoordinatorMetrics, LabelValues
 from coordinator.service.effects import AttemptEnded, JobFinished, RunStarted
 from coordinator.service.work import BatchAnswers, ResultAnswer
 from worker_sdk import configure_logging
@@ -67,22 +67,60 @@ def test_a_batch_records_waits_completions_runs_expiries_and_stale_results() -> 
     assert value(metrics, "runwick_stale_results_total") == 1
 
 
-def test_queue_gauges_read_zero_once_a_queue_empties_and_for_workers_queues() -> None:
+def test_queue_gauges_have_series_only_for_queues_with_jobs_or_workers() -> None:
     metrics = CoordinatorMetrics()
     metrics.workers([("mail", "default"), ("mail",)])
     assert value(metrics, "runwick_connected_workers", queue="mail") == 2
     metrics.queue_stats({("mail", "available"): 3, ("mail", "running"): 1}, {"mail": 10_000}, now_ms=70_000)
     assert value(metrics, "runwick_queue_depth", queue="mail", state="available") == 3
     assert value(metrics, "runwick_queue_depth", queue="mail", state="scheduled") == 0
-    assert value(metrics, "runwick_queue_depth", queue="default", state="available") == 0  # idle, has workers
+    assert value(metrics, "runwick_queue_depth", queue="default", state="available") is None  # no jobs
     assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue="mail") == 60
     assert value(metrics, "runwick_queue_depth", queue="mail", state="succeeded") is None  # never counted
 
-    metrics.workers([])
-    metrics.queue_stats({}, {}, now_ms=80_000)
-    assert value(metrics, "runwick_connected_workers", queue="mail") == 0
-    assert value(metrics, "runwick_queue_depth", queue="mail", state="available") == 0
-    assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue="mail") == 0
+    metrics.workers([("default",)])
+    metrics.queue_stats({("mail", "available"): 0}, {}, now_ms=80_000)  # the queue emptied
+    assert value(metrics, "runwick_connected_workers", queue="mail") is None
+    assert value(metrics, "runwick_connected_workers", queue="default") == 1
+    assert value(metrics, "runwick_queue_depth", queue="mail", state="available") is None
+    assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue="mail") is None
+
+
+def series(metrics: CoordinatorMetrics, name: str) -> list[dict[str, str]]:
+    return [
+        sample.labels
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+def test_queue_and_wire_name_labels_take_a_bounded_number_of_values() -> None:
+    metrics = CoordinatorMetrics(max_label_values=3)
+    for n in range(10):
+        metrics.enqueued(f"q{n % 5}", f"w{n}")
+    enqueued = series(metrics, "runwick_jobs_enqueued_total")
+    assert {labels["queue"] for labels in enqueued} == {"q0", "q1", "q2", OVERFLOW}
+    assert {labels["wire_name"] for labels in enqueued} == {"w0", "w1", "w2", OVERFLOW}
+    assert sum(value(metrics, "runwick_jobs_enqueued_total", **labels) or 0 for labels in enqueued) == 10
+    # The gauges fold the same way: overflow depths add up, the oldest age is the largest.
+    metrics.queue_stats(
+        {("q0", "available"): 1, ("q3", "available"): 2, ("q4", "available"): 5, ("q9", "running"): 1},
+        {"q3": 50_000, "q4": 40_000},
+        now_ms=100_000,
+    )
+    assert value(metrics, "runwick_queue_depth", queue=OVERFLOW, state="available") == 7
+    assert value(metrics, "runwick_queue_depth", queue=OVERFLOW, state="running") == 1
+    assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue=OVERFLOW) == 60
+    assert {labels["queue"] for labels in series(metrics, "runwick_queue_depth")} == {"q0", OVERFLOW}
+    metrics.workers([("q1", "q7", "q8")])  # one stream: counted once under the overflow value
+    assert value(metrics, "runwick_connected_workers", queue=OVERFLOW) == 1
+    assert value(metrics, "runwick_connected_workers", queue="q1") == 1
+
+
+def test_a_label_needs_room_for_one_value() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        LabelValues(0)
 
 
 def wrappers(owner: object) -> list[MetricWrapperBase]:
@@ -93,7 +131,7 @@ def wrappers(owner: object) -> list[MetricWrapperBase]:
     "owner", [CoordinatorMetrics(), WorkerMetrics(CollectorRegistry())], ids=["coordinator", "sdk"]
 )
 def test_metrics_use_base_units_and_bounded_labels(owner: object) -> None:
-    """Never job or attempt IDs, never error text; durations in seconds (SPEC §7)."""
+    """Never job or attempt IDs, never error text; durations in seconds (docs/metrics.md)."""
     found = wrappers(owner)
     assert len(found) >= 6
     for metric in found:

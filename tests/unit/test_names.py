@@ -1,4 +1,4 @@
-"""The name grammar (R-5, SPEC §5): one rule in ``worker_sdk.grammar``, worded by each side.
+"""The name grammar (R-5, docs/limits.md): one rule in ``worker_sdk.grammar``, worded by each side.
 
 The coordinator's ``check_name`` and the SDK's ``name_problem`` must give the same verdict
 for every string, with their own reasons and messages.

@@ -32,7 +32,7 @@ def test_generated_modules_import_from_the_sdk_package() -> None:
 
 
 def test_sdk_does_not_import_the_coordinator_or_sqlalchemy() -> None:
-    """SPEC §1: the SDK installs and imports without the server's dependencies."""
+    """The SDK installs and imports without the server's dependencies."""
     import subprocess
     import sys
 

@@ -32,7 +32,7 @@ LEVEL_VALUES: dict[str, tuple[int, int, int]] = {
 
 
 def test_r1_r2_r4_r7_library_defaults() -> None:
-    """SPEC: 3 executions; retry 5 s doubling to 60 s; no timeout; 5 unstarted, 1 s to 30 s."""
+    """docs/retries.md: 3 executions; retry 5 s doubling to 60 s; no timeout; 5 unstarted, 1 s to 30 s."""
     settings = JobSettings()
     assert settings.max_executions == 3
     assert settings.retry_initial_delay_ms == 5 * SECOND

@@ -1,4 +1,4 @@
-"""States, outcomes and the declarative transition table (SPEC §2, R-5, R-9)."""
+"""States, outcomes and the declarative transition table (docs/concepts.md, R-5, R-9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Codes (R-5 name grammar) and UTF-8-safe truncation (R-6, SPEC §5), from the wire grammar
+"""Codes (R-5 name grammar) and UTF-8-safe truncation (R-6, docs/limits.md), from the wire grammar
 both the coordinator and the SDK use (``worker_sdk.grammar``; names: test_names.py)."""
 
 from __future__ import annotations

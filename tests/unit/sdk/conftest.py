@@ -29,7 +29,7 @@ from worker_sdk.proto.runwick.v1 import (
     worker_service_pb2_grpc,
 )
 
-_END = worker_service_pb2.CoordinatorMessage()
+_END = worker_service_pb2.ConnectResponse()
 """Queued by the fake when the worker half-closed: end the stream normally."""
 
 WAIT_S = 3.0
@@ -41,14 +41,14 @@ class FakeStream:
 
     def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
         self.metadata = dict(metadata)
-        self.inbox: asyncio.Queue[worker_service_pb2.WorkerMessage] = asyncio.Queue()
-        self.outbox: asyncio.Queue[worker_service_pb2.CoordinatorMessage | None] = asyncio.Queue()
-        self.received: list[worker_service_pb2.WorkerMessage] = []
+        self.inbox: asyncio.Queue[worker_service_pb2.ConnectRequest] = asyncio.Queue()
+        self.outbox: asyncio.Queue[worker_service_pb2.ConnectResponse | None] = asyncio.Queue()
+        self.received: list[worker_service_pb2.ConnectRequest] = []
         self.closed = asyncio.Event()
 
     def send(self, **kind: Any) -> None:
-        """Sends one CoordinatorMessage, e.g. ``send(welcome=Welcome(...))``."""
-        self.outbox.put_nowait(worker_service_pb2.CoordinatorMessage(**kind))
+        """Sends one ConnectResponse, e.g. ``send(welcome=Welcome(...))``."""
+        self.outbox.put_nowait(worker_service_pb2.ConnectResponse(**kind))
 
     def drop(self) -> None:
         """Ends the stream from the coordinator's side (status UNAVAILABLE)."""
@@ -145,9 +145,9 @@ class FakeCoordinator(worker_service_pb2_grpc.WorkerServiceServicer):
 
     async def Connect(
         self,
-        request_iterator: AsyncIterator[worker_service_pb2.WorkerMessage],
+        request_iterator: AsyncIterator[worker_service_pb2.ConnectRequest],
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[worker_service_pb2.CoordinatorMessage]:
+    ) -> AsyncIterator[worker_service_pb2.ConnectResponse]:
         stream = FakeStream(tuple(context.invocation_metadata() or ()))
         self.streams.put_nowait(stream)
         pump = asyncio.create_task(self._pump(request_iterator, stream))
@@ -164,7 +164,7 @@ class FakeCoordinator(worker_service_pb2_grpc.WorkerServiceServicer):
             stream.closed.set()
 
     async def _pump(
-        self, requests: AsyncIterator[worker_service_pb2.WorkerMessage], stream: FakeStream
+        self, requests: AsyncIterator[worker_service_pb2.ConnectRequest], stream: FakeStream
     ) -> None:
         async for message in requests:
             stream.received.append(message)

@@ -1,4 +1,4 @@
-"""``@job`` declarations, payload encoding and the upgrade chain (SPEC §7, R-5)."""
+"""``@job`` declarations, payload encoding and the upgrade chain (docs/protocol.md#payloads, R-5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Worker's answer to a rejected result (SPEC §5, ``ResultAck.STATUS_REJECTED``): an
+"""The Worker's answer to a rejected result (docs/limits.md, ``ResultAck.STATUS_REJECTED``): an
 output over the coordinator's ``max_output_bytes`` becomes ``output_too_large``; any
 other rejection drops the result, which resending could not fix."""
 

@@ -117,7 +117,7 @@ def upgrade() -> None:
 
     if op.get_bind().dialect.name == "postgresql":
         # Jobs churn: leave room on each page so heartbeat and state updates stay HOT,
-        # and vacuum the table far sooner than the global default (SPEC §8).
+        # and vacuum the table far sooner than the global default (docs/scaling.md).
         op.execute(
             "ALTER TABLE jobs SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, "
             "autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_limit = 2000)"

@@ -27,7 +27,8 @@ if _version_not_supported:
 
 
 class AdminServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Tokens, the audit log, queues, schedules and purges.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -123,7 +124,8 @@ class AdminServiceStub:
 
 
 class AdminServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Tokens, the audit log, queues, schedules and purges.
+    """
 
     def CreateToken(self, request, context):
         """Creates a token; its secret is in the response and never shown again.
@@ -133,7 +135,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTokens(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every token, oldest first; never a secret.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -168,13 +171,15 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ResumeQueue(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """R-17: a paused queue hands out claims again. Scope `manage`; audited.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SetQueueLimit(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """R-17: sets or removes a queue's concurrency limit. Scope `manage`; audited.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -357,7 +362,8 @@ def add_AdminServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AdminService:
-    """Missing associated documentation comment in .proto file."""
+    """Tokens, the audit log, queues, schedules and purges.
+    """
 
     @staticmethod
     def CreateToken(request,

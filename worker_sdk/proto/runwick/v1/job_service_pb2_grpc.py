@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Jobs: enqueue, read, wait, cancel, retry, reveal.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -77,36 +78,42 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Jobs: enqueue, read, wait, cancel, retry, reveal.
+    """
 
     def Enqueue(self, request, context):
-        """Enqueues one job or a batch, all or nothing.
+        """Enqueues one job or a batch (at most max_enqueue_batch, 500), all or nothing: one
+        bad job refuses the batch, naming its index. Scope `enqueue`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One job with its parents and children. Unknown: NOT_FOUND (JOB_NOT_FOUND).
+        Scope `read`.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Newest first, keyset paged.
+        """Jobs matching the filters, newest first, keyset paged. Scope `read`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAttempts(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every attempt of a job, of every generation. Scope `read`.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WaitJob(self, request, context):
-        """Returns when the job is terminal or the timeout passes (job returned as it is then).
+        """Returns when the job is terminal or the timeout passes (the job returned as it is
+        then). Scope `read`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -115,7 +122,8 @@ class JobServiceServicer:
     def CancelJob(self, request, context):
         """R-8: scheduled, waiting, available and reserved jobs end cancelled at once; a running
         job is asked to stop over its worker's stream and ends cancelled when the run ends
-        (or its lease lapses). Terminal jobs: FAILED_PRECONDITION. Needs scope `manage`.
+        (or its lease lapses). Terminal jobs: FAILED_PRECONDITION. Needs scope `manage`;
+        audited (`job.cancel`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,7 +131,8 @@ class JobServiceServicer:
 
     def RetryJob(self, request, context):
         """R-9: a failed or cancelled job starts a new generation with fresh budgets, available
-        now; earlier attempts are kept. Other states: FAILED_PRECONDITION. Needs `manage`.
+        now; earlier attempts are kept. Other states: FAILED_PRECONDITION. Needs `manage`;
+        audited (`job.retry`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,7 +140,7 @@ class JobServiceServicer:
 
     def RevealError(self, request, context):
         """R-22: an attempt's exception message and full text. Needs scope `reveal`; every
-        reveal writes an audit event in the same transaction.
+        reveal writes an audit event (`attempt.reveal_error`) in the same transaction.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -189,7 +198,8 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """Missing associated documentation comment in .proto file."""
+    """Jobs: enqueue, read, wait, cancel, retry, reveal.
+    """
 
     @staticmethod
     def Enqueue(request,

@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class WorkerMessage(_message.Message):
+class ConnectRequest(_message.Message):
     __slots__ = ("hello", "credit", "start", "heartbeat", "result", "release")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
@@ -28,7 +28,7 @@ class WorkerMessage(_message.Message):
     release: Release
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., start: _Optional[_Union[StartRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ...) -> None: ...
 
-class CoordinatorMessage(_message.Message):
+class ConnectResponse(_message.Message):
     __slots__ = ("welcome", "assignment", "start_answer", "heartbeat_answer", "result_ack", "cancel", "drain")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]

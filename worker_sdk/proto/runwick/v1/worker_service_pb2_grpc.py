@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The coordinator's side of the worker protocol.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -36,16 +37,22 @@ class WorkerServiceStub:
         """
         self.Connect = channel.stream_stream(
                 '/runwick.v1.WorkerService/Connect',
-                request_serializer=runwick_dot_v1_dot_worker__service__pb2.WorkerMessage.SerializeToString,
-                response_deserializer=runwick_dot_v1_dot_worker__service__pb2.CoordinatorMessage.FromString,
+                request_serializer=runwick_dot_v1_dot_worker__service__pb2.ConnectRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_worker__service__pb2.ConnectResponse.FromString,
                 _registered_method=True)
 
 
 class WorkerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The coordinator's side of the worker protocol.
+    """
 
     def Connect(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """Opens a worker's stream: ConnectRequest messages from the worker, ConnectResponse
+        messages from the coordinator, in the order described at the top of this file.
+        Needs a token with the `work` scope. The stream ends with OK when the
+        coordinator retires it (maximum age, drain) and with a status on a protocol
+        violation; either way the worker may reconnect.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -55,8 +62,8 @@ def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
-                    request_deserializer=runwick_dot_v1_dot_worker__service__pb2.WorkerMessage.FromString,
-                    response_serializer=runwick_dot_v1_dot_worker__service__pb2.CoordinatorMessage.SerializeToString,
+                    request_deserializer=runwick_dot_v1_dot_worker__service__pb2.ConnectRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_worker__service__pb2.ConnectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -67,7 +74,8 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """Missing associated documentation comment in .proto file."""
+    """The coordinator's side of the worker protocol.
+    """
 
     @staticmethod
     def Connect(request_iterator,
@@ -84,8 +92,8 @@ class WorkerService:
             request_iterator,
             target,
             '/runwick.v1.WorkerService/Connect',
-            runwick_dot_v1_dot_worker__service__pb2.WorkerMessage.SerializeToString,
-            runwick_dot_v1_dot_worker__service__pb2.CoordinatorMessage.FromString,
+            runwick_dot_v1_dot_worker__service__pb2.ConnectRequest.SerializeToString,
+            runwick_dot_v1_dot_worker__service__pb2.ConnectResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,156 @@
+"""The hot queries walk their partial indexes on both engines; a scan of ``jobs`` fails.
+
+The statements are the ones the store really sends (captured as it sends them during a
+claim, lease expiry and due promotion), explained on a table where most jobs have ended:
+a claim that scans would read every finished job of its queue on every call.
+
+- SQLite: ``EXPLAIN QUERY PLAN`` must name an index for ``jobs`` and need no temporary
+  B-tree to sort (the order comes from the index, so ``LIMIT`` stops the walk).
+- PostgreSQL: the statement is prepared and explained under ``force_generic_plan``, as
+  the driver's prepared statements are after a few runs, with sequential scans priced out
+  (``enable_seqscan = off``): a plan that still scans ``jobs`` cannot use the index at
+  all, typically because its predicate is not implied by bound parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
+
+from coordinator.domain.states import Outcome
+
+from .harness import LEASE_MS, QUEUE, Harness
+
+OTHER_QUEUE = "other"
+
+
+@contextmanager
+def sent_statements() -> Iterator[list[tuple[str, Any]]]:
+    """Every statement any engine sends while the block runs, with its parameters."""
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if not many:
+            sent.append((statement, parameters))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+def job_selects(sent: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The ordered, limited reads of ``jobs`` among ``sent`` (claims, expiry, due)."""
+    return [
+        (sql, params)
+        for sql, params in sent
+        if re.match(r"\s*SELECT", sql) and re.search(r"\bFROM jobs\b", sql) and "LIMIT" in sql.upper()
+    ]
+
+
+def sqlite_plan(url: str, sql: str, params: Any) -> list[str]:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", params).all()
+            return [str(row[-1]) for row in rows]
+    finally:
+        engine.dispose()
+
+
+def postgres_plan(url: str, sql: str, params: dict[str, Any]) -> list[str]:
+    """The generic plan's node descriptions: ``Seq Scan on jobs``, ``Index Scan using ...``."""
+    names: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        names.append(match.group(1))
+        return f"${len(names)}"
+
+    prepared = re.sub(r"%\((\w+)\)s", numbered, sql)
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+            conn.exec_driver_sql("SET enable_seqscan = off")
+            conn.exec_driver_sql(f"PREPARE hot AS {prepared}")
+            # EXECUTE takes its arguments as literals, not as bound parameters.
+            arguments = ", ".join(_literal(params[name]) for name in names)
+            explained = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE hot({arguments})").scalar()
+            conn.rollback()
+    finally:
+        engine.dispose()
+    plan = explained if isinstance(explained, list) else json.loads(explained)
+    return list(_nodes(plan[0]["Plan"]))
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool | int):
+        return str(int(value))
+    assert isinstance(value, str), value
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[str]:
+    relation = node.get("Relation Name")
+    index = node.get("Index Name")
+    yield " ".join(p for p in (node["Node Type"], f"on {relation}" if relation else "", index or "") if p)
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def assert_uses_index(harness: Harness, sql: str, params: Any) -> None:
+    if harness.store.postgres:
+        nodes = postgres_plan(harness.store.url, sql, params)
+        assert not [n for n in nodes if n.startswith("Seq Scan on jobs")], (sql, nodes)
+        assert [n for n in nodes if "ix_jobs_" in n], (sql, nodes)
+    else:
+        lines = sqlite_plan(harness.store.url, sql, params)
+        assert not [line for line in lines if re.match(r"SCAN jobs\b(?! USING)", line)], (sql, lines)
+        assert not [line for line in lines if "TEMP B-TREE" in line], (sql, lines)
+        assert [line for line in lines if "jobs USING" in line and "INDEX" in line], (sql, lines)
+
+
+@pytest.fixture
+def mostly_finished(harness: Harness) -> Harness:
+    """Two queues; most of their jobs ended, a few waiting, one running, one scheduled."""
+    for queue in (QUEUE, OTHER_QUEUE):
+        for _ in range(40):
+            harness.enqueue(queue=queue)
+        for _ in range(30):
+            claimed = harness.run(queues=(queue,))
+            harness.report(claimed.attempt_id, Outcome.SUCCEEDED)
+        harness.run(queues=(queue,))
+    harness.enqueue(run_at_ms=harness.clock.now_ms() + 60_000)
+    return harness
+
+
+@pytest.mark.parametrize("queues", [(QUEUE,), (QUEUE, OTHER_QUEUE)], ids=["one queue", "two queues"])
+def test_a_claim_walks_the_claim_index(mostly_finished: Harness, queues: tuple[str, ...]) -> None:
+    with sent_statements() as sent:
+        claimed = mostly_finished.claim(3, queues=queues)
+    assert len(claimed) == 3
+    selects = job_selects(sent)
+    assert len(selects) == len(queues), selects  # one ordered walk per queue
+    for sql, params in selects:
+        assert_uses_index(mostly_finished, sql, params)
+
+
+@pytest.mark.parametrize("operation", ["expire_leases", "promote_due"])
+def test_maintenance_walks_its_index(mostly_finished: Harness, operation: str) -> None:
+    mostly_finished.clock.advance(LEASE_MS + 60_000)  # leases lapsed, the scheduled job due
+    run: Callable[[], Any] = getattr(mostly_finished.ops, operation)
+    with sent_statements() as sent:
+        run()
+    selects = job_selects(sent)
+    assert selects, sent
+    for sql, params in selects:
+        assert_uses_index(mostly_finished, sql, params)

@@ -1,0 +1,83 @@
+"""Settings read from mounted files (``RUNWICK_X_FILE``, as Kubernetes mounts a Secret)
+and the checks on the operator's settings that ``serve`` runs before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import build_parser
+from coordinator.cli.serve import bootstrap_token, database_url
+from coordinator.config import (
+    DEFAULT_DATABASE_URL,
+    ConfigError,
+    CoordinatorConfig,
+    check_security,
+    env_or_file,
+)
+
+
+def test_a_setting_comes_from_its_variable_or_from_the_file_its_file_variable_names(tmp_path: Path) -> None:
+    mounted = tmp_path / "url"
+    mounted.write_text("postgresql://runwick:pw@db/runwick\n")  # a Secret's file ends in a newline
+    assert env_or_file({}, "RUNWICK_DATABASE_URL") is None
+    assert env_or_file({"RUNWICK_DATABASE_URL": "sqlite:///a.db"}, "RUNWICK_DATABASE_URL") == (
+        "sqlite:///a.db",
+        "RUNWICK_DATABASE_URL",
+    )
+    value, where = env_or_file({"RUNWICK_DATABASE_URL_FILE": str(mounted)}, "RUNWICK_DATABASE_URL")
+    assert value == "postgresql://runwick:pw@db/runwick" and str(mounted) in where
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"RUNWICK_DATABASE_URL": "sqlite:///a.db", "RUNWICK_DATABASE_URL_FILE": "/x"}, "not both"),
+        ({"RUNWICK_DATABASE_URL_FILE": "/nonexistent/url"}, "cannot read /nonexistent/url"),
+        ({"RUNWICK_DATABASE_URL_FILE": "EMPTY"}, "is empty"),
+    ],
+    ids=["both", "missing", "empty"],
+)
+def test_a_bad_setting_file_is_a_clear_error(tmp_path: Path, environ: dict[str, str], message: str) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    environ = {key: str(empty) if value == "EMPTY" else value for key, value in environ.items()}
+    with pytest.raises(ConfigError, match=message) as raised:
+        env_or_file(environ, "RUNWICK_DATABASE_URL")
+    assert "RUNWICK_DATABASE_URL" in str(raised.value)
+
+
+def serve_options(*args: str) -> argparse.Namespace:
+    return build_parser().parse_args(["serve", *args])
+
+
+def test_the_flag_wins_over_the_environment_and_the_default_is_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("RUNWICK_DATABASE_URL", "RUNWICK_DATABASE_URL_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert database_url(serve_options()) == DEFAULT_DATABASE_URL
+    mounted = tmp_path / "url"
+    mounted.write_text("sqlite:///mounted.db")
+    environ = {"RUNWICK_DATABASE_URL_FILE": str(mounted)}
+    assert database_url(serve_options(), environ) == "sqlite:///mounted.db"
+    assert database_url(serve_options("--database-url", "sqlite:///flag.db"), environ) == "sqlite:///flag.db"
+    token_file = tmp_path / "token"
+    token_file.write_text("rwk_0123456789abcdef_" + "x" * 43 + "\n")
+    options = serve_options("--bootstrap-token-file", str(token_file))
+    assert (
+        bootstrap_token(options, {"RUNWICK_BOOTSTRAP_TOKEN": "other"}) == "rwk_0123456789abcdef_" + "x" * 43
+    )
+    assert bootstrap_token(serve_options(), {}) is None
+
+
+def test_the_supplied_token_never_shows_in_the_config_repr() -> None:
+    config = CoordinatorConfig(bootstrap_token="rwk_0123456789abcdef_" + "s" * 43)
+    assert "sssss" not in repr(config)
+
+
+def test_label_values_need_room_for_at_least_one() -> None:
+    with pytest.raises(ConfigError, match="metrics_max_label_values must be at least 1"):
+        check_security(CoordinatorConfig(metrics_max_label_values=0))

@@ -1,0 +1,203 @@
+"""The project's documentation (docs/, mkdocs.yml) builds, stands alone and stays true:
+``mkdocs build --strict``; the CLI reference is what the parser says; every rule number
+the repository cites is defined in docs/rules.md; the metric and scope references match
+the code; nothing points outside the repository."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from coordinator.api.auth import METHOD_SCOPES
+from coordinator.metrics import CoordinatorMetrics
+from tests.support import ROOT
+from worker_sdk._metrics import WorkerMetrics
+
+DOCS = ROOT / "docs"
+
+
+def _repository_files() -> list[Path]:
+    """Tracked files and new ones not ignored: what a commit of the work tree would hold."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None  # binary files
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    """Any warning (a broken link or anchor, a page missing from the nav) fails the build."""
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    pages = {p.relative_to(site).as_posix() for p in site.rglob("index.html")}
+    for page in ("concepts", "retries", "limits", "rules", "protocol", "security", "kubernetes"):
+        assert f"{page}/index.html" in pages
+    assert {"metrics/index.html", "cli/index.html"} <= pages
+    assert "runwick jobs list" in (site / "cli" / "index.html").read_text()
+    assert not list(site.rglob("*.py")), "the generator is not part of the site"
+
+
+def test_the_cli_reference_is_what_the_parser_says() -> None:
+    """docs/cli.md is generated (``python docs/cli_reference.py``); run with a token and a
+    target in the environment, which must neither change the page nor leak into it."""
+    environment = {**os.environ, "RUNWICK_TOKEN": "rwk_leak_secret", "RUNWICK_TARGET": "elsewhere:1"}
+    check = subprocess.run(
+        [sys.executable, str(DOCS / "cli_reference.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=environment,
+    )
+    assert check.returncode == 0, check.stderr
+    page = (DOCS / "cli.md").read_text()
+    assert "rwk_leak_secret" not in page
+    assert "elsewhere:1" not in page
+
+
+def test_the_cli_reference_names_every_command_and_flag() -> None:
+    import argparse
+
+    from coordinator.cli import build_parser
+
+    page = (DOCS / "cli.md").read_text()
+    # The first cell of each argument row: `--state STATE`, `-y, --yes`.
+    documented = {
+        word.split(" ")[0]
+        for cell in re.findall(r"^\| `([^`]+)` \|", page, re.MULTILINE)
+        for word in cell.split(", ")
+    }
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        assert f"`{command}`" in page, command
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{command} {name}")
+            elif action.help is not argparse.SUPPRESS:
+                for flag in action.option_strings:
+                    if flag not in ("-h", "--help"):
+                        assert flag in documented, f"{command} {flag}"
+
+    walk(build_parser(), "runwick")
+
+
+def test_the_check_fails_on_a_stale_page(tmp_path: Path) -> None:
+    """The drift check is real: a page that differs from the parser's is refused."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_reference", DOCS / "cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stale = tmp_path / "cli.md"
+    stale.write_text((DOCS / "cli.md").read_text().replace("`--limit", "`--lim", 1))
+    module.PAGE = stale
+    sys_argv = sys.argv
+    sys.argv = ["cli_reference.py", "--check"]
+    try:
+        assert module.main() == 1
+    finally:
+        sys.argv = sys_argv
+    assert "`--lim " in stale.read_text(), "--check must not rewrite the page"
+
+
+def test_every_rule_number_cited_is_defined() -> None:
+    """Code comments, tests and docs cite rules as R-n: each must be one docs/rules.md defines."""
+    defined = {int(n) for n in re.findall(r"\{#r-(\d+)\}", (DOCS / "rules.md").read_text())}
+    assert defined == set(range(1, 23))
+    cited: dict[int, set[str]] = defaultdict(set)
+    for path in _repository_files():
+        text = _text(path)
+        if text is None or path.suffix not in (".py", ".md", ".proto", ".yml", ".yaml", ".toml", ".js"):
+            continue
+        for number in re.findall(r"\bR-(\d+)\b", text):
+            cited[int(number)].add(path.relative_to(ROOT).as_posix())
+    undefined = {n: sorted(files)[:3] for n, files in cited.items() if n not in defined}
+    assert undefined == {}
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    """The repository stands alone: no path to a folder beside it, no private product
+    documents by name. (The patterns are split so this file does not match itself.)"""
+    forbidden = re.compile(
+        "|".join(
+            [
+                re.escape(".." + "/shared"),
+                re.escape("/work" + "/shared"),
+                re.escape("SP" + "EC.md"),
+                re.escape("STY" + "LE.md"),
+                r"\b" + "SP" + r"EC\b",
+                r"\b" + "STY" + r"LE \d",
+            ]
+        )
+    )
+    found = []
+    for path in _repository_files():
+        text = _text(path)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if forbidden.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert found == []
+
+
+def _documented_metrics() -> set[str]:
+    return set(re.findall(r"^\| `(runwick_[a-z_]+)` \|", (DOCS / "metrics.md").read_text(), re.MULTILINE))
+
+
+def _registered(registry: CollectorRegistry) -> set[str]:
+    names = set()
+    for family in registry.collect():
+        if family.name.startswith("runwick_"):
+            suffix = "_total" if family.type == "counter" else ""
+            names.add(family.name + suffix)
+    return names
+
+
+def test_the_metric_reference_lists_every_metric_and_no_other() -> None:
+    coordinator = _registered(CoordinatorMetrics().registry)
+    worker_registry = CollectorRegistry()
+    WorkerMetrics(worker_registry)
+    sdk = _registered(worker_registry)
+    assert coordinator and sdk
+    assert _documented_metrics() == coordinator | sdk
+
+
+@pytest.mark.parametrize("page", ["security.md"])
+def test_the_scope_table_matches_the_scope_of_every_rpc(page: str) -> None:
+    """R-21: the table in docs/security.md says what METHOD_SCOPES enforces."""
+    expected: dict[str, set[str]] = defaultdict(set)
+    for method, scope in METHOD_SCOPES.items():
+        expected[scope.value].add(method.rsplit("/", 1)[1])
+    documented: dict[str, set[str]] = {}
+    for scope, rpcs in re.findall(r"^\| `([a-z]+)` \| (.+) \|$", (DOCS / page).read_text(), re.MULTILINE):
+        documented[scope] = {name.rsplit(".", 1)[-1] for name in re.findall(r"`([A-Za-z.]+)`", rpcs)}
+    assert documented == dict(expected)
