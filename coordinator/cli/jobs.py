@@ -277,13 +277,13 @@ def _attempts_table(attempts: list[AttemptInfo], *, wide: bool) -> None:
     table(
         [
             Column("attempt", keep=True),
-            Column("gen"),
+            Column("gen", wide_only=True),
             Column("exec"),
             Column("outcome"),
             Column("code"),
             Column("exception type", wide_only=True),
             Column("worker", wide_only=True),
-            Column("claimed"),
+            Column("claimed", wide_only=True),
         ],
         [
             [
