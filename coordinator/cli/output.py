@@ -62,6 +62,8 @@ def output_mode(options: argparse.Namespace) -> str:
     if getattr(options, "json", False):
         return "json"
     mode: str = getattr(options, "output", "table")
+    if mode not in OUTPUT_MODES:  # a default from RUNWICK_OUTPUT, which argparse does not check
+        raise ValueError(f"RUNWICK_OUTPUT must be one of {', '.join(OUTPUT_MODES)}, got {mode!r}")
     return mode
 
 

@@ -84,6 +84,17 @@ async def test_version_and_help() -> None:
     assert "library defaults (3 executions" in " ".join(enqueue.stdout.split())
 
 
+async def test_the_output_mode_comes_from_the_flag_or_runwick_output(coordinator: Coordinator) -> None:
+    command = runwick_command("queues", "list", "--target", coordinator.target)
+
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command, cwd=ROOT, env=_env(**env), capture_output=True, text=True, check=False)
+
+    assert json.loads((await asyncio.to_thread(run, RUNWICK_OUTPUT="json")).stdout) == {"queues": []}
+    wrong = await asyncio.to_thread(run, RUNWICK_OUTPUT="yaml")
+    assert wrong.returncode == 2 and "RUNWICK_OUTPUT must be one of table, wide, json" in wrong.stderr
+
+
 async def test_an_abbreviated_flag_is_refused_not_guessed() -> None:
     stat = await runwick("jobs", "list", "--stat", "failed", "--target", "127.0.0.1:1", check=False)
     assert stat.returncode == 2 and "unrecognized arguments: --stat failed" in stat.stderr
