@@ -358,11 +358,12 @@ def run_migrate(options: argparse.Namespace) -> int:
         return 2
     where = _redacted(url)
     if before is None:
-        print(f"created the database schema (revision {after}) in {where}")
+        said = f"created the database schema (revision {after}) in {where}"
     elif before != after:
-        print(f"upgraded the database schema from revision {before} to {after} in {where}")
+        said = f"upgraded the database schema from revision {before} to {after} in {where}"
     else:
-        print(f"the database schema is already up to date (revision {after}) in {where}; nothing changed")
+        said = f"the database schema is already up to date (revision {after}) in {where}; nothing changed"
+    _say(said, options.log_format == "json", revision_before=before, revision=after)
     return 0
 
 

@@ -4,7 +4,6 @@ methods are named operations over domain values (``Store`` for reads and transac
 
 from coordinator.store.engine import DatabaseTimeouts
 from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
-from coordinator.store.reads import RunTimings
 from coordinator.store.store import Store
 from coordinator.store.tx import Tx
 from coordinator.store.tx_queues import UNSET, Unset
@@ -13,7 +12,6 @@ __all__ = [
     "UNSET",
     "DatabaseTimeouts",
     "DuplicateKey",
-    "RunTimings",
     "Store",
     "StoreError",
     "Tx",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, select, text
 
@@ -40,16 +39,6 @@ from coordinator.store.schema import (
 )
 
 _LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
-
-
-@dataclass(frozen=True, slots=True)
-class RunTimings:
-    """When each job was created and started, and when the last one finished (bench)."""
-
-    created_at_ms: dict[str, int]
-    started_at_ms: list[tuple[str, int]]
-    """``(job_id, started_at_ms)`` of every started attempt."""
-    last_finished_at_ms: int | None
 
 
 def get_job(conn: Connection, job_id: str) -> JobRecord | None:
@@ -173,15 +162,6 @@ def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
 def count_by_state(conn: Connection) -> dict[str, int]:
     rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
     return {state: int(count) for state, count in rows}
-
-
-def run_timings(conn: Connection) -> RunTimings:
-    created = {job_id: int(at) for job_id, at in conn.execute(select(jobs.c.id, jobs.c.created_at_ms))}
-    finished = conn.execute(select(func.max(jobs.c.finished_at_ms))).scalar()
-    starts = conn.execute(
-        select(attempts.c.job_id, attempts.c.started_at_ms).where(attempts.c.started_at_ms.is_not(None))
-    ).all()
-    return RunTimings(created, [(job_id, int(at)) for job_id, at in starts], finished)
 
 
 def get_token(conn: Connection, token_id: str) -> TokenRecord | None:

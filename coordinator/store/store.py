@@ -45,7 +45,6 @@ from coordinator.store.engine import (
     normalize_url,
 )
 from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
-from coordinator.store.reads import RunTimings
 from coordinator.store.tx import Tx
 
 log = logging.getLogger(__name__)
@@ -251,11 +250,6 @@ class Store:
     def count_by_state(self) -> dict[str, int]:
         with self._reading() as conn:
             return reads.count_by_state(conn)
-
-    def run_timings(self) -> RunTimings:
-        """Creation and start times of every job (``runwick bench`` on a scratch database)."""
-        with self._reading() as conn:
-            return reads.run_timings(conn)
 
     def get_token(self, token_id: str) -> TokenRecord | None:
         with self._reading() as conn:

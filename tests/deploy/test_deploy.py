@@ -34,8 +34,9 @@ from tests.deploy.manifests import (
 from tests.support import tool
 from worker_sdk._metrics import WorkerMetrics
 
-SCHEMA_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
-"""Native gRPC probes are GA from 1.27; the newest schema the validator ships."""
+SCHEMA_VERSIONS = ("1.27.0", "1.31.0", "1.34.0", kubernetes_validate.latest_version())
+"""Native gRPC probes are GA from 1.27, the budget's unhealthyPodEvictionPolicy from 1.31;
+a recent one and the newest schema the validator ships."""
 SERVER_STOP_GRACE_S = 5
 """``RunningCoordinator.stop`` gives the gRPC server at most this long after the drain."""
 

@@ -84,15 +84,3 @@ async def test_migrate_then_serve_on_postgresql(postgres_url: str) -> None:
 async def test_worker_spec_must_name_module_and_attribute() -> None:
     result = await runwick("worker", "no_colon_here", check=False)
     assert result.returncode == 2 and "package.module:attribute" in result.stderr
-
-
-async def test_bench_runs_every_job_and_reports_its_measures() -> None:
-    """``runwick bench`` end to end (its numbers are measured, never asserted as speed)."""
-    result = await runwick(
-        "bench", "--jobs", "40", "--workers", "1", "--concurrency", "8", "--batch", "15", "--json"
-    )
-    report = json.loads(result.stdout)
-    assert (report["jobs"], report["engine"], report["workers"]) == (40, "sqlite", 1)
-    assert report["total_seconds"] > 0 and report["jobs_per_second"] > 0
-    p50, p95, p99 = (report[f"start_latency_p{q}_ms"] for q in (50, 95, 99))
-    assert 0 <= p50 <= p95 <= p99

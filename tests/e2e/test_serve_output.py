@@ -259,16 +259,13 @@ async def test_the_database_url_is_read_from_a_mounted_file(tmp_path: Path) -> N
     mounted = tmp_path / "url"
     mounted.write_text(f"sqlite:///{database}\n")
     env = clean_env(RUNWICK_DATABASE_URL_FILE=str(mounted))
-    migrated = await asyncio.to_thread(
-        subprocess.run,
-        runwick_command("migrate"),
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    migrated = await run_cli(["migrate", "--log-format", "json"], env)
     assert migrated.returncode == 0 and database.exists(), migrated.stderr
+    said = [json.loads(line)["message"] for line in (migrated.stdout + migrated.stderr).splitlines()]
+    result = json.loads(migrated.stdout)
+    assert result["message"].startswith("created the database schema (revision ")
+    assert result["revision_before"] is None and result["revision"]
+    assert [line for line in said if line.startswith("database schema migrated from none to ")]
     log = tmp_path / "serve.log"
     process = serve(log, "--insecure", *QUIET, env=env)
     try:
@@ -280,21 +277,12 @@ async def test_the_database_url_is_read_from_a_mounted_file(tmp_path: Path) -> N
     engine = create_engine(f"sqlite:///{database}")
     try:
         with engine.connect() as conn:
-            assert (
-                conn.execute(text("SELECT count(*) FROM jobs WHERE id = :id"), {"id": job_id}).scalar() == 1
-            )
+            count = conn.execute(text("SELECT count(*) FROM jobs WHERE id = :id"), {"id": job_id})
+            assert count.scalar() == 1
     finally:
         engine.dispose()
 
     both = clean_env(RUNWICK_DATABASE_URL_FILE=str(mounted), RUNWICK_DATABASE_URL="sqlite:///other.db")
-    refused = await asyncio.to_thread(
-        subprocess.run,
-        runwick_command("migrate"),
-        cwd=ROOT,
-        env=both,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = await run_cli(["migrate"], both)
     assert refused.returncode == 2 and "not both" in refused.stderr
     assert not (ROOT / "other.db").exists()

@@ -1,12 +1,20 @@
-"""``runwick bench``: no-op jobs end to end, throughput and enqueue-to-start latency.
+"""``runwick bench``: no-op jobs end to end, measured from the producer and the handlers.
 
-Starts a coordinator process (``runwick serve``) and worker processes
-(``coordinator.cli.bench.worker``) on this machine, enqueues the jobs in batches from
-this process with the SDK's ``Client``, and reads the timings back from the database, so
-what is measured is the whole path: enqueue RPC, store, dispatch, stream, start, result.
+By default it starts everything on this machine: a scratch database (a SQLite file, or
+with ``--engine postgres`` a fresh database on ``--database-url``'s server, dropped
+afterwards), ``runwick serve`` on a free loopback port, and ``--workers`` bench worker
+processes (``coordinator.cli.bench.worker``). With ``--target`` it measures an existing
+deployment instead: it starts only the workers (none with ``--no-workers``) and cannot
+see the coordinator's or the database's processes.
 
-The database is read in one place, ``_read_timings``; the scratch schema is made by
-``runwick migrate``'s own function.
+Modules: ``phases`` (what a run does, in order), ``sink`` (what handlers record),
+``stats`` (percentiles), ``procfs`` and ``usage`` (CPU and memory from /proc),
+``deployment`` (the processes and the scratch database), ``report`` (JSON and text).
+The figures and the JSON shape are described in ``benchmarks/README.md``.
+
+Exit codes: 0 every job ran exactly once and succeeded; 1 a job was lost, ran twice or
+did not succeed, the run stalled, or the coordinator could not be started or reached;
+2 bad flags.
 """
 
 from __future__ import annotations
@@ -14,159 +22,369 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from coordinator.cli.serve import READY_LINE, migrate_schema
+from worker_sdk import ConnectionOptions, RunwickError, Unauthenticated
+
+if TYPE_CHECKING:
+    from coordinator.cli.bench.phases import Plan
+
+ENGINES = ("sqlite", "postgres")
+READY_TIMEOUT_S = 60.0
+
+_EPILOG = """\
+phases, in order: warm-up jobs; the latency phase (--latency-jobs enqueued one by one at
+--rate per second into the idle workers: enqueue-to-start percentiles); the queue is
+paused; --backlog jobs are loaded; --jobs measured jobs are enqueued in batches of
+--batch (enqueue throughput); the queue is resumed and the workers run them (processing
+throughput from the first handler start to the last completion, and CPU seconds per job
+of each process, read from /proc); then every job's runs and state are checked.
+
+The backlog is honest: it sits in the measured jobs' own queue, under the same job type,
+due now (available), one priority step below them (-1). Every claim must therefore find
+the measured jobs ahead of the whole backlog, which only an index in claim order does
+cheaply; a claim that scans or sorts the queue pays for every backlog job. When the
+measured jobs run out the workers start on the backlog (reported as backlog.ran); with
+--target those jobs stay in the deployment's queue.
+
+Every figure comes from the bench host's clock (the producer just before each enqueue
+call, the handler when called), never from the coordinator's tables, so a local run and
+a --target run report the same figures the same way. Exit status 1 when a job was lost,
+ran twice or did not end succeeded.
+"""
 
 
-@dataclass(frozen=True)
-class BenchResult:
-    jobs: int
-    engine: str
-    workers: int
-    concurrency: int
-    enqueue_seconds: float
-    total_seconds: float
-    jobs_per_second: float
-    start_latency_p50_ms: float
-    start_latency_p95_ms: float
-    start_latency_p99_ms: float
-
-
-@dataclass(frozen=True)
-class _Timings:
-    """What the database says about a finished run."""
-
-    engine: str
-    """``postgresql`` or ``sqlite``."""
-    created_ms: dict[str, int]
-    """Each job's creation time, by job ID."""
-    started_ms: list[tuple[str, int]]
-    """Each started attempt's job ID and start time."""
-    last_finished_ms: int
+class UsageError(Exception):
+    """A flag is wrong; nothing was started."""
 
 
 def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    bench = commands.add_parser("bench", help="measure no-op job throughput and latency on this machine")
-    bench.add_argument("--jobs", type=int, default=5_000, help="no-op jobs to run (default 5000)")
-    bench.add_argument("--workers", type=int, default=2, help="worker processes")
-    bench.add_argument("--concurrency", type=int, default=64, help="handlers per worker process")
-    bench.add_argument("--batch", type=int, default=500, help="jobs per enqueue call")
-    bench.add_argument("--database-url", help="default: a fresh SQLite file in a temporary folder")
-    bench.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    bench = commands.add_parser(
+        "bench",
+        help="measure throughput, latency, CPU per job and exactly-once delivery of no-op jobs",
+        description="Measures no-op jobs end to end: enqueue and processing throughput, "
+        "enqueue-to-start latency, CPU seconds per job per process, peak memory, and a "
+        "check that every job ran to success exactly once.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = bench.add_argument
+    add("--jobs", type=int, default=5_000, help="measured jobs of the throughput phase (default 5000)")
+    add(
+        "--batch",
+        type=int,
+        default=500,
+        help="jobs per enqueue call (default 500, the coordinator's default maximum)",
+    )
+    add("--workers", type=int, default=2, help="worker processes to start (default 2)")
+    add("--concurrency", type=int, default=64, help="handlers at once per worker process (default 64)")
+    add("--latency-jobs", type=int, default=200, help="jobs of the latency phase (default 200; 0 skips it)")
+    add("--rate", type=float, default=100.0, help="jobs per second of the latency phase (default 100)")
+    add("--backlog", type=int, default=0, help="jobs to pre-load below the measured ones (default 0)")
+    add(
+        "--overlap",
+        action="store_true",
+        help="enqueue the measured jobs while the workers process them, instead of before",
+    )
+    add("--warmup", type=int, default=4, help="warm-up jobs before measuring (default 4)")
+    add("--settle", type=float, default=1.0, help="seconds to wait for duplicate runs after the last job")
+    add("--stall-timeout", type=float, default=60.0, help="give up after this many seconds without progress")
+    add("--engine", choices=ENGINES, help="local database: sqlite (default) or postgres")
+    add(
+        "--database-url",
+        help="--engine postgres: the server to make a scratch database on (dropped afterwards); "
+        "default postgresql://postgres@127.0.0.1:5432/postgres",
+    )
+    add("--work-dir", help="folder for the SQLite file, logs and records (kept); default a temporary one")
+    add("--queue", help="queue of the bench's jobs; default runwick-bench-<random>")
+    add("--target", help="HOST:PORT of an existing coordinator to measure, instead of starting one")
+    add(
+        "--token",
+        help="--target: bearer token with the enqueue, read, manage and work scopes [RUNWICK_TOKEN]",
+    )
+    add("--ca", help="--target: PEM CA file, speak TLS [RUNWICK_CA]")
+    add(
+        "--cert",
+        help="--target: PEM client certificate [RUNWICK_CERT]",
+    )
+    add("--key", help="--target: PEM key of --cert [RUNWICK_KEY]")
+    add(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="--target: speak TLS trusting the system's CAs [RUNWICK_TLS=1]",
+    )
+    add(
+        "--no-workers",
+        action="store_true",
+        help="--target: start no workers; bench workers you run write to --sink "
+        "(python -m coordinator.cli.bench.worker --sink DIR --queue QUEUE --target ...)",
+    )
+    add("--sink", help="--no-workers: the folder your bench workers write their records to")
+    add("--json", action="store_true", help="print one JSON object for scripts")
+
+
+def _check(options: argparse.Namespace) -> None:
+    """Raises UsageError for flags that cannot work together or are out of range."""
+    positive = {"--jobs": options.jobs, "--batch": options.batch, "--concurrency": options.concurrency}
+    positive["--warmup"] = options.warmup
+    for flag, value in positive.items():
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
+    for flag, value in (("--latency-jobs", options.latency_jobs), ("--backlog", options.backlog)):
+        if value < 0:
+            raise UsageError(f"{flag} must be 0 or more, got {value}")
+    if options.workers < 1 and not options.no_workers:
+        raise UsageError(f"--workers must be at least 1, got {options.workers}")
+    if not options.rate > 0:
+        raise UsageError(f"--rate must be above 0, got {options.rate}")
+    if options.settle < 0 or not options.stall_timeout > 0:
+        raise UsageError("--settle must be 0 or more and --stall-timeout above 0")
+    if options.target is None:
+        if options.no_workers or options.sink:
+            raise UsageError("--no-workers and --sink need --target (a deployment whose workers you run)")
+        remote_only = {"--token": options.token, "--ca": options.ca, "--cert": options.cert}
+        remote_only |= {"--key": options.key, "--tls": options.tls}
+        given = [flag for flag, value in remote_only.items() if value]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} need --target (the local coordinator speaks plaintext, without tokens)"
+            )
+        engine = options.engine or _engine_of(options.database_url)
+        if engine == "sqlite" and options.database_url:
+            raise UsageError(
+                "--database-url names a PostgreSQL server; the SQLite database is always a fresh file "
+                "(choose its folder with --work-dir)"
+            )
+        options.engine = engine
+    else:
+        env = os.environ.get
+        options.token = options.token or env("RUNWICK_TOKEN")
+        options.ca, options.cert = options.ca or env("RUNWICK_CA"), options.cert or env("RUNWICK_CERT")
+        options.key = options.key or env("RUNWICK_KEY")
+        if options.tls is None:
+            options.tls = env("RUNWICK_TLS", "") not in ("", "0", "false")
+        if options.engine or options.database_url:
+            raise UsageError(
+                "--engine and --database-url choose a local database; --target measures a deployment"
+            )
+        if options.no_workers and not (options.sink and options.queue):
+            raise UsageError(
+                "--no-workers needs --sink and --queue: the folder and queue your bench workers use"
+            )
+        if options.sink and not Path(options.sink).is_dir():
+            raise UsageError(f"--sink {options.sink} is not a folder")
+
+
+def _engine_of(url: str | None) -> str:
+    return "postgres" if url and url.startswith("postgres") else "sqlite"
+
+
+@contextmanager
+def _work_dir(given: str | None) -> Iterator[Path]:
+    if given:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+        return
+    folder = Path(tempfile.mkdtemp(prefix="runwick-bench-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_bench(options: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="runwick-bench-") as tmp:
-        url = options.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
-        result = _bench(url, options, Path(tmp))
+    """Runs the bench the flags describe and prints its report."""
+    try:
+        _check(options)
+    except UsageError as exc:
+        print(f"runwick bench: {exc}", file=sys.stderr)
+        return 2
+    from coordinator.cli.bench.deployment import BenchSetupError
+    from coordinator.cli.connect import failure
+
+    signal.signal(signal.SIGTERM, _interrupt)  # stop what the bench started, as on Ctrl-C
+    with _work_dir(options.work_dir) as folder:
+        try:
+            report = _run(options, folder)
+        except UsageError as exc:
+            print(f"runwick bench: {exc}", file=sys.stderr)
+            return 2
+        except BenchSetupError as exc:
+            print(f"runwick bench: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("runwick bench: interrupted; what it started is stopped", file=sys.stderr)
+            return 130
+        except RunwickError as exc:
+            print(f"runwick bench: {failure(exc)}", file=sys.stderr)
+            if isinstance(exc, Unauthenticated) and not options.token:
+                print("runwick bench: pass a token with --token or RUNWICK_TOKEN", file=sys.stderr)
+            return 1
     if options.json:
-        print(json.dumps(asdict(result)))
+        print(json.dumps(report))
     else:
-        for name, value in asdict(result).items():
-            print(f"{name:24} {value:.1f}" if isinstance(value, float) else f"{name:24} {value}")
-    return 0
+        from coordinator.cli.bench.report import render_text
+
+        print(render_text(report))
+    return 0 if report["ok"] else 1
 
 
-def _bench(url: str, options: argparse.Namespace, tmp: Path) -> BenchResult:
-    from coordinator.cli.bench.worker import Noop
-    from worker_sdk import Client, EnqueueItem
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
-    migrate_schema(url)  # PostgreSQL too: bench databases are scratch
-    processes: list[subprocess.Popen[str]] = []
-    log = (tmp / "coordinator.log").open("w")
-    try:
-        server = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", url, "--port", "0"),
-                *("--health-port", "-1", "--metrics-port", "-1"),  # no fixed ports for a bench
-                "--insecure",  # loopback only: the bench's clients and workers send no token
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env={**os.environ, "RUNWICK_LOG_LEVEL": "WARNING"},
-        )
-        processes.append(server)
-        target = _await_address(server)
-        for _ in range(options.workers):
-            processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "coordinator.cli.bench.worker", target, str(options.concurrency)],
-                    stdout=log,
-                    stderr=log,
-                    text=True,
-                )
+
+def _wait_ready(workers: list[subprocess.Popen[bytes]], sink: Path, logs: Path) -> None:
+    from coordinator.cli.bench.deployment import BenchSetupError
+    from coordinator.cli.bench.sink import ready_pids
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    pids = {worker.pid for worker in workers}
+    while not pids <= ready_pids(sink):
+        if any(worker.poll() is not None for worker in workers):
+            raise BenchSetupError(f"a bench worker exited before connecting:\n{_log_tail(logs)}")
+        if time.monotonic() > deadline:
+            raise BenchSetupError(
+                f"bench workers did not connect within {READY_TIMEOUT_S:g} s:\n{_log_tail(logs)}"
             )
-        time.sleep(2.0)  # let the workers connect before the clock starts
-        with Client(target) as client:
-            began = time.perf_counter()
-            for start in range(0, options.jobs, options.batch):
-                count = min(options.batch, options.jobs - start)
-                client.enqueue_many([EnqueueItem(Noop(n)) for n in range(start, start + count)])
-            enqueue_seconds = time.perf_counter() - began
-        return _measure(_read_timings(url, options.jobs), options, enqueue_seconds)
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        log.close()
+        time.sleep(0.05)
 
 
-def _await_address(server: subprocess.Popen[str]) -> str:
-    assert server.stdout is not None
-    for line in server.stdout:
-        if line.startswith(READY_LINE):
-            return line[len(READY_LINE) :].strip()
-    raise RuntimeError("the coordinator exited before listening; see its log")
-
-
-def _read_timings(database_url: str, jobs: int) -> _Timings:
-    """Waits until ``jobs`` jobs succeeded, then reads their timings from the database.
-
-    The bench's only access to the database, through the facade's scratch store.
-    """
-    from coordinator.app import open_scratch_store
-
-    store = open_scratch_store(database_url)
+def _log_tail(logs: Path, lines: int = 8) -> str:
+    """The last lines of the first worker's log (the work folder may be removed next)."""
     try:
-        while store.count_by_state().get("succeeded", 0) < jobs:
-            time.sleep(0.05)
-        timings = store.run_timings()
-        return _Timings(
-            engine="postgresql" if store.postgres else "sqlite",
-            created_ms=timings.created_at_ms,
-            started_ms=timings.started_at_ms,
-            last_finished_ms=timings.last_finished_at_ms or 0,
+        return "\n".join((logs / "worker-0.log").read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no worker log)"
+
+
+def _plan(options: argparse.Namespace) -> Plan:
+    from coordinator.cli.bench.phases import Plan
+
+    return Plan(
+        jobs=options.jobs,
+        batch=options.batch,
+        latency_jobs=options.latency_jobs,
+        rate=options.rate,
+        backlog=options.backlog,
+        overlap=options.overlap,
+        warmup=options.warmup,
+        queue=options.queue or f"runwick-bench-{secrets.token_hex(4)}",
+        settle_s=options.settle,
+        stall_timeout_s=options.stall_timeout,
+    )
+
+
+def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    from coordinator.cli.bench import deployment, report, usage
+    from coordinator.cli.bench.phases import Phases, Probe, client_for
+    from coordinator.cli.bench.sink import SinkReader
+    from coordinator.cli.connect import connection_options
+
+    plan = _plan(options)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    database: deployment.ScratchDatabase | None = None
+    coordinator: deployment.Coordinator | None = None
+    workers: list[subprocess.Popen[bytes]] = []
+    stack = ExitStack()
+    try:
+        if options.target is None:
+            database = deployment.ScratchDatabase.create(options.engine, options.database_url, folder)
+            coordinator = deployment.start_coordinator(database.url, folder / "coordinator.log")
+            target = coordinator.target
+            connection = ConnectionOptions(target)
+            worker_env = {"RUNWICK_TARGET": target}
+        else:
+            target = options.target
+            try:
+                connection = connection_options(options)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from exc
+            worker_env = deployment.connection_env(options, target)
+        client = stack.enter_context(client_for(connection))
+        client.list_queues()  # fails now, before any worker starts, on a bad target or token
+        sink_dir = Path(options.sink) if options.no_workers else folder / "sink"
+        if not options.no_workers:
+            shutil.rmtree(sink_dir, ignore_errors=True)  # an earlier run's, kept in --work-dir
+        sink_dir.mkdir(exist_ok=True)
+        reader = SinkReader(sink_dir)
+        reader.skip_existing()
+        if not options.no_workers:
+            workers = deployment.start_workers(
+                options.workers,
+                sink=sink_dir,
+                queue=plan.queue,
+                concurrency=options.concurrency,
+                env=worker_env,
+                logs=folder,
+            )
+            _wait_ready(workers, sink_dir, folder)
+        database_cpu, backends, postmaster = _database_processes(database)
+        probe = usage.UsageProbe(
+            coordinator.pid if coordinator else None,
+            [worker.pid for worker in workers],
+            database=backends,
+            database_server=postmaster,
+        )
+        worker_peaks: list[int | None] = []
+
+        def stop_workers() -> None:
+            worker_peaks[:] = usage.peak_memory_kb([worker.pid for worker in workers])
+            deployment.stop_processes(workers)
+
+        measured = Phases(plan, connection, reader).run(client, Probe(probe.start, probe.end), stop_workers)
+        window, cpu_s, busy = probe.cpu_seconds()
+        coordinator_peak = usage.peak_memory_kb([coordinator.pid])[0] if coordinator else None
+        setup = report.Setup(
+            mode="local" if coordinator else "target",
+            engine=database.engine if database else None,
+            database=database.name if database else None,
+            target=target,
+            workers=None if options.no_workers else options.workers,
+            concurrency=None if options.no_workers else options.concurrency,
+            cpu_cores=os.cpu_count(),
+            loadavg_1m_before=load,
+            database_cpu=database_cpu,
+        )
+        return report.build(
+            plan, setup, measured, report.Usage(window, cpu_s, busy, coordinator_peak, worker_peaks)
         )
     finally:
-        store.close()
+        stack.close()
+        deployment.stop_processes(workers)
+        if coordinator is not None:
+            deployment.stop_processes([coordinator.process])
+        if database is not None:
+            database.drop()
 
 
-def _measure(timings: _Timings, options: argparse.Namespace, enqueue_seconds: float) -> BenchResult:
-    created = timings.created_ms
-    latencies = sorted(started - created[job_id] for job_id, started in timings.started_ms)
-    total_s = (timings.last_finished_ms - min(created.values())) / 1000
-    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
-    return BenchResult(
-        jobs=options.jobs,
-        engine=timings.engine,
-        workers=options.workers,
-        concurrency=options.concurrency,
-        enqueue_seconds=enqueue_seconds,
-        total_seconds=total_s,
-        jobs_per_second=options.jobs / total_s if total_s else float("inf"),
-        start_latency_p50_ms=quantiles[49],
-        start_latency_p95_ms=quantiles[94],
-        start_latency_p99_ms=quantiles[98],
+def _database_processes(
+    database: Any,
+) -> tuple[str, Callable[[], set[int]] | None, int | None]:
+    """What ``database`` CPU counts, the backends' pids and the postmaster's pid."""
+    if database is None:
+        return "not measured: --target's database is not visible from the bench", None, None
+    if database.engine == "sqlite":
+        return "not separate: SQLite runs inside the coordinator process", None, None
+    if not database.local_postgres:
+        return "not measured: the PostgreSQL server is on another host", None, None
+    postmaster = database.postmaster_pid()
+    if postmaster is None:
+        return "not measured: the PostgreSQL server's processes are not visible here", None, None
+    return (
+        "database: the server processes of the scratch database's connections (the coordinator's); "
+        "database_server: every process of the PostgreSQL server, shared with anyone else using it",
+        database.backend_pids,
+        postmaster,
     )
