@@ -34,10 +34,13 @@ Every command of `runwick`, with its flags as `runwick COMMAND --help` prints th
 Defaults shown are those of an empty environment: a flag whose help names a variable in
 brackets (`[RUNWICK_TARGET]`) takes its default from that variable when it is set.
 
-Client commands (`jobs`, `queues`, `schedules`, `tokens`, `audit`, `purge`) reach the
-coordinator with `--target`, `--token`, `--ca`, `--cert`, `--key` (or `RUNWICK_TARGET`,
-`RUNWICK_TOKEN`, `RUNWICK_CA`, `RUNWICK_CERT`, `RUNWICK_KEY`); the token needs the scope
-named in [Security](security.md). `serve`, `migrate` and `bench` run the coordinator's own
+Client commands (`jobs`, `workers`, `queues`, `schedules`, `tokens`, `audit`, `purge`)
+reach the coordinator with `--target`, `--token`, `--ca`, `--cert`, `--key` (or
+`RUNWICK_TARGET`, `RUNWICK_TOKEN`, `RUNWICK_CA`, `RUNWICK_CERT`, `RUNWICK_KEY`); the token
+needs the scope named in [Security](security.md). They print a table fitted to the
+terminal, `--output wide`, or `--output json` (`--json`): the shapes are in
+[CLI JSON output](cli-json.md). Flags are never abbreviated. `runwick completion
+bash|zsh|fish` prints shell completion code. `serve`, `migrate` and `bench` run the coordinator's own
 code and need the `runwick[coordinator]` install.
 """
 
@@ -147,6 +150,7 @@ def render() -> str:
     commands = list(_subcommands(parser))
     lines += [_command_row(f"runwick {name}", h) for name, h, _ in commands]
     lines.append("")
+    lines += _options_table(parser)  # the top-level flags (--version)
     for name, summary, sub in commands:
         lines += _section(sub, f"runwick {name}", summary, 2)
     return "\n".join(lines).rstrip() + "\n"

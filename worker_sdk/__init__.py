@@ -1,17 +1,22 @@
 """Runwick's worker SDK: declare job types, enqueue and read jobs, run handlers.
 
 - ``@job(...)`` declares a dataclass as a job type.
-- ``Client`` / ``AsyncClient`` enqueue jobs and read them back, cancel and retry them,
+- ``Client`` / ``AsyncClient`` enqueue jobs and read them back, cancel and retry them
+  (one by one, or in bulk by filter: ``BulkResult``), list the connected workers
+  (``WorkerListing``),
   manage recurring schedules (``ScheduleInfo``, ``CatchUp``), and administer API tokens
   and the audit log.
 - ``ConnectionOptions`` says how to reach the coordinator (target, token, TLS); the
   clients and the worker take its fields as arguments, or one ready-made.
-- ``Worker`` runs handlers for jobs the coordinator pushes over one gRPC stream.
+- ``Worker`` runs handlers for jobs the coordinator pushes over one gRPC stream, in the
+  host's event loop, standalone, or on a thread of its own (``BackgroundWorker``).
 - ``worker_sdk.testing`` runs a handler through the same pipeline without a coordinator.
 - ``configure_logging`` sets up a standalone worker process's logs (text or JSON lines).
 """
 
 from worker_sdk._async_client import AsyncClient
+from worker_sdk._background import BackgroundWorker
+from worker_sdk._bulk import BulkResult, SkippedJob, WorkerInfo, WorkerListing
 from worker_sdk._client import Client
 from worker_sdk._client_base import EnqueueItem, new_job_id
 from worker_sdk._connection import ConnectionOptions
@@ -57,6 +62,8 @@ __all__ = [
     "AsyncClient",
     "AttemptInfo",
     "AuditEvent",
+    "BackgroundWorker",
+    "BulkResult",
     "CallNext",
     "CancelCause",
     "CatchUp",
@@ -89,11 +96,14 @@ __all__ = [
     "RevealedError",
     "RunwickError",
     "ScheduleInfo",
+    "SkippedJob",
     "Success",
     "TokenInfo",
     "Unauthenticated",
     "Upgrader",
     "Worker",
+    "WorkerInfo",
+    "WorkerListing",
     "configure_logging",
     "job",
     "new_job_id",

@@ -143,6 +143,21 @@ class AsyncAdminCalls(ClientBase):
             if not token:
                 return
 
+    async def list_audit_events_page(
+        self,
+        *,
+        action: str | None = None,
+        target: str | None = None,
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> tuple[list[AuditEvent], str]:
+        """One page of ``list_audit_events`` and the token of the next page (empty on
+        the last); ``page_size`` is clamped to the coordinator's maximum page size."""
+        request = _audit_request(action, target, page_size, page_token)
+        with translated_rpc_errors():
+            response = await self._admin.ListAuditEvents(request, **self._call_kwargs())
+        return [audit_event_from_proto(e) for e in response.events], response.next_page_token
+
     # -- recurring schedules (R-18) -------------------------------------------------------
 
     async def create_schedule(
@@ -304,6 +319,21 @@ class AdminCalls(ClientBase):
             token = response.next_page_token
             if not token:
                 return
+
+    def list_audit_events_page(
+        self,
+        *,
+        action: str | None = None,
+        target: str | None = None,
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> tuple[list[AuditEvent], str]:
+        """One page of audit events and the next page's token (empty on the last);
+        see ``AsyncClient.list_audit_events_page``."""
+        request = _audit_request(action, target, page_size, page_token)
+        with translated_rpc_errors():
+            response = self._admin.ListAuditEvents(request, **self._call_kwargs())
+        return [audit_event_from_proto(e) for e in response.events], response.next_page_token
 
     # -- recurring schedules (R-18) -------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any, Self
 import grpc
 
 from worker_sdk._admin import AsyncAdminCalls
+from worker_sdk._bulk import AsyncBulkCalls
 from worker_sdk._client_base import DEFAULT_RPC_TIMEOUT, EnqueueItem, check_id, check_job_id
 from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
 from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_from_proto
@@ -23,7 +24,7 @@ from worker_sdk._queues import AsyncQueueCalls
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 
 
-class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
+class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
     """Enqueues and reads jobs over grpc.aio; create it inside a running event loop.
 
     Args:
@@ -131,6 +132,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
         max_executions: int | None = None,
         parents: Sequence[str] = (),
         unique_key: str | None = None,
+        retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
+        execution_timeout: timedelta | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job given by wire name and encoded payload, for tools that have
         no ``@job`` class for it (the ``runwick jobs enqueue`` command).
@@ -149,6 +152,16 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
             idempotency_key: With a key, a second enqueue returns the first job (R-14).
             max_executions: Started runs allowed (R-1); None leaves it to the defaults.
             parents: Job IDs that must succeed first (R-15).
+            unique_key: While a job of this wire name with this key has not ended, the
+                enqueue returns it instead of a new one.
+            retry_delay: The delay before a retry (R-2): a timedelta sets the initial
+                delay, a pair ``(initial, maximum)`` both; None leaves it to the defaults.
+            execution_timeout: How long one run may take (R-7); None leaves it to the
+                defaults.
+
+        No ``@job`` declaration is known here: what is not given comes from this
+        client's ``job_defaults``, then the coordinator's JobDefaults, then the library
+        defaults (3 executions, 5 s doubling to 60 s, no timeout).
 
         Returns:
             The job's ID and state, and whether an idempotency key matched an earlier job.
@@ -169,6 +182,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
             max_executions=max_executions,
             parents=parents,
             unique_key=unique_key,
+            retry_delay=retry_delay,
+            execution_timeout=execution_timeout,
         )
         with translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())
@@ -219,6 +234,26 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls):
             token = response.next_page_token
             if not token:
                 return
+
+    async def list_jobs_page(
+        self,
+        *,
+        queue: str | None = None,
+        state: JobState | str | None = None,
+        wire_name: str | None = None,
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> tuple[list[JobInfo], str]:
+        """One page of ``list_jobs``: the jobs and the token of the next page (empty on
+        the last). ``page_size`` is clamped to the coordinator's maximum page size.
+
+        Raises:
+            ArgumentError: A malformed ``page_token`` (``PAGE_TOKEN_INVALID``), or a bad filter.
+        """
+        request = self._list_request(queue, state, wire_name, page_size, page_token)
+        with translated_rpc_errors():
+            response = await self._stub.ListJobs(request, **self._call_kwargs())
+        return [job_from_proto(job) for job in response.jobs], response.next_page_token
 
     async def attempts(self, job_id: str) -> list[AttemptInfo]:
         """Returns the job's attempts, oldest first, earlier generations included (each

@@ -14,6 +14,7 @@ from typing import Any, Self
 import grpc
 
 from worker_sdk._admin import AdminCalls
+from worker_sdk._bulk import BulkCalls
 from worker_sdk._client_base import DEFAULT_RPC_TIMEOUT, EnqueueItem, check_id, check_job_id
 from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
 from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_from_proto
@@ -23,7 +24,7 @@ from worker_sdk._queues import QueueCalls
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 
 
-class Client(AdminCalls, QueueCalls):
+class Client(AdminCalls, QueueCalls, BulkCalls):
     """The blocking twin of ``AsyncClient``: same arguments, same behaviour.
 
     Use it as ``with Client(...) as client:`` or call ``close()``.
@@ -92,6 +93,8 @@ class Client(AdminCalls, QueueCalls):
         max_executions: int | None = None,
         parents: Sequence[str] = (),
         unique_key: str | None = None,
+        retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
+        execution_timeout: timedelta | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job by wire name and encoded payload; see ``AsyncClient.enqueue_raw``."""
         request = self._raw_enqueue_request(
@@ -105,6 +108,8 @@ class Client(AdminCalls, QueueCalls):
             max_executions=max_executions,
             parents=parents,
             unique_key=unique_key,
+            retry_delay=retry_delay,
+            execution_timeout=execution_timeout,
         )
         with translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())
@@ -148,6 +153,21 @@ class Client(AdminCalls, QueueCalls):
             token = response.next_page_token
             if not token:
                 return
+
+    def list_jobs_page(
+        self,
+        *,
+        queue: str | None = None,
+        state: JobState | str | None = None,
+        wire_name: str | None = None,
+        page_size: int | None = None,
+        page_token: str = "",
+    ) -> tuple[list[JobInfo], str]:
+        """One page of jobs and the next page's token; see ``AsyncClient.list_jobs_page``."""
+        request = self._list_request(queue, state, wire_name, page_size, page_token)
+        with translated_rpc_errors():
+            response = self._stub.ListJobs(request, **self._call_kwargs())
+        return [job_from_proto(job) for job in response.jobs], response.next_page_token
 
     def attempts(self, job_id: str) -> list[AttemptInfo]:
         """Returns the job's attempts, oldest first; see ``AsyncClient.attempts``."""

@@ -16,7 +16,7 @@ from worker_sdk._convert import duration, enqueued_from_proto, state_to_proto
 from worker_sdk._errors import ArgumentError, CoordinatorError
 from worker_sdk._info import EnqueuedJob, JobState
 from worker_sdk._jobs import encode_payload, spec_of
-from worker_sdk._settings import JobConfig, SettingsLayer, pair
+from worker_sdk._settings import JobConfig, SettingsLayer, check_delay_pair, check_timeout, pair
 from worker_sdk.proto.runwick.v1 import job_service_pb2
 
 DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
@@ -171,8 +171,11 @@ class ClientBase:
         max_executions: int | None,
         parents: Sequence[str],
         unique_key: str | None = None,
+        retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
+        execution_timeout: timedelta | None = None,
     ) -> job_service_pb2.EnqueueRequest:
-        """One NewJob as given: only types are checked here, values by the coordinator."""
+        """One NewJob as given: only types are checked here, values by the coordinator
+        (the settings also here, as ``job_defaults`` checks them)."""
         if not isinstance(wire_name, str) or not isinstance(queue, str):
             raise ArgumentError("wire_name and queue must be str")
         if not isinstance(payload, bytes):
@@ -181,6 +184,7 @@ class ClientBase:
         _check_int("priority", priority)
         if max_executions is not None:
             _check_int("max_executions", max_executions)
+        settings = _raw_settings(max_executions, retry_delay, execution_timeout).over(self._defaults)
         message = job_service_pb2.NewJob(
             wire_name=wire_name,
             queue=queue,
@@ -188,7 +192,7 @@ class ClientBase:
             payload_version=payload_version,
             priority=priority,
             idempotency_key=_idempotency_key(idempotency_key),
-            settings=SettingsLayer(max_executions=max_executions).over(self._defaults).to_proto(),
+            settings=settings.to_proto(),
             parent_ids=_parents(parents),
             unique_key=_optional_key("unique_key", unique_key),
         )
@@ -260,6 +264,36 @@ class ClientBase:
 
     def _call_kwargs(self, timeout_s: float | None = None) -> dict[str, Any]:
         return {"metadata": self._metadata, "timeout": timeout_s or self._rpc_timeout_s}
+
+
+def _raw_settings(
+    max_executions: int | None,
+    retry_delay: timedelta | tuple[timedelta, timedelta] | None,
+    execution_timeout: timedelta | None,
+) -> SettingsLayer:
+    """A timedelta ``retry_delay`` sets the initial delay only, a pair both."""
+    initial: timedelta | None
+    maximum: timedelta | None
+    if retry_delay is None or isinstance(retry_delay, timedelta):
+        initial, maximum = retry_delay, None
+    else:
+        initial, maximum = _delay_pair(retry_delay)
+    if retry_delay is not None:
+        check_delay_pair("retry", initial, maximum)
+    if execution_timeout is not None:
+        check_timeout(execution_timeout)
+    return SettingsLayer(
+        max_executions=max_executions,
+        retry_initial_delay=initial,
+        retry_max_delay=maximum,
+        execution_timeout=execution_timeout,
+    )
+
+
+def _delay_pair(value: object) -> tuple[timedelta, timedelta]:
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise ArgumentError("retry_delay must be a pair (initial, maximum) of timedelta")
+    return value[0], value[1]
 
 
 def _check_int(name: str, value: object) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +19,8 @@ import grpc
 import grpc.aio
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from worker_sdk._config import WorkerConfig, build_config
+from worker_sdk._background import BackgroundWorker, start_in_background
+from worker_sdk._config import WorkerConfig, build_config, default_worker_id
 from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
@@ -44,8 +47,10 @@ class Worker:
 
     Register handlers with ``@worker.handler(PayloadType)``, add middleware with
     ``worker.use(...)``, then either embed it in a running asyncio program
-    (``async with worker:`` or ``await worker.start()`` / ``await worker.stop()``) or run
-    it standalone with ``worker.run()``, which drains on SIGTERM/SIGINT.
+    (``async with worker:`` or ``await worker.start()`` / ``await worker.stop()``), start
+    it on a thread of its own in a program without a loop (``worker.start_in_background()``,
+    returning a handle with ``stop(timeout)``), or run it standalone with ``worker.run()``,
+    which drains on SIGTERM/SIGINT.
 
     Args:
         target: The coordinator address, e.g. ``"runwick:7233"``; or a
@@ -135,6 +140,10 @@ class Worker:
             hello_timeout=hello_timeout,
             ack_timeout=ack_timeout,
         )
+        self._own_worker_id = worker_id is None
+        """The ID was made here: a process forked from this one makes its own (pre-fork
+        servers declare the worker in the master and start it in each child)."""
+        self._id_pid = os.getpid()
         if metrics_port is not None and not 0 <= metrics_port <= 65_535:
             raise ValueError(f"metrics_port must be 0 to 65535 or None, got {metrics_port!r}")
         self._metrics_registry = metrics_registry
@@ -152,7 +161,11 @@ class Worker:
 
     @property
     def worker_id(self) -> str:
-        """This worker's ID, sent in every Hello."""
+        """This worker's ID, sent in every Hello: unique per process (a default one is
+        made anew in a process forked from the one that declared the worker)."""
+        if self._own_worker_id and self._id_pid != os.getpid() and self._engine is None:
+            self._config = dataclasses.replace(self._config, worker_id=default_worker_id())
+            self._id_pid = os.getpid()
         return self._config.worker_id
 
     @property
@@ -207,6 +220,7 @@ class Worker:
         self._check_not_started("start again")
         if not self._handlers:
             raise RuntimeError("register at least one handler before starting the worker")
+        self.worker_id  # noqa: B018 - a forked process takes its own ID before it connects
         config = self._config
         host, port = self._metrics_address
         if port is not None and self._metrics_server is None:
@@ -274,6 +288,32 @@ class Worker:
                 self._metrics_server.server_close()
                 self._metrics_server = None
             logger.info("worker %s stopped", self._config.worker_id)
+
+    def start_in_background(self, *, start_timeout: timedelta = timedelta(seconds=30)) -> BackgroundWorker:
+        """Starts the worker on a thread of its own with its own event loop, for hosts
+        without one (Django, Flask, gunicorn's sync workers); returns at once.
+
+        Call ``stop(timeout)`` on the handle to drain and stop it (R-12); it is also
+        drained when the interpreter exits normally (the host's own graceful shutdown).
+        Signals stay the host's: the thread installs no handlers.
+
+        Under a pre-fork server (gunicorn), call it in each worker process after the fork
+        (its ``post_worker_init`` hook), never before: threads and gRPC channels do not
+        survive ``fork()``.
+
+        Args:
+            start_timeout: How long to wait for the thread to start the worker.
+
+        Raises:
+            RuntimeError: No handler is registered, or the worker was already started.
+            OSError: ``metrics_port`` cannot be bound.
+        """
+        self._check_not_started("start again")
+        if not self._handlers:
+            raise RuntimeError("register at least one handler before starting the worker")
+        return start_in_background(
+            self.worker_id, self.start, self.stop, self._config.drain_timeout, start_timeout.total_seconds()
+        )
 
     def run(self) -> None:
         """Runs the worker until SIGTERM or SIGINT, then drains and returns.

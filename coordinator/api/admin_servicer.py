@@ -10,7 +10,7 @@ import grpc
 
 from coordinator.api.auth import current_actor
 from coordinator.api.convert import duration, duration_ms, state_from_pb, state_to_pb, timestamp
-from coordinator.app import Coordinator
+from coordinator.app import BulkOutcome, ConnectedWorker, Coordinator, JobFilter, SkippedJob
 from coordinator.domain.records import DEFAULT_QUEUE, AuditEvent, QueueRecord, QueueStats, TokenRecord
 from coordinator.domain.schedules import CatchUp, NewScheduleSpec, ScheduleView
 from coordinator.errors import InvalidArgument
@@ -128,6 +128,67 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         older_than = duration_ms(request.older_than, "older_than") if request.HasField("older_than") else None
         purged = await self.app.purge_jobs(state, older_than, current_actor(context))
         return pb.PurgeJobsResponse(purged=purged)
+
+    # -- bulk operations and workers --------------------------------------------------------
+
+    async def BulkCancelJobs(
+        self, request: pb.BulkCancelJobsRequest, context: Context
+    ) -> pb.BulkCancelJobsResponse:
+        outcome = await self.app.bulk_cancel(job_filter_from_pb(request.filter), current_actor(context))
+        return pb.BulkCancelJobsResponse(
+            cancelled=outcome.done,
+            cancel_requested=outcome.requested,
+            skipped=outcome.skipped,
+            skipped_jobs=skipped_to_pb(outcome),
+        )
+
+    async def BulkRetryJobs(
+        self, request: pb.BulkRetryJobsRequest, context: Context
+    ) -> pb.BulkRetryJobsResponse:
+        outcome = await self.app.bulk_retry(
+            job_filter_from_pb(request.filter),
+            current_actor(context),
+            include_dependents=request.include_dependents,
+        )
+        return pb.BulkRetryJobsResponse(
+            retried=outcome.done,
+            reopened=outcome.reopened,
+            skipped=outcome.skipped,
+            skipped_jobs=skipped_to_pb(outcome),
+        )
+
+    async def ListWorkers(self, request: pb.ListWorkersRequest, context: Context) -> pb.ListWorkersResponse:
+        workers = await self.app.list_workers()
+        return pb.ListWorkersResponse(replica=self.app.replica, workers=[worker_to_pb(w) for w in workers])
+
+
+def job_filter_from_pb(message: pb.JobFilter) -> JobFilter:
+    return JobFilter(
+        queue=message.queue or None,
+        state=state_from_pb(message.state, "filter.state"),
+        wire_name=message.wire_name or None,
+    )
+
+
+def skipped_to_pb(outcome: BulkOutcome) -> list[pb.SkippedJob]:
+    return [_skipped_job(s) for s in outcome.skipped_jobs]
+
+
+def _skipped_job(skipped: SkippedJob) -> pb.SkippedJob:
+    return pb.SkippedJob(job_id=skipped.job_id, reason=skipped.reason, message=skipped.message)
+
+
+def worker_to_pb(worker: ConnectedWorker) -> pb.ConnectedWorker:
+    return pb.ConnectedWorker(
+        worker_id=worker.worker_id,
+        queues=list(worker.queues),
+        wire_names=list(worker.wire_names),
+        capacity=worker.capacity,
+        in_flight=worker.in_flight,
+        credit=worker.credit,
+        connected_at=timestamp(worker.connected_at_ms),
+        token_id=worker.token_id or "",
+    )
 
 
 def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:

@@ -54,6 +54,9 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "ResumeSchedule": Scope.MANAGE,
     _ADMIN + "DeleteSchedule": Scope.MANAGE,
     _ADMIN + "PurgeJobs": Scope.ADMIN,
+    _ADMIN + "BulkCancelJobs": Scope.MANAGE,
+    _ADMIN + "BulkRetryJobs": Scope.MANAGE,
+    _ADMIN + "ListWorkers": Scope.READ,
 }
 """R-21: the scope each RPC needs."""
 

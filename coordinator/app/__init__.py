@@ -4,5 +4,17 @@ API, the CLI's in-process commands, the dashboard) call only it."""
 
 from coordinator.app.facade import Coordinator
 from coordinator.app.offline import MigrationLocked, SchemaNotCurrent, migrate_database, open_scratch_store
+from coordinator.app.workers import ConnectedWorker
+from coordinator.service.bulk import BulkOutcome, JobFilter, SkippedJob
 
-__all__ = ["Coordinator", "MigrationLocked", "SchemaNotCurrent", "migrate_database", "open_scratch_store"]
+__all__ = [
+    "BulkOutcome",
+    "ConnectedWorker",
+    "Coordinator",
+    "JobFilter",
+    "MigrationLocked",
+    "SchemaNotCurrent",
+    "SkippedJob",
+    "migrate_database",
+    "open_scratch_store",
+]

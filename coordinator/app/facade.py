@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from coordinator.app.watch import TerminalWatch
+from coordinator.app.workers import ConnectedWorker
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
 from coordinator.domain.access import Actor, Principal
@@ -53,6 +56,15 @@ from coordinator.scheduler.stats import QueueStatistics
 from coordinator.service.activity import ActivityService
 from coordinator.service.audit import AuditLog
 from coordinator.service.batch import WorkerOps
+from coordinator.service.bulk import (
+    CANCELLABLE,
+    RETRYABLE,
+    BulkBatch,
+    BulkOutcome,
+    BulkService,
+    JobFilter,
+    check_filter,
+)
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 from coordinator.service.jobs import JobsService
@@ -95,6 +107,7 @@ class Coordinator:
         self.jobs = JobsService(store, clock, config, rng)
         self.ops = WorkerOps(store, clock, config, rng)
         self.manage = ManagementService(store, clock)
+        self.bulk = BulkService(self.manage)
         self.audit_log = AuditLog(store, config)
         self.queues = QueueService(store, clock, config)
         self.activity = ActivityService(store, clock)
@@ -136,6 +149,9 @@ class Coordinator:
             self.retention_service, self.executors, config.retention_ages_ms(), config.retention_interval_s
         )
         self._readiness_listeners: list[ReadinessListener] = []
+        self.replica = f"{socket.gethostname()}-{os.getpid()}"
+        """This process among the replicas: host name and process ID (``list_workers``)."""
+        self._connected_at_ms: dict[WorkerSession, int] = {}
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._dispatch_task: asyncio.Task[None] | None = None
@@ -391,6 +407,51 @@ class Coordinator:
         self._absorb(managed.effects)
         return managed.job, managed.reopened
 
+    async def bulk_cancel(self, job_filter: JobFilter, actor: Actor) -> BulkOutcome:
+        """R-8 for every job the filter selects that has not ended and existed when the
+        call began, in batches of at most ``max_page_size`` jobs, one transaction each;
+        each job is audited as a single cancel is. Raises InvalidArgument for an empty
+        filter or a terminal ``state``, before anything changes."""
+        states = check_filter(job_filter, CANCELLABLE, "cancel", self.bounds.max_wire_name_length)
+        return await self._bulk(
+            lambda after_id, by_ms: self.bulk.cancel_batch(job_filter, states, by_ms, after_id, actor)
+        )
+
+    async def bulk_retry(
+        self, job_filter: JobFilter, actor: Actor, *, include_dependents: bool = False
+    ) -> BulkOutcome:
+        """R-9 for every failed or cancelled job the filter selects, as ``bulk_cancel``
+        runs its batches. A job a single retry would refuse is skipped with its reason."""
+        states = check_filter(job_filter, RETRYABLE, "retry", self.bounds.max_wire_name_length)
+        outcome = BulkOutcome()
+        return await self._bulk(
+            lambda after_id, by_ms: self.bulk.retry_batch(
+                job_filter,
+                states,
+                by_ms,
+                after_id,
+                actor,
+                include_dependents=include_dependents,
+                reopened=frozenset(outcome.reopened_ids),
+            ),
+            outcome,
+        )
+
+    async def _bulk(
+        self, batch: Callable[[str | None, int], BulkBatch], outcome: BulkOutcome | None = None
+    ) -> BulkOutcome:
+        outcome = outcome or BulkOutcome()
+        created_by_ms = self.clock.now_ms()
+        after_id: str | None = None
+        while True:
+            done = await self.executors.write(batch, after_id, created_by_ms)
+            for effects in done.effects:
+                self._absorb(effects)
+            outcome.add(done)
+            if done.last_id is None:
+                return outcome
+            after_id = done.last_id
+
     async def reveal_error(self, attempt_id: str, actor: Actor) -> AttemptRecord:
         """R-22 (audited): the attempt with its exception message and full text."""
         return await self.executors.write(self.manage.reveal_error, attempt_id, actor)
@@ -530,7 +591,30 @@ class Coordinator:
     def connect_worker(self, hello: WorkerHello) -> WorkerSession:
         """Opens a session for a worker stream; raises Unavailable while shutting down."""
         self.check_accepting_workers()
-        return self.dispatcher.open(hello)
+        session = self.dispatcher.open(hello)
+        self._connected_at_ms[session] = self.clock.now_ms()
+        return session
 
     def disconnect_worker(self, session: WorkerSession) -> None:
+        self._connected_at_ms.pop(session, None)
         self.dispatcher.close(session)
+
+    async def list_workers(self) -> list[ConnectedWorker]:
+        """The worker streams open on this replica, oldest first, each with how many of
+        its jobs are reserved or running (read from the store, so a worker's claims
+        count wherever it is connected). Other replicas' streams are not known here."""
+        sessions = sorted(self.dispatcher.sessions, key=lambda s: s.number)
+        in_flight = await self.executors.read(self.store.in_flight_by_worker, [s.worker_id for s in sessions])
+        return [
+            ConnectedWorker(
+                worker_id=s.worker_id,
+                queues=s.queues,
+                wire_names=s.wire_names,
+                capacity=s.capacity,
+                in_flight=in_flight.get(s.worker_id, 0),
+                credit=s.credit,
+                connected_at_ms=self._connected_at_ms.get(s, 0),
+                token_id=s.token_id,
+            )
+            for s in sessions
+        ]

@@ -13,14 +13,17 @@ MIGRATION_TIMEOUTS = DatabaseTimeouts(pg_statement_timeout_ms=0)
 the short lock timeout, so it never queues long in front of the coordinators' writes."""
 
 
-def migrate_database(database_url: str, *, lock_timeout_s: float | None = None) -> None:
-    """Creates or upgrades the schema to this coordinator's (idempotent). On PostgreSQL
-    it waits up to ``lock_timeout_s`` (0: no limit) while another migration runs, then
-    raises MigrationLocked."""
+def migrate_database(
+    database_url: str, *, lock_timeout_s: float | None = None
+) -> tuple[str | None, str | None]:
+    """Creates or upgrades the schema to this coordinator's (idempotent) and returns the
+    schema revisions before (None: no schema yet) and after. On PostgreSQL it waits up
+    to ``lock_timeout_s`` (0: no limit) while another migration runs, then raises
+    MigrationLocked."""
     wait_ms = DEFAULT_LOCK_WAIT_MS if lock_timeout_s is None else round(lock_timeout_s * 1000)
     store = Store(database_url, timeouts=MIGRATION_TIMEOUTS)
     try:
-        store.migrate(lock_wait_ms=wait_ms)
+        return store.migrate(lock_wait_ms=wait_ms)
     finally:
         store.close()
 

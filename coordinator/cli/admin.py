@@ -4,16 +4,14 @@ calls, with a token that has the ``admin`` scope."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from itertools import islice
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
-from coordinator.cli.output import audit_json, show_time, table, token_json
+from coordinator.cli.jobs import MAX_LIMIT, add_paging_flags
+from coordinator.cli.output import Column, emit, output_mode, show_time, table, to_json
 from worker_sdk import Client
 
 SCOPES = ("enqueue", "read", "manage", "reveal", "work", "admin")
-_MAX_PAGE = 500
 
 
 def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,13 +38,13 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     listing.add_argument("--all", action="store_true", help="include revoked tokens")
     add_connection_flags(listing)
     revoke = actions.add_parser("revoke", help="revoke a token by its ID")
-    revoke.add_argument("token_id")
+    revoke.add_argument("token_id", help="the token's ID (from `tokens list`)")
     add_connection_flags(revoke)
 
     audit = commands.add_parser("audit", help="list audit events, newest first (needs admin)")
     audit.add_argument("--action", help="only this action, e.g. attempt.reveal_error")
     audit.add_argument("--about", help="only events about this job, attempt or token ID")
-    audit.add_argument("--limit", type=int, default=50)
+    add_paging_flags(audit, "events")
     add_connection_flags(audit)
 
 
@@ -70,8 +68,8 @@ def _split(values: list[str]) -> list[str]:
 
 def _create(client: Client, options: argparse.Namespace) -> int:
     created = client.create_token(options.name, _split(options.scopes), queues=_split(options.queues))
-    if options.json:
-        print(json.dumps({"token": token_json(created.token), "secret": created.secret}))
+    if output_mode(options) == "json":
+        emit({"token": to_json(created.token), "secret": created.secret})
         return 0
     token = created.token
     print(f"created token {token.id} ({token.name}): scopes {','.join(token.scopes)}", file=sys.stderr)
@@ -82,50 +80,74 @@ def _create(client: Client, options: argparse.Namespace) -> int:
 
 def _list(client: Client, options: argparse.Namespace) -> int:
     tokens = client.list_tokens(include_revoked=options.all)
-    if options.json:
-        print(json.dumps([token_json(t) for t in tokens]))
+    mode = output_mode(options)
+    if mode == "json":
+        emit({"tokens": [to_json(t) for t in tokens]})
         return 0
+    wide = mode == "wide"
     table(
-        ["id", "name", "scopes", "queues", "created", "revoked"],
+        [
+            Column("id", keep=True),
+            Column("name"),
+            Column("scopes", max_width=24),
+            Column("queues", max_width=16),
+            Column("created", wide_only=True),
+            Column("created by", wide_only=True),
+            Column("revoked"),
+        ],
         [
             [
                 t.id,
                 t.name,
                 ",".join(t.scopes),
                 ",".join(t.queues) or "-",
-                show_time(t.created_at, "seconds"),
-                show_time(t.revoked_at, "seconds") if t.revoked_at else "-",
+                show_time(t.created_at, wide=wide),
+                t.created_by or "-",
+                show_time(t.revoked_at, wide=wide),
             ]
             for t in tokens
         ],
+        wide=wide,
     )
     return 0
 
 
 def _revoke(client: Client, options: argparse.Namespace) -> int:
     token = client.revoke_token(options.token_id)
-    if options.json:
-        print(json.dumps(token_json(token)))
+    if output_mode(options) == "json":
+        emit({"token": to_json(token)})
     else:
         print(f"revoked token {token.id} ({token.name})")
     return 0
 
 
 def _audit(client: Client, options: argparse.Namespace) -> int:
-    limit = max(options.limit, 1)
-    found = client.list_audit_events(
-        action=options.action or None, target=options.about or None, page_size=min(limit, _MAX_PAGE)
-    )
-    events = list(islice(found, limit))
-    if options.json:
-        print(json.dumps([audit_json(e) for e in events]))
+    filters = {"action": options.action or None, "target": options.about or None}
+    if options.all:
+        events = list(client.list_audit_events(**filters, page_size=MAX_LIMIT))
+        token = ""
+    else:
+        events, token = client.list_audit_events_page(
+            **filters, page_size=options.limit, page_token=options.page_token
+        )
+    mode = output_mode(options)
+    if mode == "json":
+        emit({"events": [to_json(e) for e in events], "next_page_token": token})
         return 0
+    wide = mode == "wide"
     table(
-        ["time", "actor", "action", "target", "peer", "detail"],
+        [
+            Column("time"),
+            Column("actor"),
+            Column("action"),
+            Column("target", keep=True),
+            Column("peer", wide_only=True),
+            Column("detail"),
+        ],
         [
             [
-                show_time(e.at, "seconds"),
-                f"{e.actor_name} ({e.actor_token_id})" if e.actor_token_id else e.actor_name,
+                show_time(e.at, wide=wide),
+                f"{e.actor_name} ({e.actor_token_id})" if wide and e.actor_token_id else e.actor_name,
                 e.action,
                 e.target,
                 e.peer,
@@ -133,5 +155,8 @@ def _audit(client: Client, options: argparse.Namespace) -> int:
             ]
             for e in events
         ],
+        wide=wide,
     )
+    if token:
+        print(f"more events: add --page-token {token} for the next page, or --all", file=sys.stderr)
     return 0

@@ -13,13 +13,15 @@ import os
 import sys
 from collections.abc import Callable
 
-from worker_sdk import Client, ConnectionOptions, RunwickError, Unauthenticated
+from coordinator.cli.output import add_output_flags
+from worker_sdk import Client, ConnectionOptions, CoordinatorUnavailable, RunwickError, Unauthenticated
 
 DEFAULT_TARGET = "127.0.0.1:7233"
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    """``--target``, ``--token``, ``--ca``, ``--cert``, ``--key``, ``--tls`` and ``--json``."""
+    """``--target``, ``--token``, ``--ca``, ``--cert``, ``--key``, ``--tls``, and the
+    output flags ``--output`` and ``--json``."""
     env = os.environ.get
     parser.add_argument(
         "--target",
@@ -44,7 +46,7 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
         default=env("RUNWICK_TLS", "") not in ("", "0", "false"),
         help="speak TLS trusting the system's CAs (implied by --ca/--cert) [RUNWICK_TLS=1]",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_output_flags(parser)
 
 
 def connection_options(options: argparse.Namespace) -> ConnectionOptions:
@@ -86,6 +88,14 @@ def run_client_command(options: argparse.Namespace, command: Callable[[Client], 
             print(f"runwick: {failure(exc)}", file=sys.stderr)
             if isinstance(exc, Unauthenticated) and not options.token:
                 print("runwick: pass a token with --token or RUNWICK_TOKEN", file=sys.stderr)
+            if isinstance(exc, CoordinatorUnavailable) and exc.reason is None:
+                # No answer from a coordinator at all (a refused or failed connection):
+                # most often the wrong address.
+                print(
+                    f"runwick: no coordinator answered at {options.target}: check --target or "
+                    "RUNWICK_TARGET (host:port of `runwick serve`) and that it is running",
+                    file=sys.stderr,
+                )
             return 1
         except ValueError as exc:
             print(f"runwick: {exc}", file=sys.stderr)

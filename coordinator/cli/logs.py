@@ -10,7 +10,11 @@ import os
 def add_logging_flags(parser: argparse.ArgumentParser) -> None:
     """Adds the flags ``worker_sdk.configure_logging`` takes."""
     env = os.environ.get
-    parser.add_argument("--log-level", default=env("RUNWICK_LOG_LEVEL", "INFO"), help="[RUNWICK_LOG_LEVEL]")
+    parser.add_argument(
+        "--log-level",
+        default=env("RUNWICK_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO (default), WARNING or ERROR [RUNWICK_LOG_LEVEL]",
+    )
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),

@@ -1,48 +1,36 @@
 """``runwick jobs cancel|retry|reveal-error``.
 
 ``cancel`` and ``retry`` take one job ID, or select jobs by filter (``--state``,
-``--queue``, ``--wire-name``) and act on each after a confirmation (``--yes`` skips it),
-with a progress bar on stderr. A job whose state changed in between is skipped.
+``--queue``, ``--wire-name``): then one bulk RPC does the work on the coordinator, in
+bounded batches, each job audited as a single cancel or retry is. Before a bulk action
+the command asks for confirmation (``--yes`` skips it); a spinner shows on stderr only
+when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TextIO
+from collections.abc import Callable, Iterator
 
-from coordinator.cli.connect import add_connection_flags, failure
-from coordinator.cli.output import job_json, revealed_json
-from worker_sdk import (
-    Client,
-    FailedPrecondition,
-    JobInfo,
-    JobNotFound,
-    JobState,
-    PermissionDenied,
-    RunwickError,
-    Unauthenticated,
-)
+from rich.console import Console
+
+from coordinator.cli.connect import add_connection_flags
+from coordinator.cli.output import emit, fields_view, output_mode, to_json
+from worker_sdk import BulkResult, Client, JobInfo, JobState
 
 _RETRYABLE = {JobState.FAILED, JobState.CANCELLED}
-_SKIPPED = (FailedPrecondition, JobNotFound)
-"""Failures that mean the job changed since it was listed."""
-_REFUSED = (Unauthenticated, PermissionDenied)
-"""Failures that stop a bulk action: every other job would fail the same way."""
-_PAGE_SIZE = 500
-_BAR_WIDTH = 30
+_PREVIEW = 500
+"""Jobs listed to count a bulk action's selection before asking."""
 
 
 def add_manage_commands(
     actions: argparse._SubParsersAction[argparse.ArgumentParser], states: list[str]
 ) -> None:
     helps = {
-        "cancel": "cancel a job, or every job a filter selects (R-8; needs the manage scope)",
-        "retry": "retry a failed or cancelled job by hand, or every one a filter selects "
-        "(R-9; needs the manage scope)",
+        "cancel": "cancel a job, or every job a filter selects that has not ended (needs manage)",
+        "retry": "retry a failed or cancelled job by hand, or every one a filter selects (needs manage)",
     }
     for name, text in helps.items():
         parser = actions.add_parser(name, help=text)
@@ -62,37 +50,44 @@ def add_manage_commands(
         "reveal-error",
         help="show an attempt's exception message and full text (needs the reveal scope; audited)",
     )
-    reveal.add_argument("attempt_id")
+    reveal.add_argument("attempt_id", help="the attempt's ID (from `jobs get`)")
     add_connection_flags(reveal)
-
-
-def _cancel(client: Client, options: argparse.Namespace) -> int:
-    return _one_or_many(client, options, _CANCEL)
-
-
-def _retry(client: Client, options: argparse.Namespace) -> int:
-    return _one_or_many(client, options, _RETRY)
 
 
 def _reveal_error(client: Client, options: argparse.Namespace) -> int:
     revealed = client.reveal_error(options.attempt_id)
-    if options.json:
-        print(json.dumps(revealed_json(revealed)))
+    if output_mode(options) == "json":
+        emit({"revealed": to_json(revealed)})
         return 0
-    rows = [
-        ("attempt", revealed.attempt_id),
-        ("job", revealed.job_id),
-        ("generation", str(revealed.generation)),
-        ("code", revealed.error_code or "-"),
-        ("exception type", revealed.exception_type or "-"),
-        ("message", revealed.message or "-"),
-    ]
-    for name, value in rows:
-        print(f"{name.ljust(14)}  {value}")
+    fields_view(
+        [
+            ("attempt", revealed.attempt_id),
+            ("job", revealed.job_id),
+            ("generation", str(revealed.generation)),
+            ("code", revealed.error_code or "-"),
+            ("exception type", revealed.exception_type or "-"),
+            ("message", revealed.message or "-"),
+        ]
+    )
     if revealed.detail:
         print()
         print(revealed.detail.rstrip("\n"))
     return 0
+
+
+def _cancel(client: Client, options: argparse.Namespace) -> int:
+    if options.job_id:
+        _no_filters(options)
+        return _show_one(client.cancel(options.job_id), options, _cancel_result)
+    return _bulk(client, options, "cancel", lambda job: not job.state.terminal)
+
+
+def _retry(client: Client, options: argparse.Namespace) -> int:
+    if options.job_id:
+        _no_filters(options)
+        job = client.retry(options.job_id, include_dependents=options.include_dependents)
+        return _show_one(job, options, _retry_result)
+    return _bulk(client, options, "retry", lambda job: job.state in _RETRYABLE)
 
 
 MANAGE_COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
@@ -102,13 +97,22 @@ MANAGE_COMMANDS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
 }
 
 
-@dataclass(frozen=True)
-class _Action:
-    verb: str
-    done: str
-    eligible: Callable[[JobInfo], bool]
-    call: Callable[[Client, str, argparse.Namespace], JobInfo]
-    describe: Callable[[JobInfo], str]
+def _filters(options: argparse.Namespace) -> dict[str, str]:
+    found = {"state": options.state, "queue": options.queue, "wire name": options.wire_name}
+    return {name: value for name, value in found.items() if value}
+
+
+def _no_filters(options: argparse.Namespace) -> None:
+    if _filters(options):
+        raise ValueError("give a job ID or filters (--state, --queue, --wire-name), not both")
+
+
+def _show_one(job: JobInfo, options: argparse.Namespace, describe: Callable[[JobInfo], str]) -> int:
+    if output_mode(options) == "json":
+        emit({"job": to_json(job)})
+    else:
+        print(describe(job))
+    return 0
 
 
 def _cancel_result(job: JobInfo) -> str:
@@ -121,72 +125,61 @@ def _retry_result(job: JobInfo) -> str:
     return f"{job.id}  {job.state.value}, generation {job.generation}"
 
 
-def _call_cancel(client: Client, job_id: str, options: argparse.Namespace) -> JobInfo:
-    return client.cancel(job_id)
-
-
-def _call_retry(client: Client, job_id: str, options: argparse.Namespace) -> JobInfo:
-    return client.retry(job_id, include_dependents=options.include_dependents)
-
-
-_CANCEL = _Action("cancel", "cancelled", lambda j: not j.state.terminal, _call_cancel, _cancel_result)
-_RETRY = _Action("retry", "retried", lambda j: j.state in _RETRYABLE, _call_retry, _retry_result)
-
-
-@dataclass
-class _Tally:
-    done: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-
-
-def _one_or_many(client: Client, options: argparse.Namespace, action: _Action) -> int:
-    filters = {"state": options.state, "queue": options.queue, "wire name": options.wire_name}
-    chosen = {name: value for name, value in filters.items() if value}
-    if options.job_id and chosen:
-        raise ValueError("give a job ID or filters (--state, --queue, --wire-name), not both")
-    if options.job_id:
-        job = action.call(client, options.job_id, options)
-        if options.json:
-            print(json.dumps(job_json(job)))
-        else:
-            print(action.describe(job))
-        return 0
+def _bulk(client: Client, options: argparse.Namespace, verb: str, eligible: Callable[[JobInfo], bool]) -> int:
+    chosen = _filters(options)
     if not chosen:
         raise ValueError("give a job ID, or select jobs with --state, --queue or --wire-name")
-    # Every job the filters select (all pages), listed before anything changes.
-    listed = client.list_jobs(
-        queue=options.queue, state=options.state, wire_name=options.wire_name, page_size=_PAGE_SIZE
-    )
-    selected = [job.id for job in list(listed) if action.eligible(job)]
     what = ", ".join(f"{name} {value}" for name, value in chosen.items())
-    if not selected:
-        print(f"no job to {action.verb} ({what})", file=sys.stderr)
-        return 0
-    if not options.yes and not _confirm(f"{action.verb.capitalize()} {len(selected)} job(s) ({what})?"):
-        print("runwick: nothing done", file=sys.stderr)
-        return 1
-    tally = _Tally()
-    for index, job_id in enumerate(selected, start=1):
-        try:
-            action.call(client, job_id, options)
-            tally.done.append(job_id)
-        except RunwickError as exc:
-            if exc.status_code is None:
-                raise
-            if isinstance(exc, _REFUSED):
-                _progress(sys.stderr, index - 1, len(selected), action.done, end=True)
-                raise
-            target = tally.skipped if isinstance(exc, _SKIPPED) else tally.failed
-            target[job_id] = failure(exc)
-        _progress(sys.stderr, index, len(selected), action.done, end=index == len(selected))
-    if options.json:
-        print(json.dumps({action.done: tally.done, "skipped": tally.skipped, "failed": tally.failed}))
+    filters = {"queue": options.queue, "state": options.state, "wire_name": options.wire_name}
+    if not options.yes:
+        page, more = client.list_jobs_page(**filters, page_size=_PREVIEW)
+        count = sum(1 for job in page if eligible(job))
+        if not count and not more:
+            print(f"no job to {verb} ({what})", file=sys.stderr)
+            return 0
+        many = f"about {count}+" if more else str(count)
+        if not _confirm(f"{verb.capitalize()} {many} job(s) ({what})?"):
+            print("runwick: nothing done", file=sys.stderr)
+            return 1
+    with _spinner(f"{verb} of the jobs with {what} in progress on the coordinator"):
+        if verb == "cancel":
+            result = client.bulk_cancel(**filters)
+        else:
+            result = client.bulk_retry(**filters, include_dependents=options.include_dependents)
+    _show_bulk(verb, result, options)
+    return 0
+
+
+def _show_bulk(verb: str, result: BulkResult, options: argparse.Namespace) -> None:
+    skipped = [to_json(s) for s in result.skipped_jobs]
+    if output_mode(options) == "json":
+        if verb == "cancel":
+            counts = {"cancelled": result.done, "cancel_requested": result.cancel_requested}
+        else:
+            counts = {"retried": result.done, "reopened": result.reopened}
+        emit({**counts, "skipped": result.skipped, "skipped_jobs": skipped})
+        return
+    if verb == "cancel":
+        line = f"cancelled {result.done}, cancel requested {result.cancel_requested} (running)"
     else:
-        print(f"{action.done} {len(tally.done)}, skipped {len(tally.skipped)}, failed {len(tally.failed)}")
-        for job_id, reason in {**tally.skipped, **tally.failed}.items():
-            print(f"  {job_id}  {reason}")
-    return 1 if tally.failed else 0
+        line = f"retried {result.done}"
+        if options.include_dependents:
+            line += f", dependents re-opened {result.reopened}"
+    print(f"{line}, skipped {result.skipped}")
+    for job in result.skipped_jobs:
+        print(f"  {job.job_id}  {job.reason}: {job.message}")
+    if result.skipped > len(result.skipped_jobs):
+        print(f"  ... and {result.skipped - len(result.skipped_jobs)} more")
+
+
+@contextlib.contextmanager
+def _spinner(text: str) -> Iterator[None]:
+    """A spinner on stderr while the call runs, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    with Console(stderr=True).status(text):
+        yield
 
 
 def _confirm(question: str) -> bool:
@@ -197,12 +190,3 @@ def _confirm(question: str) -> bool:
         print(file=sys.stderr)
         return False
     return answer.strip().lower() in ("y", "yes")
-
-
-def _progress(stream: TextIO, done: int, total: int, verb: str, *, end: bool) -> None:
-    filled = _BAR_WIDTH * done // total if total else _BAR_WIDTH
-    bar = "#" * filled + "." * (_BAR_WIDTH - filled)
-    stream.write(f"\r[{bar}] {done}/{total} {verb}")
-    if end:
-        stream.write("\n")
-    stream.flush()

@@ -1,215 +1,242 @@
-"""What the client commands print: aligned tables and times for people, and for
-``--json`` the SDK's values in the shape these commands have always printed.
+"""What the client commands print: tables that fit the terminal for people, one JSON
+object for scripts (``--output table|wide|json``; ``--json`` is ``--output json``).
 
-That shape is protobuf's JSON mapping of the wire messages (``MessageToDict`` with the
-.proto field names): fields in .proto order, unset and zero values left out, enums by
-their wire names (``JOB_STATE_FAILED``), times and durations as RFC 3339 strings, bytes
-in base64 and int64 as a string. ``job_json`` and its siblings rebuild it from the SDK's
-values, field by field, so scripts keep reading what they read before.
+The JSON of every object is made here, by one rule, from the SDK's values (the
+documented shapes are in docs/cli-json.md):
+
+- the SDK's field names (``JobInfo.wire_name`` is ``wire_name``), every field present,
+  ``null`` when unset;
+- states, outcomes and other enumerations by their SDK values (``"available"``);
+- times as RFC 3339 UTC strings with milliseconds (``2026-12-01T10:00:00.000Z``);
+- durations in seconds, the key ending in ``_s`` (``retry_delay_s``);
+- bytes (payloads, outputs) under two keys: ``<name>`` holds the decoded JSON value when
+  the bytes are UTF-8 JSON, else ``<name>_base64`` holds them in base64 (the other one,
+  or both when there are none, ``null``);
+- a command prints one object: a single thing under its name (``{"job": ...}``), lists
+  under the plural (``{"jobs": [...], "next_page_token": ...}``).
+
+Tables: columns are truncated with an ellipsis to the terminal's width (``COLUMNS``, or
+80 when stdout is not a terminal); IDs are never cut. ``wide`` shows more columns and
+cuts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
+import dataclasses
+import io
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from worker_sdk import (
-    AttemptInfo,
-    AuditEvent,
-    JobInfo,
-    JobSettings,
-    JobState,
-    Outcome,
-    RevealedError,
-    ScheduleInfo,
-    TokenInfo,
-)
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+OUTPUT_MODES = ("table", "wide", "json")
+_WIDE_WIDTH = 100_000
+"""Wide tables are as wide as their cells."""
 
 
-def table(headers: list[str], rows: list[list[str]]) -> None:
-    """Prints ``rows`` under ``headers`` in columns two spaces apart."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
-    for row in [headers, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
-def show_time(moment: datetime | None, timespec: str = "milliseconds") -> str:
-    """ISO 8601 in UTC; an unset time shows as the epoch, the wire's zero value."""
-    return (moment or _EPOCH).isoformat(timespec=timespec)
-
-
-def job_json(job: JobInfo) -> dict[str, Any]:
-    """A job as ``--json`` prints it (the wire ``Job``)."""
-    return _message(
-        id=job.id,
-        wire_name=job.wire_name,
-        queue=job.queue,
-        payload=job.payload,
-        payload_version=job.payload_version,
-        priority=job.priority,
-        state=job.state,
-        run_at=job.run_at,
-        idempotency_key=job.idempotency_key,
-        settings=_settings_json(job.settings),
-        executions=job.executions,
-        unstarted_abandonments=job.unstarted_abandonments,
-        generation=job.generation,
-        current_attempt_id=job.current_attempt_id,
-        lease_expires_at=job.lease_expires_at,
-        created_at=job.created_at,
-        updated_at=job.updated_at,
-        finished_at=job.finished_at,
-        last_error_code=job.last_error_code,
-        output=job.output,
-        parent_ids=job.parent_ids,
-        cancel_requested=job.cancel_requested,
-        child_ids=job.child_ids,
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """``--output`` and its shorthand ``--json``."""
+    parser.add_argument(
+        "--output",
+        "-o",
+        choices=OUTPUT_MODES,
+        default=os.environ.get("RUNWICK_OUTPUT") or "table",
+        help="table: fit the terminal (default); wide: every column, nothing cut; "
+        "json: one JSON object (docs/cli-json.md) [RUNWICK_OUTPUT]",
     )
+    parser.add_argument("--json", action="store_true", help="the same as --output json")
 
 
-def _settings_json(settings: JobSettings) -> dict[str, Any]:
-    # The coordinator sends every effective value on a job, and no_execution_timeout
-    # exactly when there is no timeout.
-    return _message(
-        max_executions=settings.max_executions,
-        retry_initial_delay=settings.retry_initial_delay,
-        retry_max_delay=settings.retry_max_delay,
-        execution_timeout=settings.execution_timeout,
-        no_execution_timeout=settings.execution_timeout is None,
-        max_unstarted_abandonments=settings.max_unstarted_abandonments,
-        unstarted_initial_delay=settings.unstarted_initial_delay,
-        unstarted_max_delay=settings.unstarted_max_delay,
-    )
+def output_mode(options: argparse.Namespace) -> str:
+    """``table``, ``wide`` or ``json``."""
+    if getattr(options, "json", False):
+        return "json"
+    mode: str = getattr(options, "output", "table")
+    if mode not in OUTPUT_MODES:  # a default from RUNWICK_OUTPUT, which argparse does not check
+        raise ValueError(f"RUNWICK_OUTPUT must be one of {', '.join(OUTPUT_MODES)}, got {mode!r}")
+    return mode
 
 
-def attempt_json(attempt: AttemptInfo) -> dict[str, Any]:
-    """An attempt as ``--json`` prints it (the wire ``Attempt``)."""
-    return _message(
-        id=attempt.id,
-        job_id=attempt.job_id,
-        generation=attempt.generation,
-        worker_id=attempt.worker_id,
-        execution_number=attempt.execution_number,
-        claimed_at=attempt.claimed_at,
-        started_at=attempt.started_at,
-        finished_at=attempt.finished_at,
-        outcome=attempt.outcome,
-        error_code=attempt.error_code,
-        exception_type=attempt.exception_type,
-        retry_delay=attempt.retry_delay,
-    )
+def wants_json(options: argparse.Namespace) -> bool:
+    return output_mode(options) == "json"
 
 
-def revealed_json(revealed: RevealedError) -> dict[str, Any]:
-    """A revealed error as ``--json`` prints it (the wire ``RevealErrorResponse``)."""
-    return _message(
-        attempt_id=revealed.attempt_id,
-        job_id=revealed.job_id,
-        generation=revealed.generation,
-        error_code=revealed.error_code,
-        exception_type=revealed.exception_type,
-        message=revealed.message,
-        detail=revealed.detail,
-    )
+# -- JSON ------------------------------------------------------------------------------
 
 
-def token_json(token: TokenInfo) -> dict[str, Any]:
-    """A token as ``--json`` prints it (the wire ``Token``)."""
-    return _message(
-        id=token.id,
-        name=token.name,
-        scopes=token.scopes,
-        queues=token.queues,
-        created_at=token.created_at,
-        created_by=token.created_by,
-        revoked_at=token.revoked_at,
-    )
+def emit(document: dict[str, object]) -> None:
+    """Prints one JSON object on one line."""
+    print(json.dumps(document, ensure_ascii=False))
 
 
-def audit_json(event: AuditEvent) -> dict[str, Any]:
-    """An audit event as ``--json`` prints it (the wire ``AuditEvent``)."""
-    return _message(
-        id=str(event.id) if event.id else None,  # int64: a string in protobuf's JSON
-        at=event.at,
-        actor_token_id=event.actor_token_id,
-        actor_name=event.actor_name,
-        action=event.action,
-        target=event.target,
-        peer=event.peer,
-        detail=event.detail,
-    )
+def to_json(value: object) -> dict[str, Any]:
+    """An SDK value (a dataclass) as the commands print it (see the module docstring)."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        raise TypeError(f"not an SDK value: {value!r}")
+    document: dict[str, Any] = {}
+    for item in dataclasses.fields(value):
+        _put(document, item.name, getattr(value, item.name))
+    return document
 
 
-def schedule_json(schedule: ScheduleInfo) -> dict[str, Any]:
-    """A schedule as ``--json`` prints it (the wire ``Schedule``)."""
-    return _message(
-        name=schedule.name,
-        cron=schedule.cron,
-        timezone=schedule.timezone,
-        wire_name=schedule.wire_name,
-        payload=schedule.payload,
-        queue=schedule.queue,
-        catch_up=f"CATCH_UP_{schedule.catch_up.name}",
-        paused=schedule.paused,
-        created_at=schedule.created_at,
-        updated_at=schedule.updated_at,
-        last_tick=schedule.last_tick,
-        last_job_id=schedule.last_job_id,
-        next_runs=[_json_value(moment) for moment in schedule.next_runs],
-        skipped_ticks=[_json_value(moment) for moment in schedule.skipped_ticks],
-    )
+def _put(document: dict[str, Any], name: str, value: object) -> None:
+    if isinstance(value, timedelta) or (value is None and name in _DURATIONS):
+        document[f"{name}_s"] = None if value is None else value.total_seconds()
+    elif isinstance(value, bytes) or (value is None and name in _BYTES):
+        document[name], document[f"{name}_base64"] = bytes_json(value)
+    else:
+        document[name] = json_value(value)
 
 
-def _message(**fields: object) -> dict[str, Any]:
-    """The JSON object of a message with these fields, given in .proto order."""
-    return {name: _json_value(value) for name, value in fields.items() if not _unset(value)}
+_DURATIONS = {"execution_timeout", "retry_delay", "oldest_available_age"}
+"""Optional duration fields: unset, they still print as ``<name>_s: null``."""
+_BYTES = {"output", "payload"}
+"""Optional bytes fields: unset, they print as ``null``."""
 
 
-def _unset(value: object) -> bool:
-    """True for what protobuf leaves out: unset fields and proto3 zero values (a set
-    message field, even an empty or zero one, stays)."""
-    if value is None:
-        return True
-    if isinstance(value, datetime | timedelta | dict):
-        return False
-    return not value
-
-
-def _json_value(value: object) -> object:
-    if isinstance(value, JobState):
-        return f"JOB_STATE_{value.name}"
-    if isinstance(value, Outcome):
-        return f"OUTCOME_{value.name}"
+def json_value(value: object) -> Any:
+    if value is None or (isinstance(value, bool | int | float | str) and not isinstance(value, Enum)):
+        return value
+    if isinstance(value, Enum):
+        return value.value
     if isinstance(value, datetime):
-        stamp = Timestamp()
-        stamp.FromDatetime(value)
-        return stamp.ToJsonString()
+        return show_instant(value)
     if isinstance(value, timedelta):
-        duration = Duration()
-        duration.FromTimedelta(value)
-        return duration.ToJsonString()
+        return value.total_seconds()
+    if isinstance(value, tuple | list):
+        return [json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(json_value(key)): json_value(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_json(value)
     if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, tuple):
-        return list(value)
-    return value
+        return bytes_json(value)[0]
+    raise TypeError(f"no JSON form for {type(value).__name__}")
 
 
-def show_bytes(data: bytes | None, limit: int = 200) -> str:
-    """A payload or output for a person: its text when it is UTF-8 (cut at ``limit``
-    characters), else its size."""
+def bytes_json(data: bytes | None) -> tuple[Any, str | None]:
+    """``(decoded JSON, None)`` for UTF-8 JSON bytes, ``(None, base64)`` for other bytes,
+    ``(None, None)`` for none (or the empty bytes list views carry)."""
+    if not data:
+        return None, None
+    try:
+        return json.loads(data.decode("utf-8")), None
+    except (UnicodeDecodeError, ValueError):
+        return None, base64.b64encode(data).decode("ascii")
+
+
+def show_instant(moment: datetime) -> str:
+    """RFC 3339 in UTC with milliseconds and ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- people ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    keep: bool = False
+    """Never cut (IDs): the other columns give way."""
+    wide_only: bool = False
+    """Shown only with ``--output wide``."""
+    max_width: int | None = None
+    """In table mode, cut cells longer than this first (lists such as scopes)."""
+
+
+def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool = False) -> None:
+    """Prints ``rows`` under the headers, fitted to the terminal (or, ``wide``, whole)."""
+    shown = [index for index, column in enumerate(columns) if wide or not column.wide_only]
+    grid = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
+    for index in shown:
+        column = columns[index]
+        if column.keep or wide:
+            width = _keep_width(column, rows, index)
+            grid.add_column(column.header, no_wrap=True, overflow="ignore", min_width=width)
+        else:
+            grid.add_column(
+                column.header,
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=len(column.header),
+                max_width=column.max_width,
+            )
+    for row in rows:
+        grid.add_row(*(Text(str(row[index])) for index in shown))
+    terminal = sys.stdout.isatty()
+    width = _WIDE_WIDTH if wide else Console(file=sys.stdout).width
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=terminal,
+        color_system="auto" if terminal else None,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=False,
+    )
+    console.print(grid)
+    for line in buffer.getvalue().splitlines():
+        print(line.rstrip())
+
+
+def _keep_width(column: Column, rows: Sequence[Sequence[str]], index: int) -> int:
+    return max([len(column.header), *(len(str(row[index])) for row in rows)])
+
+
+def fields_view(rows: Sequence[tuple[str, str]]) -> None:
+    """Prints ``name  value`` lines, names aligned (a single object for people)."""
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        lines = value.splitlines() or [""]
+        print(f"{name.ljust(width)}  {lines[0]}".rstrip())
+        for more in lines[1:]:
+            print(f"{' ' * width}  {more}".rstrip())
+
+
+def show_time(moment: datetime | None, *, wide: bool = True) -> str:
+    """A time for people: ``-`` when unset; UTC to the second in tables (to the
+    millisecond, RFC 3339, when ``wide``)."""
+    if moment is None:
+        return "-"
+    if wide:
+        return show_instant(moment)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def show_age(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long ago, in one unit: ``12s``, ``5m``, ``3h``, ``2d``."""
+    if moment is None:
+        return "-"
+    seconds = max(int(((now or datetime.now(UTC)) - moment).total_seconds()), 0)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def show_bytes(data: bytes | None, limit: int = 500) -> str:
+    """A payload or output for a person: its JSON or text when it is UTF-8 (cut at
+    ``limit`` characters), else its size."""
     if data is None:
         return "-"
+    if not data:
+        return "(empty)"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return f"({len(data)} bytes, not text)"
+        return f"({len(data)} bytes, not text; --json shows them in base64)"
     if not text.isprintable():
         text = text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= limit else text[:limit] + f"… ({len(data)} bytes)"

@@ -8,12 +8,12 @@ Without ``--yes`` it asks first, on a terminal; with stdin not a terminal it ref
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import timedelta
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
 from coordinator.cli.durations import EXAMPLES, DurationError, format_duration_ms, parse_duration_ms
+from coordinator.cli.output import emit, output_mode
 from worker_sdk import Client
 
 PURGEABLE_STATES = ("succeeded", "failed", "cancelled")
@@ -62,8 +62,8 @@ def run_purge(options: argparse.Namespace) -> int:
                 print("runwick: nothing done", file=sys.stderr)
                 return 1
         purged = client.purge_jobs(options.state, timedelta(milliseconds=older_than_ms))
-        if options.json:
-            print(json.dumps({"purged": purged, "state": options.state, "older_than_ms": older_than_ms}))
+        if output_mode(options) == "json":
+            emit({"purged": purged, "state": options.state, "older_than_s": older_than_ms / 1000})
         else:
             print(f"purged {purged} {options.state} job(s)")
         return 0

@@ -4,10 +4,9 @@ Listing needs the ``read`` scope, changes ``manage``."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
-from coordinator.cli.output import table
+from coordinator.cli.output import Column, emit, output_mode, table, to_json
 from worker_sdk import Client, JobState, QueueInfo
 
 _SHOWN_STATES = (
@@ -61,23 +60,11 @@ def _limit(text: str) -> int | None:
         raise ValueError(f"limit must be a whole number of 1 or more, or none; got {text!r}") from None
 
 
-def queue_json(queue: QueueInfo) -> dict[str, object]:
-    """A queue as ``--json`` prints it: the SDK's field names, counts by state name."""
-    return {
-        "name": queue.name,
-        "paused": queue.paused,
-        "concurrency_limit": queue.concurrency_limit,
-        "counts": {state.value: count for state, count in queue.counts.items()},
-        "oldest_available_age_s": (
-            queue.oldest_available_age.total_seconds() if queue.oldest_available_age is not None else None
-        ),
-    }
-
-
 def _list(client: Client, options: argparse.Namespace) -> int:
     queues = client.list_queues()
-    if options.json:
-        print(json.dumps([queue_json(q) for q in queues]))
+    mode = output_mode(options)
+    if mode == "json":
+        emit({"queues": [to_json(q) for q in queues]})
         return 0
     rows = []
     for queue in queues:
@@ -92,13 +79,15 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 f"{age.total_seconds():.1f}s" if age is not None else "-",
             ]
         )
-    table(["queue", "paused", "limit", *(s.value for s in _SHOWN_STATES), "oldest"], rows)
+    columns = [Column("queue", keep=True), Column("paused"), Column("limit")]
+    columns += [Column(s.value) for s in _SHOWN_STATES]
+    table([*columns, Column("oldest")], rows, wide=mode == "wide")
     return 0
 
 
 def _show(queue: QueueInfo, options: argparse.Namespace) -> int:
-    if options.json:
-        print(json.dumps(queue_json(queue)))
+    if output_mode(options) == "json":
+        emit({"queue": to_json(queue)})
     else:
         limit = queue.concurrency_limit if queue.concurrency_limit is not None else "none"
         print(f"{queue.name}  {'paused' if queue.paused else 'running'}, limit {limit}")

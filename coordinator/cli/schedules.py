@@ -7,7 +7,7 @@ import argparse
 import json
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
-from coordinator.cli.output import schedule_json, show_time, table
+from coordinator.cli.output import Column, emit, output_mode, show_time, table, to_json
 from worker_sdk import CatchUp, Client, ScheduleInfo
 
 CATCH_UP = [policy.value for policy in CatchUp]
@@ -27,7 +27,7 @@ def add_schedules_commands(commands: argparse._SubParsersAction[argparse.Argumen
     create.add_argument("--timezone", required=True, help="IANA time zone, e.g. Europe/Berlin or UTC")
     create.add_argument("--wire-name", required=True, help="job type of the jobs it enqueues")
     create.add_argument("--payload", default="{}", help="JSON payload of each job (default {})")
-    create.add_argument("--queue", default="default")
+    create.add_argument("--queue", default="default", help="queue of each job (default: default)")
     create.add_argument(
         "--catch-up",
         choices=CATCH_UP,
@@ -46,7 +46,7 @@ def add_schedules_commands(commands: argparse._SubParsersAction[argparse.Argumen
     }
     for name, text in helps.items():
         parser = actions.add_parser(name, help=text)
-        parser.add_argument("name")
+        parser.add_argument("name", help="the schedule's name")
         add_connection_flags(parser)
 
 
@@ -64,8 +64,8 @@ def run_schedules_command(options: argparse.Namespace) -> int:
         }
         call, done = calls[action]
         schedule = call(options.name)
-        if options.json:
-            print(json.dumps(schedule_json(schedule)))
+        if output_mode(options) == "json":
+            emit({"schedule": to_json(schedule)})
         else:
             print(f"{done} schedule {schedule.name}{_next(schedule) if action == 'resume' else ''}")
         return 0
@@ -87,8 +87,8 @@ def _create(client: Client, options: argparse.Namespace) -> int:
         queue=options.queue,
         catch_up=options.catch_up,
     )
-    if options.json:
-        print(json.dumps(schedule_json(schedule)))
+    if output_mode(options) == "json":
+        emit({"schedule": to_json(schedule)})
     else:
         print(f"created schedule {schedule.name}{_next(schedule)}")
     return 0
@@ -97,26 +97,28 @@ def _create(client: Client, options: argparse.Namespace) -> int:
 def _next(schedule: ScheduleInfo) -> str:
     if not schedule.next_runs:
         return ": no next run"
-    return "; next runs " + ", ".join(show_time(moment, "seconds") for moment in schedule.next_runs)
+    return "; next runs " + ", ".join(show_time(moment, wide=False) for moment in schedule.next_runs)
 
 
 def _list(client: Client, options: argparse.Namespace) -> int:
     schedules = list(client.list_schedules())
-    if options.json:
-        print(json.dumps([schedule_json(s) for s in schedules]))
+    mode = output_mode(options)
+    if mode == "json":
+        emit({"schedules": [to_json(s) for s in schedules]})
         return 0
+    wide = mode == "wide"
     table(
         [
-            "name",
-            "cron",
-            "timezone",
-            "wire name",
-            "queue",
-            "catch-up",
-            "state",
-            "next run",
-            "last run",
-            "skipped",
+            Column("name", keep=True),
+            Column("cron"),
+            Column("timezone", wide_only=True),
+            Column("wire name"),
+            Column("queue", wide_only=True),
+            Column("catch-up", wide_only=True),
+            Column("state"),
+            Column("next run"),
+            Column("last run", wide_only=True),
+            Column("skipped", wide_only=True),
         ],
         [
             [
@@ -127,12 +129,13 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 s.queue,
                 s.catch_up.value,
                 "paused" if s.paused else "active",
-                show_time(s.next_runs[0], "seconds") if s.next_runs else "-",
-                show_time(s.last_tick, "seconds") if s.last_tick else "-",
+                show_time(s.next_runs[0] if s.next_runs else None, wide=wide),
+                show_time(s.last_tick, wide=wide),
                 _skipped(s),
             ]
             for s in schedules
         ],
+        wide=wide,
     )
     return 0
 
@@ -140,4 +143,4 @@ def _list(client: Client, options: argparse.Namespace) -> int:
 def _skipped(schedule: ScheduleInfo) -> str:
     if not schedule.skipped_ticks:
         return "-"
-    return f"{len(schedule.skipped_ticks)} (newest {show_time(schedule.skipped_ticks[0], 'seconds')})"
+    return f"{len(schedule.skipped_ticks)} (newest {show_time(schedule.skipped_ticks[0], wide=False)})"

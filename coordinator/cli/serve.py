@@ -353,26 +353,45 @@ def announce_bootstrap_token(token: str | None, token_file: str | None) -> None:
 
 
 def run_migrate(options: argparse.Namespace) -> int:
-    """``runwick migrate``: creates or upgrades the schema."""
+    """``runwick migrate``: creates or upgrades the schema and says which it did."""
     configure_logging(options.log_level, options.log_format)
     quiet_libraries()
     from coordinator.app import MigrationLocked
     from coordinator.config import ConfigError
 
     try:
-        migrate_schema(database_url(options), lock_timeout_s=options.lock_timeout)
+        url = database_url(options)
+        before, after = migrate_schema(url, lock_timeout_s=options.lock_timeout)
     except (ConfigError, MigrationLocked) as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
-    _say("database schema is up to date", options.log_format == "json")
+    where = _redacted(url)
+    if before is None:
+        said = f"created the database schema (revision {after}) in {where}"
+    elif before != after:
+        said = f"upgraded the database schema from revision {before} to {after} in {where}"
+    else:
+        said = f"the database schema is already up to date (revision {after}) in {where}; nothing changed"
+    _say(said, options.log_format == "json", revision_before=before, revision=after)
     return 0
 
 
-def migrate_schema(database_url: str, *, lock_timeout_s: float | None = None) -> None:
+def _redacted(url: str) -> str:
+    """The database URL without its password, to print."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+
+
+def migrate_schema(
+    database_url: str, *, lock_timeout_s: float | None = None
+) -> tuple[str | None, str | None]:
     """Creates or upgrades the coordinator's schema in ``database_url`` (also used by
-    ``runwick bench`` for its scratch database). On PostgreSQL one migration runs at a
-    time (an advisory lock); waiting longer than ``lock_timeout_s`` for it raises
-    MigrationLocked."""
+    ``runwick bench`` for its scratch database) and returns the revisions before and
+    after. On PostgreSQL one migration runs at a time (an advisory lock); waiting longer
+    than ``lock_timeout_s`` for it raises MigrationLocked."""
     from coordinator.app import migrate_database
 
-    migrate_database(database_url, lock_timeout_s=lock_timeout_s)
+    return migrate_database(database_url, lock_timeout_s=lock_timeout_s)

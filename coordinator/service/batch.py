@@ -26,6 +26,7 @@ from coordinator.domain.records import AttemptRecord, JobRecord, QueueRecord, Wo
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import (
     CoordinatorError,
+    FailedPrecondition,
     InvalidArgument,
     JobOutputTooLarge,
     NotFound,
@@ -215,6 +216,19 @@ class _BatchRun:
                 return ResultAnswer(attempt_id, True, attempt.job_state_after, attempt.retry_delay_ms)
             return ResultAnswer(attempt_id, False, reason=f"attempt already ended {attempt.outcome.value}")
         job = self._current(attempt_id)
+        if job is not None and job.state is JobState.RESERVED and attempt.started_at_ms is None:
+            # Not superseded: still the job's current claim, but its handler was never
+            # authorized. Nothing changes; the claim waits for its start or its lease.
+            return _refused(
+                attempt_id,
+                FailedPrecondition(
+                    f"attempt {attempt_id} was never started: send a StartRequest and report a "
+                    "result only after the start is granted (the claim stays reserved until then "
+                    "or until its lease lapses)",
+                    reason="ATTEMPT_NOT_STARTED",
+                    metadata={"attempt_id": attempt_id},
+                ),
+            )
         if job is None or job.state is not JobState.RUNNING:
             return ResultAnswer(attempt_id, False, reason="superseded attempt")
         bounds = self.tx.bounds

@@ -40,9 +40,11 @@ class ManagementService:
         """R-8: ends a job that is not running at once; flags a running one, whose worker
         is then told (``effects.cancel_pushes``). Raises FailedPrecondition for terminal jobs."""
         canonical = require_id("id", job_id)
-        return self.store.transact(lambda tx: self._cancel(tx, canonical, actor), what="a cancel")
+        return self.store.transact(lambda tx: self.cancel_in(tx, canonical, actor), what="a cancel")
 
-    def _cancel(self, tx: Tx, job_id: str, actor: Actor) -> Managed:
+    def cancel_in(self, tx: Tx, job_id: str, actor: Actor, *, bulk: str | None = None) -> Managed:
+        """``cancel`` inside the caller's transaction (a bulk cancel's batch names its
+        filter as ``bulk``, for the audit event). A refusal raises before any write."""
         job = _locked_job(tx, job_id)
         decision = decide_cancel(job.view())
         if decision.action is CancelAction.REFUSE:
@@ -76,6 +78,8 @@ class ManagementService:
             if job.worker_id is not None and attempt_id is not None:
                 writes.effects.cancel_pushes.append(CancelPush(job.worker_id, attempt_id))
             detail = "cancel requested while running"
+        if bulk is not None:
+            detail += f" (bulk: {bulk})"
         writes.flush()
         tx.insert_audit_event(audit.event(actor, audit.JOB_CANCEL, job_id, now, detail))
         return Managed(_locked_job(tx, job_id), writes.effects)
@@ -88,10 +92,14 @@ class ManagementService:
         other states, and when a parent of the job failed (retry that parent instead)."""
         canonical = require_id("id", job_id)
         return self.store.transact(
-            lambda tx: self._retry(tx, canonical, actor, include_dependents), what="a retry"
+            lambda tx: self.retry_in(tx, canonical, actor, include_dependents), what="a retry"
         )
 
-    def _retry(self, tx: Tx, job_id: str, actor: Actor, include_dependents: bool) -> Managed:
+    def retry_in(
+        self, tx: Tx, job_id: str, actor: Actor, include_dependents: bool, *, bulk: str | None = None
+    ) -> Managed:
+        """``retry`` inside the caller's transaction (see ``cancel_in``). A refusal raises
+        before any write."""
         job = _locked_job(tx, job_id)
         decision = decide_manual_retry(job.view())
         if not decision.allowed:
@@ -115,6 +123,8 @@ class ManagementService:
         detail = f"{job.state.value}, generation {job.generation} -> {decision.generation}"
         if include_dependents:
             detail += f", {len(reopened)} dependents re-opened"
+        if bulk is not None:
+            detail += f" (bulk: {bulk})"
         tx.insert_audit_event(audit.event(actor, audit.JOB_RETRY, job_id, now, detail))
         return Managed(_locked_job(tx, job_id), writes.effects, tuple(reopened))
 

@@ -17,7 +17,7 @@ from coordinator.domain.records import (
     TokenRecord,
     Transition,
 )
-from coordinator.domain.states import JobState
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.rows import (
     attempt_from_row,
     event_from_row,
@@ -78,6 +78,21 @@ def list_jobs(
     query = select(*_LIST_COLUMNS).where(*conditions).order_by(jobs.c.id.desc()).limit(limit)
     rows = conn.execute(query).all()
     return [job_from_mapping({**row._mapping, "payload": b"", "output": None}) for row in rows]
+
+
+def in_flight_by_worker(conn: Connection, worker_ids: Sequence[str]) -> dict[str, int]:
+    """How many jobs each worker holds reserved or running (the leased index)."""
+    if not worker_ids:
+        return {}
+    query = (
+        select(jobs.c.worker_id, func.count())
+        .where(
+            jobs.c.state.in_([s.value for s in LEASED_STATES]),
+            jobs.c.worker_id.in_(sorted(set(worker_ids))),
+        )
+        .group_by(jobs.c.worker_id)
+    )
+    return {worker_id: int(count) for worker_id, count in conn.execute(query)}
 
 
 def relatives(conn: Connection, job_id: str) -> Relatives:

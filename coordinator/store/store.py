@@ -113,9 +113,14 @@ class Store:
         view.bounds = bounds.validate()
         return view
 
-    def migrate(self, *, lock_wait_ms: int = migrations.DEFAULT_LOCK_WAIT_MS) -> None:
-        """Creates or upgrades the schema (``migrate.upgrade``)."""
+    def migrate(
+        self, *, lock_wait_ms: int = migrations.DEFAULT_LOCK_WAIT_MS
+    ) -> tuple[str | None, str | None]:
+        """Creates or upgrades the schema (``migrate.upgrade``); returns the revisions
+        before and after (``None`` before: the database had no schema)."""
+        before = migrations.current_revision(self._write_engine)
         migrations.upgrade(self._write_engine, lock_wait_ms=lock_wait_ms)
+        return before, migrations.current_revision(self._write_engine)
 
     def close(self) -> None:
         self._write_engine.dispose()
@@ -215,6 +220,11 @@ class Store:
             return reads.list_jobs(
                 conn, queue=queue, state=state, wire_name=wire_name, after_id=after_id, limit=limit
             )
+
+    def in_flight_by_worker(self, worker_ids: Sequence[str]) -> dict[str, int]:
+        """Jobs reserved or running per worker ID (workers holding none are left out)."""
+        with self._reading() as conn:
+            return reads.in_flight_by_worker(conn, worker_ids)
 
     def relatives(self, job_id: str) -> Relatives:
         """The job's parents and children (R-15)."""

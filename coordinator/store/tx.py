@@ -93,6 +93,29 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             found.update((r.id, r) for r in map(job_from_row, self._conn.execute(query)))
         return found
 
+    def selected_jobs(
+        self,
+        *,
+        states: Sequence[JobState],
+        queue: str | None,
+        wire_name: str | None,
+        created_by_ms: int,
+        after_id: str | None,
+        limit: int,
+    ) -> list[JobRecord]:
+        """A bulk operation's next batch, locked: jobs in ``states`` (and ``queue``,
+        ``wire_name`` when given) created by ``created_by_ms``, in id order after
+        ``after_id``, at most ``limit``."""
+        conditions = [jobs.c.state.in_([s.value for s in states]), jobs.c.created_at_ms <= created_by_ms]
+        if queue is not None:
+            conditions.append(jobs.c.queue == queue)
+        if wire_name is not None:
+            conditions.append(jobs.c.wire_name == wire_name)
+        if after_id is not None:
+            conditions.append(jobs.c.id > after_id)
+        query = self._locked(select(jobs).where(*conditions).order_by(jobs.c.id).limit(limit))
+        return [job_from_row(r) for r in self._conn.execute(query)]
+
     def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
         found: dict[str, AttemptRecord] = {}
         for chunk in chunks(sorted(set(ids))):

@@ -550,6 +550,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             else:
                 assert answer.error is None, answer  # stale, not refused
             return False
+        if job.current == attempt.id and job.state is JobState.RESERVED and attempt.started_at is None:
+            # Not superseded: never started. Refused for that, and nothing changes.
+            assert not answer.accepted and answer.error is not None, answer
+            assert answer.error.reason == "ATTEMPT_NOT_STARTED", answer
+            return False
         if job.current != attempt.id or job.state is not JobState.RUNNING:
             assert (answer.accepted, answer.error) == (False, None), answer  # superseded
             return False

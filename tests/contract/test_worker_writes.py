@@ -528,6 +528,25 @@ def test_r11_a_result_after_a_release_is_stale(harness: Harness) -> None:
     assert harness.snapshot(job_id) == before
 
 
+def test_a_result_for_a_claim_never_started_is_refused_for_that_and_changes_nothing(
+    harness: Harness,
+) -> None:
+    """Not superseded (it is still the job's current claim): never started. The answer
+    says so, and the claim waits for its start as before."""
+    job_id = harness.enqueue()
+    claimed = harness.claim_one(job_id)
+    before = harness.snapshot(job_id)
+
+    answer = harness.report(claimed.attempt_id, Outcome.SUCCEEDED, output=b"early")
+
+    assert answer.accepted is False and answer.error is not None
+    assert answer.error.reason == "ATTEMPT_NOT_STARTED"
+    assert "never started" in answer.reason and "superseded" not in answer.reason
+    assert harness.snapshot(job_id) == before
+    assert harness.start(claimed.attempt_id).granted  # the claim is still good
+    assert harness.report(claimed.attempt_id, Outcome.SUCCEEDED, output=b"ok").accepted
+
+
 MALFORMED_ATTEMPT_IDS = ["", "not-a-uuid", "bad\x00id", UNKNOWN_ATTEMPT.upper(), "x" * 300]
 
 

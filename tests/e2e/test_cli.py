@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 async def test_jobs_enqueue_get_list_for_people_and_scripts(coordinator: Coordinator) -> None:
     target = ("--target", coordinator.target)
     enqueued = await runwick("jobs", "enqueue", "billing.invoice", "--payload", '{"n": 1}', "--json", *target)
-    job_id = json.loads(enqueued.stdout)["id"]
+    job_id = json.loads(enqueued.stdout)["enqueued"]["id"]
     await runwick(
         "jobs", "enqueue", "billing.invoice", "--run-at", "2099-01-01T00:00:00Z", "--queue", "late", *target
     )
@@ -32,10 +32,10 @@ async def test_jobs_enqueue_get_list_for_people_and_scripts(coordinator: Coordin
     assert as_json["attempts"] == []
 
     listed = await runwick("jobs", "list", "--json", *target)
-    assert {j["queue"] for j in json.loads(listed.stdout)} == {"default", "late"}
+    assert {j["queue"] for j in json.loads(listed.stdout)["jobs"]} == {"default", "late"}
     scheduled = await runwick("jobs", "list", "--state", "scheduled", *target)
     lines = scheduled.stdout.strip().splitlines()
-    assert lines[0].split()[:2] == ["id", "wire"] and len(lines) == 2 and "late" in lines[1]
+    assert lines[0].split()[:2] == ["id", "state"] and len(lines) == 2 and "late" in lines[1]
 
 
 async def test_jobs_commands_report_bad_input_clearly(coordinator: Coordinator) -> None:
@@ -65,9 +65,9 @@ async def test_migrate_then_serve_on_postgresql(postgres_url: str) -> None:
         assert "runwick migrate" in refused.stderr
 
         migrated = await runwick("migrate", "--database-url", url)
-        assert "up to date" in migrated.stdout
+        assert "created the database schema (revision" in migrated.stdout
         again = await runwick("migrate", "--database-url", url)  # idempotent
-        assert "up to date" in again.stdout
+        assert "already up to date" in again.stdout and "nothing changed" in again.stdout
         engine = create_engine(url)
         with engine.connect() as conn:
             tables = set(

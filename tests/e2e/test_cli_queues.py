@@ -18,7 +18,7 @@ async def test_queues_list_pause_resume_and_limit(coordinator: Coordinator) -> N
     await runwick("jobs", "enqueue", "billing.invoice", "--queue", "billing", *target)
     await runwick("jobs", "enqueue", "billing.invoice", "--queue", "billing", *target)
 
-    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)
+    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
     assert [(q["name"], q["paused"], q["concurrency_limit"], q["counts"]["available"]) for q in listed] == [
         ("billing", False, None, 2)
     ]
@@ -26,7 +26,9 @@ async def test_queues_list_pause_resume_and_limit(coordinator: Coordinator) -> N
 
     paused = await runwick("queues", "pause", "billing", *target)
     assert paused.stdout.strip() == "billing  paused, limit none"
-    limited = json.loads((await runwick("queues", "limit", "billing", "3", "--json", *target)).stdout)
+    limited = json.loads((await runwick("queues", "limit", "billing", "3", "--json", *target)).stdout)[
+        "queue"
+    ]
     assert (limited["paused"], limited["concurrency_limit"]) == (True, 3)
     await runwick("queues", "resume", "billing", *target)
     cleared = await runwick("queues", "limit", "billing", "none", *target)
@@ -47,5 +49,5 @@ async def test_queue_commands_refuse_bad_input(coordinator: Coordinator) -> None
     assert zero.returncode == 1 and "INVALID_ARGUMENT: limit" in zero.stderr and "got 0" in zero.stderr
     word = await runwick("queues", "limit", "billing", "many", *target, check=False)
     assert word.returncode == 2 and "'many'" in word.stderr
-    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)
+    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
     assert (listed[0]["paused"], listed[0]["concurrency_limit"]) == (False, None)

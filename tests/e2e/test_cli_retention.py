@@ -87,12 +87,12 @@ async def test_purge_removes_the_jobs_older_than_asked_and_says_how_many(
     assert [await _exists(client, job_id) for job_id in [*old, *young, ran]] == [False, False, True, True]
 
     everything = await runwick("purge", "--state", "cancelled", "--older-than", "0", "-y", "--json", *target)
-    assert json.loads(everything.stdout) == {"purged": 1, "state": "cancelled", "older_than_ms": 0}
+    assert json.loads(everything.stdout) == {"purged": 1, "state": "cancelled", "older_than_s": 0.0}
     succeeded = await runwick("purge", "--state", "succeeded", "--older-than", "1d12h", "--yes", *target)
     assert succeeded.stdout.strip() == "purged 0 succeeded job(s)"
     assert await _exists(client, ran)
 
-    audit = json.loads((await runwick("audit", "--action", "jobs.purge", "--json", *target)).stdout)
+    audit = json.loads((await runwick("audit", "--action", "jobs.purge", "--json", *target)).stdout)["events"]
     assert [(e["action"], e["target"]) for e in audit] == [
         ("jobs.purge", "succeeded"),
         ("jobs.purge", "cancelled"),
@@ -200,7 +200,7 @@ async def test_bad_purge_input_is_refused_naming_the_field_and_removes_nothing(
 
     assert _counts(coordinator) == before
     audit = await runwick("audit", "--action", "jobs.purge", "--json", *target)
-    assert json.loads(audit.stdout) == []
+    assert json.loads(audit.stdout) == {"events": [], "next_page_token": ""}
 
 
 async def test_serve_purges_by_its_retention_flags(database_url: str, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ a real subprocess against a real coordinator, for people and for scripts."""
 
 from __future__ import annotations
 
-import base64
 import json
 
 import pytest
@@ -21,17 +20,17 @@ async def test_schedules_commands_for_people_and_scripts(coordinator: Coordinato
         *("--wire-name", "reports.nightly", "--payload", '{"kind": "daily"}', "--queue", "reports"),
         *("--catch-up", "run_once", "--json", *target),
     )
-    schedule = json.loads(created.stdout)
+    schedule = json.loads(created.stdout)["schedule"]
     assert schedule["name"] == "nightly-report"
     assert (schedule["cron"], schedule["timezone"], schedule["queue"]) == (
         "30 2 * * *",
         "Europe/Berlin",
         "reports",
     )
-    assert schedule["catch_up"] == "CATCH_UP_RUN_ONCE"
-    assert base64.b64decode(schedule["payload"]) == b'{"kind": "daily"}'
-    assert len(schedule["next_runs"]) == 3 and schedule["next_runs"][0].endswith(":30:00Z")
-    assert "paused" not in schedule and "skipped_ticks" not in schedule  # zero values left out
+    assert schedule["catch_up"] == "run_once"
+    assert (schedule["payload"], schedule["payload_base64"]) == ({"kind": "daily"}, None)
+    assert len(schedule["next_runs"]) == 3 and schedule["next_runs"][0].endswith(":30:00.000Z")
+    assert (schedule["paused"], schedule["skipped_ticks"], schedule["last_tick"]) == (False, [], None)
 
     hourly = await runwick(
         "schedules",
@@ -48,22 +47,24 @@ async def test_schedules_commands_for_people_and_scripts(coordinator: Coordinato
     assert hourly.stdout.startswith("created schedule hourly; next runs ")
 
     table = (await runwick("schedules", "list", *target)).stdout.strip().splitlines()
-    assert table[0].split()[:3] == ["name", "cron", "timezone"]
+    assert table[0].split()[:3] == ["name", "cron", "wire"]
     assert [line.split()[0] for line in table[1:]] == ["hourly", "nightly-report"]
-    assert "run_once" in table[2] and "active" in table[2] and "Europe/Berlin" in table[2]
+    wide = (await runwick("schedules", "list", "--output", "wide", *target)).stdout.strip().splitlines()
+    assert wide[0].split()[:3] == ["name", "cron", "timezone"]
+    assert "run_once" in wide[2] and "active" in wide[2] and "Europe/Berlin" in wide[2]
 
     paused = await runwick("schedules", "pause", "nightly-report", *target)
     assert paused.stdout.strip() == "paused schedule nightly-report"
-    listed = json.loads((await runwick("schedules", "list", "--json", *target)).stdout)
-    assert [(s["name"], s.get("paused", False), len(s.get("next_runs", []))) for s in listed] == [
+    listed = json.loads((await runwick("schedules", "list", "--json", *target)).stdout)["schedules"]
+    assert [(s["name"], s["paused"], len(s["next_runs"])) for s in listed] == [
         ("hourly", False, 3),
         ("nightly-report", True, 0),
     ]
     resumed = await runwick("schedules", "resume", "nightly-report", *target)
     assert resumed.stdout.startswith("resumed schedule nightly-report; next runs ")
     deleted = json.loads((await runwick("schedules", "delete", "hourly", "--json", *target)).stdout)
-    assert deleted["name"] == "hourly"
-    remaining = json.loads((await runwick("schedules", "list", "--json", *target)).stdout)
+    assert deleted["schedule"]["name"] == "hourly"
+    remaining = json.loads((await runwick("schedules", "list", "--json", *target)).stdout)["schedules"]
     assert [s["name"] for s in remaining] == ["nightly-report"]
 
 
@@ -97,5 +98,5 @@ async def test_schedules_commands_report_bad_input_clearly(coordinator: Coordina
     )
     assert bad_policy.returncode == 2 and "--catch-up" in bad_policy.stderr
 
-    [kept] = json.loads((await runwick("schedules", "list", "--json", *target)).stdout)
+    [kept] = json.loads((await runwick("schedules", "list", "--json", *target)).stdout)["schedules"]
     assert (kept["name"], kept["cron"], kept["timezone"]) == ("nightly", "0 3 * * *", "UTC")

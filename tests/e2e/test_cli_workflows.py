@@ -47,7 +47,7 @@ async def test_enqueue_under_a_parent_show_relatives_and_retry_with_dependents(
                 *target,
             )
         ).stdout
-    )["id"]
+    )["enqueued"]["id"]
     child = json.loads(
         (
             await runwick(
@@ -62,7 +62,7 @@ async def test_enqueue_under_a_parent_show_relatives_and_retry_with_dependents(
                 *target,
             )
         ).stdout
-    )
+    )["enqueued"]
     assert child["state"] == "waiting"
 
     shown = (await runwick("jobs", "get", child["id"], *target)).stdout
@@ -72,12 +72,12 @@ async def test_enqueue_under_a_parent_show_relatives_and_retry_with_dependents(
 
     await asyncio.to_thread(_fail_the_job_of, coordinator, "p")
     failed = json.loads((await runwick("jobs", "get", child["id"], "--json", *target)).stdout)["job"]
-    assert (failed["state"], failed["last_error_code"]) == ("JOB_STATE_FAILED", "parent_failed")
+    assert (failed["state"], failed["last_error_code"]) == ("failed", "parent_failed")
 
     await runwick("jobs", "retry", parent, "--include-dependents", *target)
 
     reopened = json.loads((await runwick("jobs", "get", child["id"], "--json", *target)).stdout)["job"]
-    assert (reopened["state"], reopened["generation"]) == ("JOB_STATE_WAITING", 2)
+    assert (reopened["state"], reopened["generation"]) == ("waiting", 2)
 
 
 async def test_an_unknown_parent_is_refused_naming_it(coordinator: Coordinator) -> None:
@@ -93,6 +93,6 @@ async def test_an_unknown_parent_is_refused_naming_it(coordinator: Coordinator) 
 async def test_enqueue_with_a_unique_key_returns_the_unfinished_job(coordinator: Coordinator) -> None:
     target = ("--target", coordinator.target)
     args = ("jobs", "enqueue", "tests.step", "--unique-key", "nightly", "--json", *target)
-    first = json.loads((await runwick(*args)).stdout)
-    again = json.loads((await runwick(*args)).stdout)
+    first = json.loads((await runwick(*args)).stdout)["enqueued"]
+    again = json.loads((await runwick(*args)).stdout)["enqueued"]
     assert (again["id"], again["existing"], first["existing"]) == (first["id"], True, False)

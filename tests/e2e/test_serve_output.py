@@ -70,7 +70,7 @@ async def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedP
 
 async def token_names(target: str, token: str) -> list[str]:
     listed = await runwick("tokens", "list", "--json", "--target", target, token=token)
-    return [item["name"] for item in json.loads(listed.stdout)]
+    return [item["name"] for item in json.loads(listed.stdout)["tokens"]]
 
 
 async def test_json_logs_parse_line_by_line_and_never_hold_the_token(
@@ -265,14 +265,16 @@ async def test_the_database_url_is_read_from_a_mounted_file(tmp_path: Path) -> N
     migrated = await run_cli(["migrate", "--log-format", "json"], env)
     assert migrated.returncode == 0 and database.exists(), migrated.stderr
     said = [json.loads(line)["message"] for line in (migrated.stdout + migrated.stderr).splitlines()]
-    assert json.loads(migrated.stdout)["message"] == "database schema is up to date"
+    result = json.loads(migrated.stdout)
+    assert result["message"].startswith("created the database schema (revision ")
+    assert result["revision_before"] is None and result["revision"]
     assert [line for line in said if line.startswith("database schema migrated from none to ")]
     log = tmp_path / "serve.log"
     process = serve(log, "--insecure", *QUIET, env=env)
     try:
         target = await wait_listening(process, log)
         enqueued = await runwick("jobs", "enqueue", "tests.noop", "--json", "--target", target)
-        job_id = json.loads(enqueued.stdout)["id"]
+        job_id = json.loads(enqueued.stdout)["enqueued"]["id"]
     finally:
         assert await stop(process) == 0
     engine = create_engine(f"sqlite:///{database}")

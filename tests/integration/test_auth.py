@@ -195,6 +195,21 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                     ),
                     metadata=md,
                 ),
+                "BulkCancelJobs": lambda: api.tokens.BulkCancelJobs(
+                    admin_service_pb2.BulkCancelJobsRequest(
+                        filter=admin_service_pb2.JobFilter(queue="no-such-queue")
+                    ),
+                    metadata=md,
+                ),
+                "BulkRetryJobs": lambda: api.tokens.BulkRetryJobs(
+                    admin_service_pb2.BulkRetryJobsRequest(
+                        filter=admin_service_pb2.JobFilter(queue="no-such-queue")
+                    ),
+                    metadata=md,
+                ),
+                "ListWorkers": lambda: api.tokens.ListWorkers(
+                    admin_service_pb2.ListWorkersRequest(), metadata=md
+                ),
                 "CreateToken": lambda: api.tokens.CreateToken(
                     admin_service_pb2.CreateTokenRequest(name="made-in-matrix", scopes=["read"]), metadata=md
                 ),

@@ -1,20 +1,20 @@
-"""The client commands' ``--json`` shapes: rebuilt from the SDK's values, they are what
-protobuf's ``MessageToDict`` made of the wire messages (what the commands printed when
-they called raw stubs), key order included."""
+"""The client commands' JSON: one shape per object, made from the SDK's values by one
+rule (SDK names, every field present, lower-case enum values, RFC 3339 UTC times,
+``*_s`` durations, payload and output as JSON or ``*_base64``), as docs/cli-json.md
+says."""
 
 from __future__ import annotations
 
+import base64
 import json
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
-import pytest
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.json_format import MessageToDict
-from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from coordinator.cli.output import attempt_json, audit_json, job_json, revealed_json, show_time, token_json
+from coordinator.cli.output import bytes_json, show_age, show_time, to_json
+from tests.support import ROOT
+from worker_sdk import QueueInfo, WorkerInfo
 from worker_sdk._convert import (
     attempt_from_proto,
     audit_event_from_proto,
@@ -88,97 +88,133 @@ LISTED_JOB = job_pb2.Job(  # as a list answers: no payload, no timeout, nothing 
 )
 
 
-def same(mine: dict[str, Any], message: Message) -> None:
-    expected = MessageToDict(message, preserving_proto_field_name=True)
-    assert json.dumps(mine) == json.dumps(expected)
+def test_one_job_shape_whatever_the_read() -> None:
+    full = to_json(job_from_proto(FULL_JOB))
+    listed = to_json(job_from_proto(LISTED_JOB))
+    assert list(full) == list(listed)  # the same keys, in the same order
+    assert full["state"] == "running" and listed["state"] == "available"
+    assert full["payload"] == {"n": 1, "name": "é"} and full["payload_base64"] is None
+    assert full["output"] is None and base64.b64decode(full["output_base64"]) == b"\x00\x01binary"
+    assert listed["payload"] is None and listed["output"] is None  # lists carry neither
+    assert full["run_at"] == "2026-01-01T10:00:00.000Z"
+    assert full["settings"] == {
+        "max_executions": 3,
+        "retry_initial_delay_s": 5.0,
+        "retry_max_delay_s": 61.5,
+        "execution_timeout_s": 90.25,
+        "max_unstarted_abandonments": 5,
+        "unstarted_initial_delay_s": 1.0,
+        "unstarted_max_delay_s": 30.001,
+    }
+    assert listed["settings"]["execution_timeout_s"] is None
+    assert (full["idempotency_key"], listed["idempotency_key"]) == ("inv-1", None)
+    assert full["parent_ids"] == ["p-1", "p-2"] and listed["child_ids"] == []
+    json.dumps(full)  # plain JSON all the way down
 
 
-@pytest.mark.parametrize("message", [FULL_JOB, LISTED_JOB], ids=["full", "listed"])
-def test_jobs_print_as_the_wire_job(message: job_pb2.Job) -> None:
-    same(job_json(job_from_proto(message)), message)
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        job_pb2.Attempt(
-            id="a-1",
-            job_id="j-1",
-            generation=2,
-            worker_id="host-1-abc",
-            execution_number=1,
-            claimed_at=at(1_767_261_000_001),
-            started_at=at(1_767_261_000_050),
-            finished_at=at(1_767_261_002_000),
-            outcome=job_pb2.OUTCOME_RETRYABLE_FAILURE,
-            error_code="boom",
-            exception_type="builtins.ValueError",
-            retry_delay=ms(4_321),
-        ),
-        job_pb2.Attempt(id="a-2", job_id="j-1", generation=1, worker_id="w", claimed_at=at(5)),
-        job_pb2.Attempt(
-            id="a-3",
-            job_id="j-1",
-            generation=1,
-            worker_id="w",
-            outcome=job_pb2.OUTCOME_RELEASED,
-            retry_delay=ms(0),
-        ),
-    ],
-    ids=["finished", "in progress", "zero delay"],
-)
-def test_attempts_print_as_the_wire_attempt(message: job_pb2.Attempt) -> None:
-    same(attempt_json(attempt_from_proto(message)), message)
-
-
-def test_a_revealed_error_prints_as_the_wire_answer() -> None:
-    full = job_service_pb2.RevealErrorResponse(
-        attempt_id="a-1",
-        job_id="j-1",
-        generation=1,
-        error_code="order_not_found",
-        exception_type="worker_sdk._errors.PermanentJobFailure",
-        message="Order o-77 does not exist.",
-        detail="Traceback (most recent call last):\n  ...\n",
+def test_attempts_name_outcomes_and_delays_as_the_sdk_does() -> None:
+    finished = to_json(
+        attempt_from_proto(
+            job_pb2.Attempt(
+                id="a-1",
+                job_id="j-1",
+                generation=2,
+                worker_id="host-1-abc",
+                execution_number=1,
+                claimed_at=at(1_767_261_000_001),
+                started_at=at(1_767_261_000_050),
+                finished_at=at(1_767_261_002_000),
+                outcome=job_pb2.OUTCOME_RETRYABLE_FAILURE,
+                error_code="boom",
+                exception_type="builtins.ValueError",
+                retry_delay=ms(4_321),
+            )
+        )
     )
-    same(revealed_json(revealed_from_proto(full)), full)
-    bare = job_service_pb2.RevealErrorResponse(attempt_id="a-2", job_id="j-1", generation=1)
-    same(revealed_json(revealed_from_proto(bare)), bare)
+    running = to_json(
+        attempt_from_proto(job_pb2.Attempt(id="a-2", job_id="j-1", generation=1, worker_id="w"))
+    )
+    assert list(finished) == list(running)
+    assert (finished["outcome"], finished["retry_delay_s"]) == ("retryable_failure", 4.321)
+    assert (running["outcome"], running["retry_delay_s"], running["started_at"]) == (None, None, None)
+    assert finished["claimed_at"] == "2026-01-01T09:50:00.001Z"
 
 
-def test_tokens_and_audit_events_print_as_the_wire_messages() -> None:
-    valid = admin_service_pb2.Token(
-        id="a" * 16, name="bootstrap-admin", scopes=["admin"], created_at=at(1_767_261_000_000)
+def test_tokens_events_and_revealed_errors_use_the_sdk_names() -> None:
+    token = to_json(
+        token_from_proto(
+            admin_service_pb2.Token(
+                id="b" * 16, name="ops", scopes=["read"], created_at=at(0), revoked_at=at(1_000)
+            )
+        )
     )
-    revoked = admin_service_pb2.Token(
-        id="b" * 16,
-        name="ops",
-        scopes=["enqueue", "manage", "read"],
-        queues=["billing", "mail"],
-        created_at=at(1_767_261_000_000),
-        created_by="a" * 16,
-        revoked_at=at(1_767_261_999_999),
+    assert token == {
+        "id": "b" * 16,
+        "name": "ops",
+        "scopes": ["read"],
+        "queues": [],
+        "created_at": "1970-01-01T00:00:00.000Z",
+        "created_by": None,
+        "revoked_at": "1970-01-01T00:00:01.000Z",
+    }
+    event = to_json(
+        audit_event_from_proto(
+            admin_service_pb2.AuditEvent(id=9_007_199_254_740_993, at=at(0), actor_name="c", action="x")
+        )
     )
-    for token in (valid, revoked):
-        same(token_json(token_from_proto(token)), token)
-    for event in (
-        admin_service_pb2.AuditEvent(
-            id=9_007_199_254_740_993,  # int64: a JSON string
-            at=at(1_767_261_000_000),
-            actor_token_id="b" * 16,
-            actor_name="ops",
-            action="job.cancel",
-            target="j-1",
-            peer="ipv4:127.0.0.1:50000",
-            detail="state available",
-        ),
-        admin_service_pb2.AuditEvent(id=1, at=at(0), actor_name="coordinator", action="token.create"),
-    ):
-        same(audit_json(audit_event_from_proto(event)), event)
+    assert event["id"] == 9_007_199_254_740_993  # a JSON number, as the SDK's int
+    revealed = to_json(
+        revealed_from_proto(job_service_pb2.RevealErrorResponse(attempt_id="a", job_id="j", generation=1))
+    )
+    assert revealed["message"] == "" and revealed["error_code"] is None
+
+
+def test_queues_and_workers_print_counts_by_state_and_times() -> None:
+    from worker_sdk import JobState
+
+    queue = to_json(QueueInfo("mail", False, 2, {JobState.AVAILABLE: 3}, timedelta(seconds=1.5)))
+    assert queue == {
+        "name": "mail",
+        "paused": False,
+        "concurrency_limit": 2,
+        "counts": {"available": 3},
+        "oldest_available_age_s": 1.5,
+    }
+    worker = to_json(WorkerInfo("w-1", ("mail",), ("a.b",), 8, 2, 6, None, None))
+    assert worker["queues"] == ["mail"] and worker["connected_at"] is None
+
+
+def test_bytes_are_json_when_they_are_json() -> None:
+    assert bytes_json(b'{"a": [1]}') == ({"a": [1]}, None)
+    assert bytes_json(b"plain text") == (None, base64.b64encode(b"plain text").decode())
+    assert bytes_json(b"\xff") == (None, "/w==")
+    assert bytes_json(None) == (None, None)
 
 
 def test_times_for_people() -> None:
     moment = datetime(2026, 1, 1, 10, 0, 0, 7000, tzinfo=UTC)
-    assert show_time(moment) == "2026-01-01T10:00:00.007+00:00"
-    assert show_time(moment, "seconds") == "2026-01-01T10:00:00+00:00"
-    assert show_time(None) == "1970-01-01T00:00:00.000+00:00"  # an unset wire time, as before
+    assert show_time(moment) == "2026-01-01T10:00:00.007Z"
+    assert show_time(moment, wide=False) == "2026-01-01 10:00:00"
+    assert show_time(None) == "-"
+    assert show_age(moment, moment + timedelta(minutes=5, seconds=3)) == "5m"
+    assert show_age(moment, moment + timedelta(days=2)) == "2d"
+
+
+def test_the_json_page_documents_every_command_that_prints_json() -> None:
+    page = (ROOT / "docs" / "cli-json.md").read_text()
+    for key in (
+        "enqueued",
+        "job",
+        "jobs",
+        "attempts",
+        "next_page_token",
+        "revealed",
+        "workers",
+        "queues",
+        "tokens",
+        "events",
+        "schedules",
+        "skipped_jobs",
+        "payload_base64",
+    ):
+        assert f"`{key}`" in page or f'"{key}"' in page, key

@@ -243,3 +243,93 @@ class PurgeJobsResponse(_message.Message):
     PURGED_FIELD_NUMBER: _ClassVar[int]
     purged: int
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class JobFilter(_message.Message):
+    __slots__ = ("queue", "state", "wire_name")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WIRE_NAME_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    state: _job_pb2.JobState
+    wire_name: str
+    def __init__(self, queue: _Optional[str] = ..., state: _Optional[_Union[_job_pb2.JobState, str]] = ..., wire_name: _Optional[str] = ...) -> None: ...
+
+class SkippedJob(_message.Message):
+    __slots__ = ("job_id", "reason", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class BulkCancelJobsRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: JobFilter
+    def __init__(self, filter: _Optional[_Union[JobFilter, _Mapping]] = ...) -> None: ...
+
+class BulkCancelJobsResponse(_message.Message):
+    __slots__ = ("cancelled", "cancel_requested", "skipped", "skipped_jobs")
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    cancelled: int
+    cancel_requested: int
+    skipped: int
+    skipped_jobs: _containers.RepeatedCompositeFieldContainer[SkippedJob]
+    def __init__(self, cancelled: _Optional[int] = ..., cancel_requested: _Optional[int] = ..., skipped: _Optional[int] = ..., skipped_jobs: _Optional[_Iterable[_Union[SkippedJob, _Mapping]]] = ...) -> None: ...
+
+class BulkRetryJobsRequest(_message.Message):
+    __slots__ = ("filter", "include_dependents")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DEPENDENTS_FIELD_NUMBER: _ClassVar[int]
+    filter: JobFilter
+    include_dependents: bool
+    def __init__(self, filter: _Optional[_Union[JobFilter, _Mapping]] = ..., include_dependents: _Optional[bool] = ...) -> None: ...
+
+class BulkRetryJobsResponse(_message.Message):
+    __slots__ = ("retried", "reopened", "skipped", "skipped_jobs")
+    RETRIED_FIELD_NUMBER: _ClassVar[int]
+    REOPENED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    retried: int
+    reopened: int
+    skipped: int
+    skipped_jobs: _containers.RepeatedCompositeFieldContainer[SkippedJob]
+    def __init__(self, retried: _Optional[int] = ..., reopened: _Optional[int] = ..., skipped: _Optional[int] = ..., skipped_jobs: _Optional[_Iterable[_Union[SkippedJob, _Mapping]]] = ...) -> None: ...
+
+class ListWorkersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConnectedWorker(_message.Message):
+    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "in_flight", "credit", "connected_at", "token_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    WIRE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    wire_names: _containers.RepeatedScalarFieldContainer[str]
+    capacity: int
+    in_flight: int
+    credit: int
+    connected_at: _timestamp_pb2.Timestamp
+    token_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., in_flight: _Optional[int] = ..., credit: _Optional[int] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., token_id: _Optional[str] = ...) -> None: ...
+
+class ListWorkersResponse(_message.Message):
+    __slots__ = ("replica", "workers")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    workers: _containers.RepeatedCompositeFieldContainer[ConnectedWorker]
+    def __init__(self, replica: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[ConnectedWorker, _Mapping]]] = ...) -> None: ...

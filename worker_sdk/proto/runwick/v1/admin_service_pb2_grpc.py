@@ -106,6 +106,21 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsResponse.FromString,
                 _registered_method=True)
+        self.BulkCancelJobs = channel.unary_unary(
+                '/runwick.v1.AdminService/BulkCancelJobs',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.BulkCancelJobsRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.BulkCancelJobsResponse.FromString,
+                _registered_method=True)
+        self.BulkRetryJobs = channel.unary_unary(
+                '/runwick.v1.AdminService/BulkRetryJobs',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.BulkRetryJobsRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.BulkRetryJobsResponse.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/runwick.v1.AdminService/ListWorkers',
+                request_serializer=runwick_dot_v1_dot_admin__service__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_admin__service__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -218,6 +233,38 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BulkCancelJobs(self, request, context):
+        """Bulk operations by filter: one call acts on every job the filter selects, in bounded
+        batches (one transaction each, at most the coordinator's maximum page size of jobs),
+        each job exactly as CancelJob / RetryJob would and audited as they are (`job.cancel`,
+        `job.retry`, one event per job). Only jobs that existed when the call began are
+        selected. The filter needs at least one field; an empty filter is INVALID_ARGUMENT
+        and changes nothing. Scope `manage`.
+
+        R-8 for each selected job that has not ended: cancelled at once, or (running) asked
+        to stop over its worker's stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BulkRetryJobs(self, request, context):
+        """R-9 for each selected job that failed or was cancelled. A job whose parent did not
+        succeed is skipped (`PARENT_NOT_SUCCEEDED`), as RetryJob would refuse it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """The worker streams connected to the coordinator replica that answers (each replica
+        knows only its own streams; with several replicas behind one address, ask each
+        replica's own address to see them all). Scope `read`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -290,6 +337,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.PurgeJobs,
                     request_deserializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_admin__service__pb2.PurgeJobsResponse.SerializeToString,
+            ),
+            'BulkCancelJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.BulkCancelJobs,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.BulkCancelJobsRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.BulkCancelJobsResponse.SerializeToString,
+            ),
+            'BulkRetryJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.BulkRetryJobs,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.BulkRetryJobsRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.BulkRetryJobsResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=runwick_dot_v1_dot_admin__service__pb2.ListWorkersRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_admin__service__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -671,6 +733,87 @@ class AdminService:
             '/runwick.v1.AdminService/PurgeJobs',
             runwick_dot_v1_dot_admin__service__pb2.PurgeJobsRequest.SerializeToString,
             runwick_dot_v1_dot_admin__service__pb2.PurgeJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BulkCancelJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/BulkCancelJobs',
+            runwick_dot_v1_dot_admin__service__pb2.BulkCancelJobsRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.BulkCancelJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BulkRetryJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/BulkRetryJobs',
+            runwick_dot_v1_dot_admin__service__pb2.BulkRetryJobsRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.BulkRetryJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/ListWorkers',
+            runwick_dot_v1_dot_admin__service__pb2.ListWorkersRequest.SerializeToString,
+            runwick_dot_v1_dot_admin__service__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,
