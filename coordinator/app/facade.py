@@ -30,7 +30,6 @@ from coordinator.domain.clock import Clock, OffsetClock, SystemClock
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
-    ConnectedWorker,
     Enqueued,
     JobRecord,
     LeaseHolder,
@@ -39,6 +38,7 @@ from coordinator.domain.records import (
     QueueStats,
     Relatives,
     TokenRecord,
+    WorkerStream,
 )
 from coordinator.domain.schedules import NewScheduleSpec, ScheduleView
 from coordinator.domain.states import JobState
@@ -561,11 +561,11 @@ class Coordinator:
         """The workers holding reserved or running jobs now, on any replica."""
         return await self.executors.read(self.activity.lease_holders, limit)
 
-    def connected_workers(self) -> list[ConnectedWorker]:
+    def connected_workers(self) -> list[WorkerStream]:
         """The worker streams open on this coordinator (other replicas have their own)."""
         return sorted(
             (
-                ConnectedWorker(
+                WorkerStream(
                     worker_id=s.worker_id,
                     queues=s.queues,
                     wire_names=s.wire_names,

@@ -290,8 +290,10 @@ class LeaseHolder:
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectedWorker:
-    """A worker stream open on this coordinator."""
+class WorkerStream:
+    """A worker stream open on this coordinator, as the dashboard shows it (the admin
+    API's ``list_workers`` answers ``app.workers.ConnectedWorker``, with its in-flight
+    count read from the store)."""
 
     worker_id: str
     queues: tuple[str, ...]
