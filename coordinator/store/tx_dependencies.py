@@ -38,14 +38,23 @@ class DependencyOps(TxBase):
 
     def satisfy_dependencies(self, outputs: Mapping[str, bytes | None]) -> None:
         """Records that each parent of ``outputs`` succeeded, with its output, on every
-        child's row."""
-        if outputs:
+        child's row. One read finds the few parents that have children, so a batch of
+        successes without dependents costs one statement, not one update per job."""
+        parents = self._parents_with_children(outputs)
+        if parents:
             self._conn.execute(
                 update(dependencies)
                 .where(dependencies.c.parent_id == bindparam("p"))
                 .values(satisfied=True, parent_output=bindparam("o")),
-                [{"p": parent_id, "o": output} for parent_id, output in sorted(outputs.items())],
+                [{"p": parent_id, "o": outputs[parent_id]} for parent_id in parents],
             )
+
+    def _parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
+        found: set[str] = set()
+        for chunk in chunks(sorted(set(parent_ids))):
+            query = select(dependencies.c.parent_id).where(dependencies.c.parent_id.in_(chunk)).distinct()
+            found.update(self._conn.execute(query).scalars())
+        return sorted(found)
 
     def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
         """For each of ``child_ids`` that has any, its parents that have not succeeded."""
