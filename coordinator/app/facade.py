@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -73,6 +74,7 @@ from coordinator.service.queues import QueueService
 from coordinator.service.retention import RetentionService, check_purge
 from coordinator.service.schedules import Fired, SchedulesService
 from coordinator.service.tokens import NewToken, TokenService, check_bootstrap_token
+from coordinator.service.work import BatchAnswers
 from coordinator.store import DatabaseTimeouts, Store
 from coordinator.store.notify import listen_for_jobs
 
@@ -324,15 +326,32 @@ class Coordinator:
     # -- jobs ---------------------------------------------------------------------------
 
     async def enqueue(self, specs: Sequence[NewJobSpec]) -> list[Enqueued]:
-        """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``)."""
-        enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
+        """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``). Workers of
+        this replica waiting for work get their claims in the same transaction, so the
+        new jobs go out with its commit."""
+        now = self.clock.now_ms()
+        due = any(spec.run_at_ms is None or spec.run_at_ms <= now for spec in specs)
+        reserved = self.dispatcher.reserve_claims() if due else None
+        claims: BatchAnswers | None = None
+        try:
+            if reserved is None:
+                enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
+            else:
+                claim = functools.partial(self.ops.claim_in, claims=reserved.requests)
+                enqueued, claims = await self.executors.write(self.jobs.enqueue_then, list(specs), claim)
+        finally:
+            if reserved is not None:
+                self.dispatcher.settle_claims(reserved, claims.claims if claims is not None else None)
+        if claims is not None:
+            self._absorb(claims)
         self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))
         for spec, item in zip(specs, enqueued, strict=True):
             if not item.existing:
                 self.metrics.enqueued(spec.queue, spec.wire_name)
                 if item.state.terminal:  # under a parent that failed already (R-15)
                     self.metrics.completed(spec.queue, spec.wire_name, item.state)
-                else:
+                elif reserved is None or (spec.run_at_ms is not None and spec.run_at_ms > now):
+                    # (Every session with credit has just claimed: no wake-up is needed.)
                     self.dispatcher.jobs_available(spec.run_at_ms)
         return enqueued
 

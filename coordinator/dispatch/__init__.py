@@ -1,6 +1,6 @@
 """The hot path: worker sessions, credit, and the batch loop that pushes work."""
 
-from coordinator.dispatch.dispatcher import Dispatcher
+from coordinator.dispatch.dispatcher import Dispatcher, ReservedClaims
 from coordinator.dispatch.sessions import (
     Assignments,
     CancelNotice,
@@ -16,6 +16,7 @@ __all__ = [
     "Delivery",
     "Dispatcher",
     "DrainNotice",
+    "ReservedClaims",
     "WorkerHello",
     "WorkerSession",
 ]

@@ -31,6 +31,7 @@ from coordinator.service.executors import Executors
 from coordinator.service.work import (
     AttemptMessage,
     BatchAnswers,
+    Claimed,
     ClaimRequest,
     HeartbeatRequest,
     ResultReport,
@@ -58,6 +59,25 @@ class _Routes:
 
     def sessions(self) -> set[WorkerSession]:
         return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedClaims:
+    """Claims set aside for an enqueue's transaction: one request per session."""
+
+    sessions: list[WorkerSession]
+    requests: list[ClaimRequest]
+
+
+def _claim_request(session: WorkerSession) -> ClaimRequest:
+    return ClaimRequest(
+        session.worker_id,
+        session.queues,
+        session.wire_names,
+        session.credit,
+        session.lease_ms,
+        token_id=session.token_id,
+    )
 
 
 class Dispatcher:
@@ -120,7 +140,7 @@ class Dispatcher:
         self.on_sessions_changed(self.sessions)
 
     def add_credit(self, session: WorkerSession, count: int) -> None:
-        session.credit = min(session.credit + max(count, 0), session.capacity)
+        session.credit = min(session.credit + max(count, 0), session.capacity - session.reserved)
         self._claim_needed = True
         self._wake.set()
 
@@ -183,6 +203,40 @@ class Dispatcher:
             self._next_due_ms = run_at_ms
             self._wake.set()
 
+    # -- claims made by an enqueue's own transaction ------------------------------------
+
+    def reserve_claims(self) -> ReservedClaims | None:
+        """The claims of every session with credit, that credit set aside, for an enqueue
+        to make in its own transaction: its jobs then go out with its commit instead of
+        one wake-up and one transaction later. None when no session has credit. Every
+        reservation must end in ``settle_claims``, whatever happened."""
+        if self._stopping or self.draining:
+            return None
+        sessions = [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
+        if not sessions:
+            return None
+        requests = [_claim_request(s) for s in sessions]
+        for session in sessions:
+            session.reserved += session.credit
+            session.credit = 0
+        return ReservedClaims(sessions, requests)
+
+    def settle_claims(self, reserved: ReservedClaims, claims: list[list[Claimed]] | None) -> None:
+        """Hands out what the enqueue claimed (``claims``, one list per request; None when
+        its transaction failed) and gives back the credit it did not use."""
+        refill = claims is None
+        for n, (session, request) in enumerate(zip(reserved.sessions, reserved.requests, strict=True)):
+            claimed = claims[n] if claims is not None else []
+            session.reserved -= request.count
+            session.credit += request.count - len(claimed)
+            if claimed and session in self.sessions:
+                session.deliver(Assignments(tuple(claimed)))
+            # As many as asked for: more may be there for credit that came meanwhile.
+            refill = refill or (len(claimed) == request.count and session.credit > 0)
+        if refill:
+            self._claim_needed = True
+            self._wake.set()
+
     # -- the loop -------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -238,16 +292,7 @@ class Dispatcher:
             self._claim_needed = False
             for session in self.sessions:
                 if session.credit > 0 and not session.draining and session.wire_names:
-                    batch.claims.append(
-                        ClaimRequest(
-                            session.worker_id,
-                            session.queues,
-                            session.wire_names,
-                            session.credit,
-                            session.lease_ms,
-                            token_id=session.token_id,
-                        )
-                    )
+                    batch.claims.append(_claim_request(session))
                     routes.claims.append(session)
         return batch, routes
 

@@ -83,6 +83,8 @@ class WorkerSession:
     token_id: str | None = None
     token_queues: frozenset[str] | None = None
     credit: int = 0
+    reserved: int = 0
+    """Credit an enqueue's transaction is claiming for right now (``Dispatcher.reserve_claims``)."""
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)

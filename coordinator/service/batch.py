@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import replace
 
 from coordinator.config import CoordinatorConfig
@@ -65,6 +66,11 @@ class WorkerOps:
         return self.store.transact(
             lambda tx: _BatchRun(tx, self, self.clock.now_ms()).run(batch), what="a worker batch"
         )
+
+    def claim_in(self, tx: Tx, claims: Sequence[ClaimRequest]) -> BatchAnswers:
+        """These claims inside the caller's transaction (an enqueue's: its new jobs go
+        out with its commit), with every rule a worker batch's claims keep."""
+        return _BatchRun(tx, self, self.clock.now_ms()).run(WorkBatch(claims=list(claims)))
 
     def expire_leases(self) -> BatchAnswers:
         """R-4/R-5: recovers jobs whose lease lapsed. Safe with any number of replicas:

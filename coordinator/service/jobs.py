@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
+from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
@@ -25,6 +27,8 @@ from coordinator.store import Store, Tx
 from coordinator.validation import check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_KEY_LENGTH = 256
 """The ``jobs.idempotency_key`` and ``jobs.unique_key`` columns' size, in characters."""
@@ -51,6 +55,26 @@ class JobsService:
         Raises InvalidArgument naming the index of the first bad job; every bound of
         docs/limits.md (``store.bounds``) is checked before anything is written.
         """
+        now = self.clock.now_ms()
+        batch, order = self._checked_batch(specs, now)
+        # When another enqueue with the same idempotency key commits first, the insert
+        # fails and the next pass finds that job and returns it instead (R-14).
+        return self.store.transact(lambda tx: insert_batch(tx, batch, order, now), what="an enqueue")
+
+    def enqueue_then(self, specs: list[NewJobSpec], then: Callable[[Tx], T]) -> tuple[list[Enqueued], T]:
+        """``enqueue``, then ``then`` in the same transaction (the dispatcher's claims for
+        workers waiting for work), both retried together on a conflict."""
+        now = self.clock.now_ms()
+        batch, order = self._checked_batch(specs, now)
+
+        def body(tx: Tx) -> tuple[list[Enqueued], T]:
+            return insert_batch(tx, batch, order, now), then(tx)
+
+        return self.store.transact(body, what="an enqueue")
+
+    def _checked_batch(self, specs: list[NewJobSpec], now: int) -> tuple[list[NewJob], list[int]]:
+        """The new jobs of a whole enqueue call, every bound checked, in insertion order
+        (parents first). Raises InvalidArgument for the first thing wrong."""
         if not specs:
             raise InvalidArgument("jobs", "at least one job is required", reason="FIELD_REQUIRED")
         limit = self.store.bounds.max_enqueue_batch
@@ -62,12 +86,8 @@ class JobsService:
                 reason="BATCH_TOO_LARGE",
                 metadata={"count": len(specs), "limit": limit},
             )
-        now = self.clock.now_ms()
         batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
-        order = _insertion_order(batch)
-        # When another enqueue with the same idempotency key commits first, the insert
-        # fails and the next pass finds that job and returns it instead (R-14).
-        return self.store.transact(lambda tx: insert_batch(tx, batch, order, now), what="an enqueue")
+        return batch, _insertion_order(batch)
 
     def enqueue_in(self, tx: Tx, specs: list[NewJobSpec]) -> list[Enqueued]:
         """``enqueue`` inside the caller's transaction (a schedule's tick commits with the
