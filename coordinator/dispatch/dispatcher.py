@@ -69,8 +69,10 @@ class ReservedClaims:
     requests: list[ClaimRequest]
 
 
-def _claim_request(session: WorkerSession) -> ClaimRequest:
-    return ClaimRequest(
+def _reserve(session: WorkerSession) -> ClaimRequest:
+    """A claim for all of ``session``'s credit, which is set aside (``reserved``) until
+    the claim is handed out (``Dispatcher._hand_out``)."""
+    request = ClaimRequest(
         session.worker_id,
         session.queues,
         session.wire_names,
@@ -78,6 +80,9 @@ def _claim_request(session: WorkerSession) -> ClaimRequest:
         session.lease_ms,
         token_id=session.token_id,
     )
+    session.reserved += session.credit
+    session.credit = 0
+    return request
 
 
 class Dispatcher:
@@ -215,23 +220,29 @@ class Dispatcher:
         sessions = [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
         if not sessions:
             return None
-        requests = [_claim_request(s) for s in sessions]
-        for session in sessions:
-            session.reserved += session.credit
-            session.credit = 0
-        return ReservedClaims(sessions, requests)
+        return ReservedClaims(sessions, [_reserve(s) for s in sessions])
 
     def settle_claims(self, reserved: ReservedClaims, claims: list[list[Claimed]] | None) -> None:
         """Hands out what the enqueue claimed (``claims``, one list per request; None when
         its transaction failed) and gives back the credit it did not use."""
-        refill = claims is None
-        for n, (session, request) in enumerate(zip(reserved.sessions, reserved.requests, strict=True)):
-            claimed = claims[n] if claims is not None else []
+        if claims is None:
+            claims = [[] for _ in reserved.requests]
+            self._claim_needed = True  # nothing was claimed: the loop tries again
+            self._wake.set()
+        self._hand_out(reserved.sessions, reserved.requests, claims)
+
+    def _hand_out(
+        self, sessions: list[WorkerSession], requests: list[ClaimRequest], claims: list[list[Claimed]]
+    ) -> None:
+        """Delivers claims made for reserved credit and gives back the credit not used.
+        A session that got all it asked for and has credit again may find more: another
+        round. (Credit that arrived meanwhile asked for a round of its own.)"""
+        refill = False
+        for session, request, claimed in zip(sessions, requests, claims, strict=True):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
             if claimed and session in self.sessions:
                 session.deliver(Assignments(tuple(claimed)))
-            # As many as asked for: more may be there for credit that came meanwhile.
             refill = refill or (len(claimed) == request.count and session.credit > 0)
         if refill:
             self._claim_needed = True
@@ -257,9 +268,10 @@ class Dispatcher:
                     log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
                     for session in routes.sessions():
                         session.close()
+                    self._hand_out(routes.claims, batch.claims, [[] for _ in batch.claims])
                     await asyncio.sleep(0.1)
                 else:
-                    self._deliver(answers, routes)
+                    self._deliver(answers, routes, batch.claims)
             for session in routes.retiring:
                 log.info(
                     "worker %s: stream reached its maximum age; ending it",
@@ -292,11 +304,12 @@ class Dispatcher:
             self._claim_needed = False
             for session in self.sessions:
                 if session.credit > 0 and not session.draining and session.wire_names:
-                    batch.claims.append(_claim_request(session))
+                    # Set aside until delivered: an enqueue's claims must not spend it too.
+                    batch.claims.append(_reserve(session))
                     routes.claims.append(session)
         return batch, routes
 
-    def _deliver(self, answers: BatchAnswers, routes: _Routes) -> None:
+    def _deliver(self, answers: BatchAnswers, routes: _Routes, batch_claims: list[ClaimRequest]) -> None:
         for session, start in zip(routes.starts, answers.starts, strict=True):
             session.deliver(start)
         for session, heartbeat in zip(routes.heartbeats, answers.heartbeats, strict=True):
@@ -305,19 +318,10 @@ class Dispatcher:
                 session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
         for session, result in zip(routes.results, answers.results, strict=True):
             session.deliver(result)
-        refill = False
         if routes.claims:
             self.claim_rounds += 1
-        for session, claimed in zip(routes.claims, answers.claims, strict=True):
-            session.credit -= len(claimed)
-            if claimed:
-                session.deliver(Assignments(tuple(claimed)))
-            # A full batch means more may be waiting for this session's remaining credit.
-            refill = refill or (bool(claimed) and session.credit > 0)
         self.on_effects(answers)
-        if refill:
-            self._claim_needed = True
-            self._wake.set()
+        self._hand_out(routes.claims, batch_claims, answers.claims)
 
     # -- management -----------------------------------------------------------------
 

@@ -59,13 +59,16 @@ async def test_an_enqueue_claims_for_a_waiting_worker_in_its_own_transaction(
     try:
         async with AsyncClient(running.target) as client:
             job_id = await client.enqueue(Task("at-once", 1))
+            # Reserved when the call returns. The only session's credit was set aside for
+            # the enqueue, so no dispatcher round can have claimed it meanwhile.
             job = running.app.store.get_job(job_id)
-            assert job is not None and job.state is JobState.RESERVED  # claimed by the enqueue
+            assert job is not None and job.state is JobState.RESERVED
             assignment = await worker.next("assignment")
             assert assignment.job_id == job_id  # type: ignore[attr-defined]
-            assert running.app.dispatcher.claim_rounds == rounds  # no dispatcher round was needed
+            if not running.app.store.postgres:  # (PostgreSQL's NOTIFY wakes a round anyway)
+                assert running.app.dispatcher.claim_rounds == rounds  # no round was needed
             [session] = running.app.dispatcher.sessions
-            assert (session.credit, session.reserved) == (1, 0)  # one used, one given back
+            await eventually(lambda: (session.credit, session.reserved) == (1, 0), what="one used, one back")
     finally:
         await worker.close()
 
@@ -83,7 +86,7 @@ async def test_a_paused_queue_is_not_claimed_by_an_enqueue_and_the_credit_comes_
             job = running.app.store.get_job(job_id)
             assert job is not None and job.state is JobState.AVAILABLE
             [session] = running.app.dispatcher.sessions
-            assert (session.credit, session.reserved) == (2, 0)
+            await eventually(lambda: (session.credit, session.reserved) == (2, 0), what="the credit back")
             await client.resume_queue("default")
             assignment = await worker.next("assignment")
             assert assignment.job_id == job_id  # type: ignore[attr-defined]
@@ -98,6 +101,6 @@ async def test_a_refused_enqueue_gives_the_reserved_credit_back(running: Running
             with pytest.raises(Exception, match="queue"):
                 await client.enqueue(Task("bad", 1), queue="not a queue name!")
         [session] = running.app.dispatcher.sessions
-        assert (session.credit, session.reserved) == (2, 0)
+        await eventually(lambda: (session.credit, session.reserved) == (2, 0), what="the credit back")
     finally:
         await worker.close()

@@ -44,17 +44,24 @@ async def cluster(
 ) -> AsyncIterator[list[tuple[subprocess.Popen[str], str]]]:
     _truncate(postgres_url)
     coordinators: list[tuple[subprocess.Popen[str], str]] = []
-    for n in range(REPLICAS):
-        process = serve(
-            tmp_path / f"coordinator-{n}.log",
-            *("--database-url", postgres_url, "--port", "0", "--insecure"),
-            *("--maintenance-interval", "0.2", "--health-port", "-1", "--metrics-port", "-1"),
-        )
-        coordinators.append((process, await wait_listening(process, tmp_path / f"coordinator-{n}.log")))
-    yield coordinators
-    for process, _ in coordinators:
-        if process.poll() is None:
-            await stop(process)
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        for n in range(REPLICAS):
+            log = tmp_path / f"coordinator-{n}.log"
+            process = serve(
+                log,
+                *("--database-url", postgres_url, "--port", "0", "--insecure"),
+                *("--maintenance-interval", "0.2"),
+                *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
+            )
+            processes.append(process)
+            coordinators.append((process, await wait_listening(process, log)))
+        yield coordinators
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                await stop(process)
+            reap(process)
 
 
 def start_chaos_worker(target: str, name: str, tmp_path: Path) -> subprocess.Popen[str]:
