@@ -230,6 +230,8 @@ class Dispatcher:
             self._claim_needed = True  # nothing was claimed: the loop tries again
             self._wake.set()
         self._hand_out(reserved.sessions, reserved.requests, claims)
+        if any(session in self._retiring for session in reserved.sessions):
+            self._wake.set()  # a stream that waited for this delivery to end can end now
 
     def _hand_out(
         self, sessions: list[WorkerSession], requests: list[ClaimRequest], claims: list[list[Claimed]]
@@ -299,7 +301,9 @@ class Dispatcher:
         batch, routes = self._batch, self._routes
         self._batch, self._routes = WorkBatch(), _Routes()
         # Claims for these were taken, if at all, by the batch before: none is in this one.
-        routes.retiring, self._retiring = self._retiring, []
+        # One whose credit an enqueue is claiming with waits for that claim's delivery.
+        routes.retiring = [s for s in self._retiring if not s.reserved]
+        self._retiring = [s for s in self._retiring if s.reserved]
         if self._claim_needed and not self._stopping:
             self._claim_needed = False
             for session in self.sessions:
