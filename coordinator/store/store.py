@@ -98,10 +98,20 @@ class Store:
         store = cls(url, bounds=bounds, timeouts=timeouts)
         create = (not store.postgres) if create is None else create
         try:
-            if create:
-                store.migrate()
-            else:
-                migrations.require_current(store._write_engine)
+            for attempt in range(1, WRITE_TRIES + 1):
+                try:
+                    if create:
+                        store.migrate()
+                    else:
+                        migrations.require_current(store._write_engine)
+                    break
+                except DBAPIError as exc:
+                    # A connection lost on the way (a backend terminated, a server
+                    # restarting) is tried again, as in ``transact``; anything else is
+                    # raised as it was.
+                    if attempt == WRITE_TRIES or not _connection_lost(exc):
+                        raise
+                    log.warning("lost the database connection opening the store (try %d); again", attempt)
         except Exception:
             store.close()
             raise

@@ -248,3 +248,34 @@ def test_other_database_errors_fail_at_once_with_a_clean_message(
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "a test body" in warning and str(error).splitlines()[0] in warning
     assert "DETAIL" not in warning and "4242" not in warning  # a row's values stay out of the log
+
+
+@pytest.mark.postgres
+def test_postgres_opening_the_store_survives_a_backend_terminated_at_the_schema_check(
+    postgres_url: str,
+) -> None:
+    """Found by the chaos runs: a coordinator starting while a backend was terminated
+    died with a traceback at its schema check. Opening the store tries again on a new
+    connection, as a write transaction does."""
+    admin = psycopg.connect(make_url(postgres_url).set(drivername="postgresql").render_as_string(False))
+    admin.autocommit = True
+    terminated: list[int] = []
+    engine: type[Engine] = Engine
+
+    def terminate_once(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "alembic_version" in statement and not terminated:
+            pid = cursor.connection.info.backend_pid
+            terminated.append(pid)
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+
+    event.listen(engine, "before_cursor_execute", terminate_once)
+    try:
+        store = Store.open(postgres_url)
+    finally:
+        event.remove(engine, "before_cursor_execute", terminate_once)
+        admin.close()
+    try:
+        assert len(terminated) == 1  # the check met a dead connection once, and went on
+        assert store.count_by_state() is not None
+    finally:
+        store.close()
