@@ -9,6 +9,7 @@ import pytest
 
 from tests.integration.worker_app import Echo
 from tests.support import serve, stop, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk import ArgumentError, AsyncClient, PayloadTooLarge
 from worker_sdk.proto.runwick.v1 import job_service_pb2, job_service_pb2_grpc
 
@@ -24,17 +25,7 @@ async def test_s5_serve_applies_bounds_from_file_environment_and_flags(
     process = serve(
         log,
         *("--database-url", database_url),
-        *(
-            "--insecure",
-            "--port",
-            "0",
-            "--health-port",
-            "-1",
-            "--metrics-port",
-            "-1",
-            "--dashboard-port",
-            "-1",
-        ),
+        *("--insecure", "--port", "0", *NO_FIXED_PORTS),
         *("--config", str(config), "--max-enqueue-batch", "4"),
         env={**os.environ, "RUNWICK_MAX_PAGE_SIZE": "3"},  # over the file's 50
     )

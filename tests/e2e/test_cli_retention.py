@@ -24,6 +24,7 @@ from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport,
 from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
 from tests.support import ROOT, eventually_async, runwick_command, serve, stop, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk import ArgumentError, AsyncClient, JobNotFound, JobState
 from worker_sdk.proto.runwick.v1 import admin_service_pb2, admin_service_pb2_grpc, job_pb2
 
@@ -208,17 +209,7 @@ async def test_serve_purges_by_its_retention_flags(database_url: str, tmp_path: 
     process = serve(
         log,
         *("--database-url", database_url),
-        *(
-            "--insecure",
-            "--port",
-            "0",
-            "--health-port",
-            "-1",
-            "--metrics-port",
-            "-1",
-            "--dashboard-port",
-            "-1",
-        ),
+        *("--insecure", "--port", "0", *NO_FIXED_PORTS),
         *("--retain-cancelled", "1s", "--retain-succeeded", "off", "--retention-interval", "200ms"),
         env={**os.environ, "RUNWICK_RETAIN_FAILED": "off"},
     )

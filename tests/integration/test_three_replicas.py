@@ -25,7 +25,16 @@ from coordinator.domain.states import JobState, Outcome
 from tests.chaos.jobs import Task, attempt_of_output
 from tests.conftest import _truncate
 from tests.support import eventually
-from tests.support.processes import kill9, reap, runwick_command, serve, start_process, stop, wait_listening
+from tests.support.processes import (
+    NO_FIXED_PORTS,
+    kill9,
+    reap,
+    runwick_command,
+    serve,
+    start_process,
+    stop,
+    wait_listening,
+)
 from worker_sdk import AsyncClient, EnqueueItem
 
 REPLICAS = 3
@@ -52,7 +61,7 @@ async def cluster(
                 log,
                 *("--database-url", postgres_url, "--port", "0", "--insecure"),
                 *("--maintenance-interval", "0.2"),
-                *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
+                *NO_FIXED_PORTS,
             )
             processes.append(process)
             coordinators.append((process, await wait_listening(process, log)))

@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 LISTENING = "runwick coordinator listening on "
 """What ``runwick serve`` prints, followed by its target, once it accepts calls."""
 STOP_GRACE_S = 30.0
+NO_FIXED_PORTS = ("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1")
+"""``serve`` flags for a test coordinator: no health, metrics or dashboard port, whose
+fixed defaults a second coordinator on the machine would find taken."""
 """How long a process may take to exit after SIGTERM before it is killed."""
 
 
