@@ -93,6 +93,7 @@ class Engine:
                 wire_names=sorted(self._handlers),
                 capacity=config.concurrency,
                 lease=duration(config.lease),
+                batches=True,
             )
         )
 
@@ -117,7 +118,9 @@ class Engine:
     def on_message(self, message: pb.ConnectResponse) -> None:
         """Dispatches one coordinator message."""
         kind = message.WhichOneof("kind")
-        if kind == "assignment":
+        if kind == "batch":
+            self._on_batch(message.batch)
+        elif kind == "assignment":
             self._on_assignment(message.assignment)
         elif kind == "start_answer":
             self._on_start_answer(message.start_answer)
@@ -134,6 +137,17 @@ class Engine:
         self.table.notify()
 
     # -- messages -----------------------------------------------------------------------
+
+    def _on_batch(self, batch: pb.CoordinatorBatch) -> None:
+        """A CoordinatorBatch: each item as if it had come on its own, in the protocol's order."""
+        for assignment in batch.assignments:
+            self._on_assignment(assignment)
+        for answer in batch.start_answers:
+            self._on_start_answer(answer)
+        for ack in batch.result_acks:
+            self._on_result_ack(ack)
+        for cancel in batch.cancels:
+            self._on_cancel(cancel)
 
     def _on_assignment(self, assignment: pb.Assignment) -> None:
         table = self.table

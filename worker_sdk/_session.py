@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from worker_sdk._batching import batchable, take_batch
 from worker_sdk._errors import rpc_status
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk.proto.runwick.v1 import worker_service_pb2, worker_service_pb2_grpc
@@ -143,7 +144,8 @@ class Session:
         # generator it was inside) pending forever, and asyncio logged both as errors
         # once they were collected. Our writer is stopped however the call ends.
         call = self._stub.Connect(metadata=self._metadata)
-        writer = asyncio.create_task(_write(call, outbox), name="runwick-stream-writer")
+        welcome = worker_service_pb2.Welcome()
+        writer = asyncio.create_task(_write(call, outbox, welcome), name="runwick-stream-writer")
         responses: AsyncIterator[worker_service_pb2.ConnectResponse] = aiter(call)
         try:
             try:
@@ -153,6 +155,7 @@ class Session:
             if first.WhichOneof("kind") != "welcome":
                 raise ProtocolViolation(f"first message was {first.WhichOneof('kind')}, not welcome")
             self.generation += 1
+            welcome.CopyFrom(first.welcome)  # the writer batches once the coordinator says so
             self._outbox = outbox
             if self._metrics is not None:
                 self._metrics.connected.inc()
@@ -189,10 +192,20 @@ class Session:
 async def _write(
     call: Any,
     outbox: asyncio.Queue[worker_service_pb2.ConnectRequest | None],
+    welcome: worker_service_pb2.Welcome,
 ) -> None:
-    """Writes everything queued, in order, until a None half-closes the stream."""
+    """Writes everything queued, in order, until a None half-closes the stream; once
+    ``welcome`` says the coordinator reads batches, in WorkerBatch messages."""
+    left: list[worker_service_pb2.ConnectRequest | None] = []
     try:
-        while (message := await outbox.get()) is not None:
+        while True:
+            message = left.pop(0) if left else await outbox.get()
+            if message is None:
+                break
+            if welcome.batches and batchable(message):
+                # One turn of the loop first: the runs ending in it join this message.
+                await asyncio.sleep(0)
+                message, left = take_batch(message, outbox)
             await call.write(message)
         await call.done_writing()
     except (grpc.RpcError, asyncio.InvalidStateError) as error:

@@ -1,9 +1,10 @@
 """The worker stream's wire form: decoding ConnectRequests, and framing what the
-dispatcher delivers to a session into ConnectResponses (``frame``)."""
+dispatcher delivers to a session into ConnectResponses: one message per item
+(``frame``), or batches for a worker that reads them (``frame_batched``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from coordinator.api.convert import PB_TO_OUTCOME, duration, duration_ms, state_to_pb, timestamp
 from coordinator.api.errors import MAX_STATUS_MESSAGE_BYTES
@@ -62,18 +63,60 @@ def frame(delivery: Delivery) -> Iterator[Message]:
         raise TypeError(f"cannot frame {type(delivery).__name__}")
 
 
+MAX_BATCH_PAYLOAD_BYTES = 4 << 20
+"""About how many payload and output bytes one CoordinatorBatch carries before the
+next begins, so a batch of large assignments stays far below the message size bound."""
+
+
+def frame_batched(deliveries: Iterable[Delivery]) -> Iterator[Message]:
+    """The messages that carry ``deliveries``, in order, for a worker that reads
+    CoordinatorBatch: assignments, start answers, result acks and cancels ride together;
+    a heartbeat answer or a drain ends the batch before it and goes on its own."""
+    batch = pb.CoordinatorBatch()
+    size = 0
+    for delivery in deliveries:
+        if isinstance(delivery, Assignments):
+            for claimed in delivery.claimed:
+                item = _assignment(claimed)
+                item_size = len(item.payload) + sum(len(p.output) for p in item.parent_outputs)
+                if size and size + item_size > MAX_BATCH_PAYLOAD_BYTES:
+                    yield Message(batch=batch)
+                    batch, size = pb.CoordinatorBatch(), 0
+                batch.assignments.append(item)
+                size += item_size
+        elif isinstance(delivery, StartAnswer):
+            batch.start_answers.append(_start_answer(delivery))
+        elif isinstance(delivery, ResultAnswer):
+            batch.result_acks.append(_result_ack(delivery))
+        elif isinstance(delivery, CancelNotice):
+            batch.cancels.add(attempt_id=delivery.attempt_id, reason=delivery.reason)
+        else:
+            if _has_items(batch):
+                yield Message(batch=batch)
+                batch, size = pb.CoordinatorBatch(), 0
+            yield from frame(delivery)
+    if _has_items(batch):
+        yield Message(batch=batch)
+
+
+def _has_items(batch: pb.CoordinatorBatch) -> bool:
+    return bool(batch.assignments or batch.start_answers or batch.result_acks or batch.cancels)
+
+
 def welcome(coordinator_id: str) -> Message:
-    return Message(welcome=pb.Welcome(coordinator_id=coordinator_id))
+    return Message(welcome=pb.Welcome(coordinator_id=coordinator_id, batches=True))
 
 
 def start_answer(answer: StartAnswer) -> Message:
-    return Message(
-        start_answer=pb.StartAnswer(
-            attempt_id=answer.attempt_id,
-            granted=answer.granted,
-            execution_number=answer.execution_number,
-            reason=answer.reason,
-        )
+    return Message(start_answer=_start_answer(answer))
+
+
+def _start_answer(answer: StartAnswer) -> pb.StartAnswer:
+    return pb.StartAnswer(
+        attempt_id=answer.attempt_id,
+        granted=answer.granted,
+        execution_number=answer.execution_number,
+        reason=answer.reason,
     )
 
 
@@ -86,6 +129,10 @@ def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
 
 
 def result_ack(answer: ResultAnswer) -> Message:
+    return Message(result_ack=_result_ack(answer))
+
+
+def _result_ack(answer: ResultAnswer) -> pb.ResultAck:
     """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (docs/limits.md)."""
     ack = pb.ResultAck(
         attempt_id=answer.attempt_id,
@@ -102,10 +149,14 @@ def result_ack(answer: ResultAnswer) -> Message:
         ack.job_state = state_to_pb(answer.job_state)  # type: ignore[assignment]
     if answer.retry_delay_ms is not None:
         ack.retry_delay.CopyFrom(duration(answer.retry_delay_ms))
-    return Message(result_ack=ack)
+    return ack
 
 
 def assignment(claimed: Claimed) -> Message:
+    return Message(assignment=_assignment(claimed))
+
+
+def _assignment(claimed: Claimed) -> pb.Assignment:
     job = claimed.job
     message = pb.Assignment(
         job_id=job.id,
@@ -123,7 +174,7 @@ def assignment(claimed: Claimed) -> Message:
         message.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
     for parent_id, output in sorted(claimed.parent_outputs.items()):
         message.parent_outputs.add(job_id=parent_id, output=output)
-    return Message(assignment=message)
+    return message
 
 
 def cancel(attempt_id: str, reason: str) -> Message:

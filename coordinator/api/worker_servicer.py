@@ -20,7 +20,7 @@ from coordinator.api import protocol
 from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
 from coordinator.app import Coordinator
-from coordinator.dispatch import WorkerHello, WorkerSession
+from coordinator.dispatch import Delivery, WorkerHello, WorkerSession
 from coordinator.domain.records import DEFAULT_QUEUE
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
 from coordinator.service.work import ResultAnswer
@@ -94,12 +94,22 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             retire = asyncio.get_running_loop().call_later(age_s, session.retire)
         try:
             yield protocol.welcome(self.coordinator_id)
+            batches = first.hello.batches
             while True:
                 delivery = await session.outbox.get()
                 if delivery is None:
                     break
-                for message in protocol.frame(delivery):
+                if not batches:
+                    for message in protocol.frame(delivery):
+                        yield message
+                    continue
+                # Everything ready for the stream goes out together: one message per
+                # write instead of one per item (the per-message cost dominates here).
+                deliveries, ended = _ready(session.outbox, delivery)
+                for message in protocol.frame_batched(deliveries):
                     yield message
+                if ended:
+                    break
             # A protocol violation ends the reader, and the stream with its status.
             violation = reader.result() if reader.done() and not reader.cancelled() else None
             if violation is not None:
@@ -142,12 +152,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         rightly names attempts it was assigned on an earlier stream."""
         kind = message.WhichOneof("kind")
         if kind == "credit":
-            count = message.credit.count
-            if count < 0:
-                raise InvalidArgument(
-                    "credit.count", f"must be 0 or more, got {count}", reason="OUT_OF_RANGE"
-                )
-            session.add_credit(count)  # clamped to the Hello capacity
+            session.add_credit(_credit(message.credit.count, "credit.count"))  # clamped to the capacity
+        elif kind == "batch":
+            self._handle_batch(session, message.batch)
         elif kind == "start":
             session.start(message.start.attempt_id)
         elif kind == "heartbeat":
@@ -163,12 +170,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
             session.heartbeat(attempt_ids, lease_ms)
         elif kind == "result":
-            try:
-                session.result(protocol.result_report(message.result))
-            except InvalidArgument as exc:
-                log.warning("worker %s: rejected a result (%s)", session.worker_id, exc.reason)
-                answer = ResultAnswer(message.result.attempt_id, False, reason=str(exc), error=exc)
-                session.deliver(answer)
+            _result(session, message.result)
         elif kind == "release":
             session.release(message.release.attempt_id)
         elif kind == "hello":
@@ -178,10 +180,60 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         else:
             raise InvalidArgument(
                 "kind",
-                "the message sets none of credit, start, heartbeat, result, release "
+                "the message sets none of credit, start, heartbeat, result, release, batch "
                 "(empty, or a kind this coordinator does not know)",
                 reason="UNKNOWN_MESSAGE",
             )
+
+    def _handle_batch(self, session: WorkerSession, batch: pb.WorkerBatch) -> None:
+        """A WorkerBatch: its items as if each had come on its own, in the order
+        releases, starts, results, credit. What would end the stream on its own message
+        is checked first, so a batch that ends the stream hands nothing on."""
+        for field, items in (
+            ("batch.releases", batch.releases),
+            ("batch.starts", batch.starts),
+            ("batch.results", batch.results),
+        ):
+            if len(items) > MAX_CAPACITY:
+                raise InvalidArgument(
+                    field, f"{len(items)} items, over the limit of {MAX_CAPACITY}", reason="OUT_OF_RANGE"
+                )
+        credit = _credit(batch.credit, "batch.credit")
+        for release in batch.releases:
+            session.release(release.attempt_id)
+        for start in batch.starts:
+            session.start(start.attempt_id)
+        for result in batch.results:
+            _result(session, result)
+        if credit:
+            session.add_credit(credit)
+
+
+def _ready(outbox: asyncio.Queue[Delivery | None], first: Delivery) -> tuple[list[Delivery], bool]:
+    """``first`` and every delivery already waiting behind it; True when the stream's
+    end (a None) was among them."""
+    deliveries = [first]
+    while not outbox.empty():
+        delivery = outbox.get_nowait()
+        if delivery is None:
+            return deliveries, True
+        deliveries.append(delivery)
+    return deliveries, False
+
+
+def _credit(count: int, field: str) -> int:
+    if count < 0:
+        raise InvalidArgument(field, f"must be 0 or more, got {count}", reason="OUT_OF_RANGE")
+    return count
+
+
+def _result(session: WorkerSession, result: pb.Result) -> None:
+    """Hands a result on, or answers it REJECTED when it is malformed (the stream goes on)."""
+    try:
+        session.result(protocol.result_report(result))
+    except InvalidArgument as exc:
+        log.warning("worker %s: rejected a result (%s)", session.worker_id, exc.reason)
+        session.deliver(ResultAnswer(result.attempt_id, False, reason=str(exc), error=exc))
 
 
 def _lease_ms(value: Any, field: str) -> int:

@@ -13,23 +13,25 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ConnectRequest(_message.Message):
-    __slots__ = ("hello", "credit", "start", "heartbeat", "result", "release")
+    __slots__ = ("hello", "credit", "start", "heartbeat", "result", "release", "batch")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     credit: Credit
     start: StartRequest
     heartbeat: Heartbeat
     result: Result
     release: Release
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., start: _Optional[_Union[StartRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ...) -> None: ...
+    batch: WorkerBatch
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., start: _Optional[_Union[StartRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., batch: _Optional[_Union[WorkerBatch, _Mapping]] = ...) -> None: ...
 
 class ConnectResponse(_message.Message):
-    __slots__ = ("welcome", "assignment", "start_answer", "heartbeat_answer", "result_ack", "cancel", "drain")
+    __slots__ = ("welcome", "assignment", "start_answer", "heartbeat_answer", "result_ack", "cancel", "drain", "batch")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     START_ANSWER_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +39,7 @@ class ConnectResponse(_message.Message):
     RESULT_ACK_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assignment: Assignment
     start_answer: StartAnswer
@@ -44,27 +47,32 @@ class ConnectResponse(_message.Message):
     result_ack: ResultAck
     cancel: Cancel
     drain: Drain
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., start_answer: _Optional[_Union[StartAnswer, _Mapping]] = ..., heartbeat_answer: _Optional[_Union[HeartbeatAnswer, _Mapping]] = ..., result_ack: _Optional[_Union[ResultAck, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+    batch: CoordinatorBatch
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., start_answer: _Optional[_Union[StartAnswer, _Mapping]] = ..., heartbeat_answer: _Optional[_Union[HeartbeatAnswer, _Mapping]] = ..., result_ack: _Optional[_Union[ResultAck, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., batch: _Optional[_Union[CoordinatorBatch, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "lease")
+    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "lease", "batches")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     WIRE_NAMES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     wire_names: _containers.RepeatedScalarFieldContainer[str]
     capacity: int
     lease: _duration_pb2.Duration
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    batches: bool
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batches: _Optional[bool] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("coordinator_id",)
+    __slots__ = ("coordinator_id", "batches")
     COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     coordinator_id: str
-    def __init__(self, coordinator_id: _Optional[str] = ...) -> None: ...
+    batches: bool
+    def __init__(self, coordinator_id: _Optional[str] = ..., batches: _Optional[bool] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("count",)
@@ -196,6 +204,30 @@ class ResultAck(_message.Message):
     message: str
     metadata: _containers.ScalarMap[str, str]
     def __init__(self, attempt_id: _Optional[str] = ..., status: _Optional[_Union[ResultAck.Status, str]] = ..., job_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class WorkerBatch(_message.Message):
+    __slots__ = ("releases", "starts", "results", "credit")
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    releases: _containers.RepeatedCompositeFieldContainer[Release]
+    starts: _containers.RepeatedCompositeFieldContainer[StartRequest]
+    results: _containers.RepeatedCompositeFieldContainer[Result]
+    credit: int
+    def __init__(self, releases: _Optional[_Iterable[_Union[Release, _Mapping]]] = ..., starts: _Optional[_Iterable[_Union[StartRequest, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ..., credit: _Optional[int] = ...) -> None: ...
+
+class CoordinatorBatch(_message.Message):
+    __slots__ = ("assignments", "start_answers", "result_acks", "cancels")
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    START_ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_ACKS_FIELD_NUMBER: _ClassVar[int]
+    CANCELS_FIELD_NUMBER: _ClassVar[int]
+    assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
+    start_answers: _containers.RepeatedCompositeFieldContainer[StartAnswer]
+    result_acks: _containers.RepeatedCompositeFieldContainer[ResultAck]
+    cancels: _containers.RepeatedCompositeFieldContainer[Cancel]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., start_answers: _Optional[_Iterable[_Union[StartAnswer, _Mapping]]] = ..., result_acks: _Optional[_Iterable[_Union[ResultAck, _Mapping]]] = ..., cancels: _Optional[_Iterable[_Union[Cancel, _Mapping]]] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("attempt_id",)
