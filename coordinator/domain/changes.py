@@ -9,8 +9,9 @@ bug in the caller, never a client's fault.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from coordinator.domain.evolve import evolve
 from coordinator.domain.lifecycle import Decision
 from coordinator.domain.records import JobRecord
 from coordinator.domain.states import CODE_CANCELLED, CODE_PARENT_FAILED, JobState, can_transition
@@ -43,7 +44,7 @@ def check_transition(before: JobRecord, after: JobRecord) -> None:
 
 
 def claimed(job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int) -> JobRecord:
-    return replace(
+    return evolve(
         job,
         state=JobState.RESERVED,
         current_attempt_id=attempt_id,
@@ -53,13 +54,13 @@ def claimed(job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int
 
 
 def started(job: JobRecord, execution_number: int) -> JobRecord:
-    return replace(job, state=JobState.RUNNING, executions=execution_number, unstarted_streak=0)
+    return evolve(job, state=JobState.RUNNING, executions=execution_number, unstarted_streak=0)
 
 
 def attempt_ended(job: JobRecord, decision: Decision, now_ms: int, output: bytes | None) -> JobRecord:
     """The job after its current attempt ended as ``decision`` says (R-4 to R-6, R-12)."""
     job_code = decision.job_error_code or decision.error_code
-    return replace(
+    return evolve(
         job,
         state=decision.job_state,
         current_attempt_id=None,
@@ -75,7 +76,7 @@ def attempt_ended(job: JobRecord, decision: Decision, now_ms: int, output: bytes
 
 def cancelled(job: JobRecord, now_ms: int) -> JobRecord:
     """R-8: a job that is not running ends cancelled at once."""
-    return replace(
+    return evolve(
         job,
         state=JobState.CANCELLED,
         finished_at_ms=now_ms,
@@ -88,13 +89,13 @@ def cancelled(job: JobRecord, now_ms: int) -> JobRecord:
 
 def cancel_requested(job: JobRecord) -> JobRecord:
     """R-8: a running job is flagged; its worker is asked to stop the handler."""
-    return replace(job, cancel_requested=True)
+    return evolve(job, cancel_requested=True)
 
 
 def retried(job: JobRecord, generation: int, now_ms: int, *, waiting: bool = False) -> JobRecord:
     """R-9: the next generation with fresh budgets, available now (or, with ``waiting``,
     waiting for parents that have still to succeed, R-15)."""
-    return replace(
+    return evolve(
         job,
         state=JobState.WAITING if waiting else JobState.AVAILABLE,
         generation=generation,
@@ -113,14 +114,14 @@ def retried(job: JobRecord, generation: int, now_ms: int, *, waiting: bool = Fal
 
 def due(job: JobRecord) -> JobRecord:
     """A scheduled job whose run-at has come."""
-    return replace(job, state=JobState.AVAILABLE)
+    return evolve(job, state=JobState.AVAILABLE)
 
 
 def parent_failed(job: JobRecord, now_ms: int) -> JobRecord:
     """R-15: a waiting job whose parent failed or was cancelled ends failed, unrun."""
-    return replace(job, state=JobState.FAILED, finished_at_ms=now_ms, last_error_code=CODE_PARENT_FAILED)
+    return evolve(job, state=JobState.FAILED, finished_at_ms=now_ms, last_error_code=CODE_PARENT_FAILED)
 
 
 def released(job: JobRecord, state: JobState) -> JobRecord:
     """R-15: a waiting job whose last parent succeeded: available (or scheduled)."""
-    return replace(job, state=state)
+    return evolve(job, state=state)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import replace
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain import changes
 from coordinator.domain.clock import Clock
+from coordinator.domain.evolve import evolve
 from coordinator.domain.ids import parse_id, uuid7
 from coordinator.domain.lifecycle import (
     Report,
@@ -195,7 +195,7 @@ class _BatchRun:
             return StartAnswer(attempt_id, False, reason=decision.reason)
         self._keep(self.writes.start(job, attempt_id, decision.execution_number))
         self.answers.started.append(RunStarted(job.queue, job.wire_name, max(self.now - job.run_at_ms, 0)))
-        self._attempts[attempt_id] = replace(
+        self._attempts[attempt_id] = evolve(
             attempt, started_at_ms=self.now, execution_number=decision.execution_number
         )
         return StartAnswer(attempt_id, True, decision.execution_number)
@@ -263,7 +263,7 @@ class _BatchRun:
             self.writes.end_attempt(job, decision, reported=True, output=output, report=report, ran_ms=ran_ms)
         )
         # A repeat of this result later in the same batch must see it (R-14).
-        self._attempts[attempt_id] = replace(
+        self._attempts[attempt_id] = evolve(
             attempt,
             outcome=decision.attempt_outcome,
             retry_delay_ms=decision.retry_delay_ms,
@@ -285,7 +285,7 @@ class _BatchRun:
                 claimed += self._claim_from((queue,), request, min(room, limit - len(claimed)))
         outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
         if outputs:
-            claimed = [replace(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
+            claimed = [evolve(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
         return claimed
 
     def _open_queues(self, names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
@@ -345,7 +345,7 @@ def _without_nul(report: Report) -> Report:
     """PostgreSQL text cannot hold NUL; replace it on both engines so they store alike."""
     if "\x00" not in report.exception_type + report.message + report.detail:
         return report
-    return replace(
+    return evolve(
         report,
         exception_type=report.exception_type.replace("\x00", "\ufffd"),
         message=report.message.replace("\x00", "\ufffd"),

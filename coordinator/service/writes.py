@@ -12,11 +12,10 @@ the same transaction, batched over every job the transaction ended.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from coordinator.domain import changes
 from coordinator.domain.changes import JobChange
 from coordinator.domain.dependencies import released_state
+from coordinator.domain.evolve import evolve
 from coordinator.domain.lifecycle import Decision, Report
 from coordinator.domain.records import AttemptEnd, JobRecord, NewAttempt
 from coordinator.domain.states import CODE_PARENT_FAILED, JobState, Outcome
@@ -59,7 +58,7 @@ class JobWrites:
         """Gathers one guarded write (checked against the transition table) and returns
         the job as it will be once written."""
         self._changes.append(JobChange(job, after, reason=reason, attempt_id=attempt_id))
-        updated = replace(after, history_seq=job.history_seq + 1, updated_at_ms=self.now)
+        updated = evolve(after, history_seq=job.history_seq + 1, updated_at_ms=self.now)
         self._fresh[job.id] = updated
         return updated
 

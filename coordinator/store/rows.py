@@ -3,9 +3,9 @@ schema and the statements."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.domain.access import Scope, format_scopes
 from coordinator.domain.records import (
@@ -21,6 +21,8 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import JobState, Outcome
 
+R = TypeVar("R")
+
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord))
 WRITTEN_JOB_FIELDS = tuple(name for name in JOB_FIELDS if name not in ("id", "history_seq", "updated_at_ms"))
@@ -28,7 +30,7 @@ WRITTEN_JOB_FIELDS = tuple(name for name in JOB_FIELDS if name not in ("id", "hi
 
 
 def job_from_row(row: Any) -> JobRecord:
-    return job_from_mapping(row._mapping)
+    return _loader(JobRecord, JOB_FIELDS, _JOB_CONVERSIONS, tuple(row._fields))(row)
 
 
 def job_from_mapping(mapping: Mapping[str, Any]) -> JobRecord:
@@ -61,13 +63,50 @@ def changed_columns(before: JobRecord, after: JobRecord) -> dict[str, Any]:
 
 
 def attempt_from_row(row: Any) -> AttemptRecord:
-    values = dict(row._mapping)
-    if values["outcome"] is not None:
-        values["outcome"] = Outcome(values["outcome"])
-    if values["job_state_after"] is not None:
-        values["job_state_after"] = JobState(values["job_state_after"])
-    values["reported"] = bool(values["reported"])
-    return AttemptRecord(**{name: values[name] for name in _ATTEMPT_FIELDS})
+    return _loader(AttemptRecord, _ATTEMPT_FIELDS, _ATTEMPT_CONVERSIONS, tuple(row._fields))(row)
+
+
+# -- loaders: a row to a record in one call -------------------------------------------
+#
+# Claims, starts and results read hundreds of job and attempt rows a batch. Going
+# through ``row._mapping`` and keyword arguments costs more than the statement that
+# read them, so each (record, column order) gets a loader generated once that takes
+# the values by position and converts the few columns that need it.
+
+_JOB_CONVERSIONS = {
+    "state": "JobState({})",
+    "payload": "bytes({})",
+    "output": "(None if {0} is None else bytes({0}))",
+    "cancel_requested": "bool({})",
+}
+_ATTEMPT_CONVERSIONS = {
+    "outcome": "(None if {0} is None else Outcome({0}))",
+    "job_state_after": "(None if {0} is None else JobState({0}))",
+    "reported": "bool({})",
+}
+_LOADERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], Any]] = {}
+_MAX_LOADERS = 256
+"""Column orders are few (one per statement shape); the bound only guards the cache."""
+
+
+def _loader(
+    cls: type[R], names: tuple[str, ...], conversions: Mapping[str, str], columns: tuple[str, ...]
+) -> Callable[[Any], R]:
+    key = (cls, columns)
+    loader = _LOADERS.get(key)
+    if loader is None:
+        position = {column: index for index, column in enumerate(columns)}
+        missing = [name for name in names if name not in position]
+        if missing:
+            raise KeyError(f"the row lacks {cls.__name__} columns {missing}")
+        arguments = [conversions.get(name, "{}").format(f"row[{position[name]}]") for name in names]
+        namespace: dict[str, Any] = {"cls": cls, "JobState": JobState, "Outcome": Outcome}
+        exec(f"def load(row):\n    return cls({', '.join(arguments)})", namespace)  # names alone
+        loader = namespace["load"]
+        if len(_LOADERS) >= _MAX_LOADERS:
+            _LOADERS.clear()
+        _LOADERS[key] = loader
+    return loader
 
 
 def new_attempt_row(attempt: NewAttempt) -> dict[str, Any]:
