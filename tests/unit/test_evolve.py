@@ -1,0 +1,209 @@
+"""``evolve`` (records copied with changes) and the store's generated row loaders: the
+hot path's replacements for ``dataclasses.replace`` and keyword construction must give
+exactly what those give, for every record of the hot path and every field."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from coordinator.domain.evolve import evolve
+from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
+from coordinator.domain.states import JobState, Outcome
+from coordinator.service.work import Claimed
+from coordinator.store.rows import attempt_from_row, job_from_row, job_row
+
+JOB = JobRecord(
+    id="0190f0a0-0000-7000-8000-000000000001",
+    wire_name="mail.send",
+    queue="mail",
+    state=JobState.AVAILABLE,
+    priority=3,
+    run_at_ms=1_000,
+    payload=b'{"to": "a@example.com"}',
+    payload_version=2,
+    idempotency_key="key-1",
+    max_executions=5,
+    retry_initial_delay_ms=100,
+    retry_max_delay_ms=10_000,
+    execution_timeout_ms=None,
+    max_unstarted_abandonments=3,
+    unstarted_initial_delay_ms=50,
+    unstarted_max_delay_ms=500,
+    generation=1,
+    executions=0,
+    unstarted_streak=0,
+    current_attempt_id=None,
+    worker_id=None,
+    lease_expires_at_ms=None,
+    created_at_ms=900,
+    updated_at_ms=900,
+    finished_at_ms=None,
+    last_error_code=None,
+    output=None,
+    history_seq=1,
+    cancel_requested=False,
+    unique_key=None,
+)
+ATTEMPT = AttemptRecord(
+    id="0190f0a0-0000-7000-8000-0000000000a1",
+    job_id=JOB.id,
+    generation=1,
+    worker_id="worker-1",
+    execution_number=0,
+    claimed_at_ms=1_100,
+    started_at_ms=None,
+    finished_at_ms=None,
+    outcome=None,
+    error_code=None,
+    exception_type=None,
+    message=None,
+    detail=None,
+    retry_delay_ms=None,
+    job_state_after=None,
+    reported=False,
+    token_id="token-1",
+)
+
+
+def test_evolve_changes_what_is_named_and_copies_the_rest() -> None:
+    running = evolve(JOB, state=JobState.RUNNING, executions=1, worker_id=None)
+    assert running == dataclasses.replace(JOB, state=JobState.RUNNING, executions=1, worker_id=None)
+    assert running.state is JobState.RUNNING and running.executions == 1
+    assert JOB.state is JobState.AVAILABLE  # the original is untouched
+    assert hash(running) == hash(dataclasses.replace(JOB, state=JobState.RUNNING, executions=1))
+
+
+@pytest.mark.parametrize("record", [JOB, ATTEMPT], ids=["JobRecord", "AttemptRecord"])
+def test_evolve_sets_every_field_like_replace(record: Any) -> None:
+    for field in dataclasses.fields(record):
+        value = _other_value(getattr(record, field.name))
+        assert evolve(record, **{field.name: value}) == dataclasses.replace(record, **{field.name: value})
+
+
+def test_evolve_without_changes_is_an_equal_copy() -> None:
+    copy = evolve(ATTEMPT)
+    assert copy == ATTEMPT and copy is not ATTEMPT
+
+
+def test_an_evolved_record_stays_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evolve(JOB, priority=1).priority = 2  # type: ignore[misc]
+
+
+def test_evolve_refuses_a_name_that_is_no_field() -> None:
+    with pytest.raises(TypeError, match="JobRecord has no field 'stat'"):
+        evolve(JOB, stat=JobState.RUNNING)
+
+
+def test_evolve_handles_records_of_one_field_and_nested_ones() -> None:
+    claimed = Claimed(JOB, ATTEMPT.id, 5_000)
+    with_outputs = evolve(claimed, parent_outputs={"p": b"out"})
+    assert with_outputs == dataclasses.replace(claimed, parent_outputs={"p": b"out"})
+    report = Report(outcome=Outcome.SUCCEEDED)
+    assert evolve(report, message="done") == dataclasses.replace(report, message="done")
+    identity = WorkerIdentity("w", None, None)
+    assert evolve(identity, worker_id="v") == dataclasses.replace(identity, worker_id="v")
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class One:
+        a: int
+
+    assert evolve(One(1), a=2) == One(2)
+    assert evolve(One(1)) == One(1)
+
+
+def test_evolve_refuses_classes_it_would_copy_wrongly() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Unslotted:
+        a: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("negative")
+
+    with pytest.raises(TypeError, match="slotted"):
+        evolve(Unslotted(1), a=2)
+    with pytest.raises(TypeError, match="__post_init__"):
+        evolve(Checked(1), a=-1)
+
+
+class _Row(tuple[Any, ...]):
+    """A result row as SQLAlchemy gives it: values by position, and ``_fields``."""
+
+    _fields: tuple[str, ...]
+
+    @classmethod
+    def of(cls, values: dict[str, Any], order: Sequence[str]) -> _Row:
+        row = cls(values[name] for name in order)
+        row._fields = tuple(order)
+        return row
+
+
+def _stored_job(job: JobRecord) -> dict[str, Any]:
+    """The columns as a driver returns them: text states, integer flags, memoryview blobs."""
+    values = job_row(job)
+    values.update(
+        payload=memoryview(job.payload),
+        output=None if job.output is None else memoryview(job.output),
+        cancel_requested=int(job.cancel_requested),
+    )
+    return values
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["schema order", "other order"])
+def test_a_job_row_loads_as_the_record_it_stores(reverse: bool) -> None:
+    ended = evolve(JOB, state=JobState.SUCCEEDED, output=b"42", cancel_requested=True, finished_at_ms=7)
+    for job in (JOB, ended):
+        values = _stored_job(job)
+        order = sorted(values, reverse=reverse)
+        loaded = job_from_row(_Row.of(values, order))
+        assert loaded == job
+        assert type(loaded.payload) is bytes and loaded.state is job.state
+
+
+def test_an_attempt_row_loads_with_its_enums_and_flags() -> None:
+    ended = evolve(
+        ATTEMPT,
+        outcome=Outcome.RETRYABLE_FAILURE,
+        job_state_after=JobState.SCHEDULED,
+        reported=True,
+        started_at_ms=1_200,
+    )
+    for attempt in (ATTEMPT, ended):
+        values = {f.name: getattr(attempt, f.name) for f in dataclasses.fields(attempt)}
+        values.update(
+            outcome=None if attempt.outcome is None else attempt.outcome.value,
+            job_state_after=None if attempt.job_state_after is None else attempt.job_state_after.value,
+            reported=int(attempt.reported),
+        )
+        assert attempt_from_row(_Row.of(values, list(values))) == attempt
+
+
+def test_a_row_without_a_records_column_is_refused_by_name() -> None:
+    values = _stored_job(JOB)
+    del values["history_seq"]
+    with pytest.raises(KeyError, match="history_seq"):
+        job_from_row(_Row.of(values, list(values)))
+
+
+def _other_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, JobState):
+        return JobState.FAILED if value is not JobState.FAILED else JobState.RUNNING
+    if isinstance(value, bytes):
+        return value + b"!"
+    if isinstance(value, str):
+        return value + "-changed"
+    return "set"  # a None field: any value does
