@@ -83,6 +83,8 @@ class Store:
         self._read_engine = create_read_engine(self.url, self.timeouts)
         self.on_transaction: Callable[[float], None] | None = None
         """Called with every write transaction's duration in seconds (for metrics)."""
+        self._known_queues: set[str] = set()
+        """Queues whose rows this store saw committed: enqueues skip looking them up."""
 
     @classmethod
     def open(
@@ -179,8 +181,11 @@ class Store:
         committing = False
         try:
             with self._write_engine.connect() as conn, conn.begin():
-                yield Tx(conn, self.postgres, self.bounds)
+                tx = Tx(conn, self.postgres, self.bounds, self._known_queues)
+                yield tx
+                tx.write_counts()
                 committing = True  # the block is done; leaving ``begin`` commits
+            self._known_queues.update(tx.registered_queues)  # committed: they exist
         except DBAPIError as exc:
             raise _store_error(exc, what, before_commit=not committing) from exc
         finally:

@@ -4,7 +4,9 @@ writer, so it needs none)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from sqlalchemy import Connection, Select
@@ -21,10 +23,22 @@ def chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
 
 
 class TxBase:
-    def __init__(self, conn: Connection, postgres: bool, bounds: StoreBounds) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        postgres: bool,
+        bounds: StoreBounds,
+        known_queues: AbstractSet[str] = frozenset(),
+    ) -> None:
         self._conn = conn
         self._postgres = postgres
         self.bounds = bounds
+        self._known_queues = known_queues
+        """Queues whose rows are committed (the store's set, which only grows)."""
+        self.registered_queues: set[str] = set()
+        """Queues this transaction made sure exist: known to the store once it commits."""
+        self._counts: Counter[tuple[str, str]] = Counter()
+        """Job count deltas per (queue, state), written once before the commit."""
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         if self._postgres:

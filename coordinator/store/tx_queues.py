@@ -48,10 +48,12 @@ class QueueOps(TxBase):
     # -- queues (R-17) ------------------------------------------------------------------
 
     def register_queues(self, names: Iterable[str], now_ms: int) -> None:
-        """Makes ``names`` known queues (a no-op for those that are)."""
-        wanted = sorted(set(names))
+        """Makes ``names`` known queues (a no-op for those that are). Queue rows are never
+        deleted, so a name this store saw committed is not looked up again."""
+        wanted = sorted(set(names) - self._known_queues)
         if not wanted:
             return
+        self.registered_queues.update(wanted)
         known = {row[0] for row in self._conn.execute(select(queues.c.name).where(queues.c.name.in_(wanted)))}
         rows = [
             {
@@ -90,9 +92,16 @@ class QueueOps(TxBase):
         return found
 
     def count_jobs(self, deltas: Mapping[tuple[str, str], int]) -> None:
-        """Records how this transaction changed the jobs per (queue, state): appended as
-        deltas, so concurrent transactions never wait on a counter row."""
-        rows = [{"queue": q, "state": s, "delta": d} for (q, s), d in sorted(deltas.items()) if d]
+        """Records how this transaction changed the jobs per (queue, state). They are
+        summed and appended as deltas once, before the commit (``write_counts``), so
+        concurrent transactions never wait on a counter row and an enqueue that also
+        claims writes one statement for both."""
+        self._counts.update(deltas)
+
+    def write_counts(self) -> None:
+        """Appends the deltas counted so far (``Store`` calls it before every commit)."""
+        rows = [{"queue": q, "state": s, "delta": d} for (q, s), d in sorted(self._counts.items()) if d]
+        self._counts.clear()
         if rows:
             self._conn.execute(insert(queue_count_deltas), rows)
 
@@ -105,6 +114,7 @@ class QueueOps(TxBase):
         terminal state; a retry or a purge takes jobs out, and counts no end) are also
         added to ``now_ms``'s minute of ``queue_finished``, and minutes older than
         ``FINISHED_MINUTES_KEPT_MS`` are dropped."""
+        self.write_counts()  # this transaction's own deltas are folded too
         deltas: Counter[tuple[str, str]] = Counter()
         ended: Counter[tuple[str, str]] = Counter()
         folded = 0

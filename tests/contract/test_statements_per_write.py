@@ -1,0 +1,106 @@
+"""What a write sends to the database, on both engines: the statements the hot path saves.
+
+- Job count deltas are summed per transaction and appended once before the commit, so
+  an enqueue that claims its own jobs writes one delta statement, not one per step, and
+  the counts still agree with the jobs.
+- Queue rows are never deleted, so a queue this store saw committed is not looked up
+  again by later enqueues; one whose registration rolled back is looked up (and made)
+  again.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from coordinator.domain.records import NewJobSpec
+from coordinator.domain.states import JobState
+from coordinator.service.work import ClaimRequest
+
+from .harness import LEASE_MS, QUEUE, WIRE, WORKER, Harness
+
+
+@contextmanager
+def sent_statements() -> Iterator[list[tuple[str, Any]]]:
+    """Every statement any engine sends while the block runs (executemany too)."""
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+def _count(sent: list[tuple[str, Any]], pattern: str) -> int:
+    return sum(1 for sql, _ in sent if re.search(pattern, sql))
+
+
+def _counts(harness: Harness, queue: str) -> dict[JobState, int]:
+    (stats,) = [s for s in harness.store.queue_stats(harness.clock.now_ms()) if s.queue.name == queue]
+    return {state: n for state, n in stats.counts.items() if n}
+
+
+def test_an_enqueue_that_claims_appends_its_count_deltas_once(harness: Harness) -> None:
+    claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 2, LEASE_MS)]
+    specs = [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(3)]
+    with sent_statements() as sent:
+        enqueued, answers = harness.jobs.enqueue_then(
+            specs, functools.partial(harness.ops.claim_in, claims=claims)
+        )
+    assert len(enqueued) == 3 and len(answers.claims[0]) == 2
+    # Enqueued (+3 available), then claimed (-2 available, +2 reserved): one statement.
+    assert _count(sent, r"INSERT INTO queue_count_deltas") == 1
+    assert _counts(harness, QUEUE) == {JobState.AVAILABLE: 1, JobState.RESERVED: 2}
+
+
+def test_counts_written_in_a_transaction_that_folds_are_folded_with_it(harness: Harness) -> None:
+    harness.enqueue(queue=QUEUE)
+
+    def enqueue_and_fold(tx: Any) -> int:
+        harness.jobs.enqueue_in(tx, [NewJobSpec(WIRE, b"{}", queue=QUEUE)])
+        return tx.fold_queue_counts()
+
+    assert harness.store.transact(enqueue_and_fold, what="a test") >= 2
+    assert _counts(harness, QUEUE) == {JobState.AVAILABLE: 2}
+
+
+def test_a_queue_seen_committed_is_not_looked_up_again(harness: Harness) -> None:
+    harness.enqueue(queue="billing")
+    with sent_statements() as sent:
+        harness.enqueue(queue="billing")
+        harness.enqueue(queue="billing")
+    assert _count(sent, r"FROM queues\s+WHERE") == 0
+    assert _counts(harness, "billing") == {JobState.AVAILABLE: 3}
+    with sent_statements() as sent:
+        harness.enqueue(queue="reports")  # a queue this store has not seen: looked up, made
+    assert _count(sent, r"FROM queues\s+WHERE") == 1
+    assert {s.queue.name for s in harness.store.queue_stats(harness.clock.now_ms())} >= {"billing", "reports"}
+
+
+class _Abandoned(Exception):
+    pass
+
+
+def test_a_queue_whose_registration_rolled_back_is_made_again(harness: Harness) -> None:
+    def enqueue_then_fail(tx: Any) -> None:
+        harness.jobs.enqueue_in(tx, [NewJobSpec(WIRE, b"{}", queue="rolled-back")])
+        raise _Abandoned  # after the queue row was written: the transaction rolls back
+
+    with pytest.raises(_Abandoned):
+        harness.store.transact(enqueue_then_fail, what="a test")
+    assert "rolled-back" not in {s.queue.name for s in harness.store.queue_stats(harness.clock.now_ms())}
+    with sent_statements() as sent:
+        harness.enqueue(queue="rolled-back")
+    assert _count(sent, r"FROM queues\s+WHERE") == 1
+    assert _counts(harness, "rolled-back") == {JobState.AVAILABLE: 1}
