@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import defaultdict
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -20,7 +22,12 @@ from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 
 class RawWorker:
-    """One stream; ``send`` queues messages, ``next(kind)`` awaits the next of a kind."""
+    """One stream; ``send`` queues messages, ``next(kind)`` awaits the next of a kind.
+
+    With ``batches`` the Hello says the worker reads CoordinatorBatch messages:
+    ``next_batch`` awaits the next one, ``batch_items`` collects items of one kind
+    across them. Every message read is kept in ``received``, oldest first.
+    """
 
     def __init__(
         self,
@@ -32,7 +39,11 @@ class RawWorker:
         lease_ms: int = 60_000,
         token: str | None = None,
         queues: list[str] | None = None,
+        batches: bool = False,
     ):
+        self.received: list[pb.ConnectResponse] = []
+        self._unread: defaultdict[str, list[Any]] = defaultdict(list)
+        """Batch items read but not yet taken by ``batch_items``, by field."""
         self.channel = grpc.aio.insecure_channel(target)
         self.outgoing: asyncio.Queue[pb.ConnectRequest | None] = asyncio.Queue()
         lease = Duration()
@@ -45,6 +56,7 @@ class RawWorker:
                     wire_names=wire_names,
                     capacity=capacity,
                     lease=lease,
+                    batches=batches,
                 )
             )
         )
@@ -59,16 +71,50 @@ class RawWorker:
     def send(self, **kind: object) -> None:
         self.outgoing.put_nowait(pb.ConnectRequest(**kind))  # type: ignore[arg-type]
 
+    def send_batch(self, **items: Any) -> None:
+        """Sends one WorkerBatch, e.g. ``send_batch(starts=[...], credit=1)``."""
+        self.send(batch=pb.WorkerBatch(**items))
+
+    async def read(self, timeout: float = 10.0) -> pb.ConnectResponse:
+        """The next message, whatever its kind."""
+        message = await asyncio.wait_for(self.call.read(), timeout)
+        if message is grpc.aio.EOF:
+            raise EOFError("stream ended")
+        self.received.append(message)
+        return message  # type: ignore[no-any-return]
+
     async def next(self, kind: str, timeout: float = 10.0) -> object:
         async def read() -> object:
             while True:
-                message = await self.call.read()
-                if message is grpc.aio.EOF:
-                    raise EOFError("stream ended")
+                message = await self.read(timeout)
                 if message.WhichOneof("kind") == kind:
                     return getattr(message, kind)
+                if message.WhichOneof("kind") == "batch":
+                    self._keep(message.batch)  # skipped here, still there for batch_items
 
         return await asyncio.wait_for(read(), timeout)
+
+    async def next_batch(self, timeout: float = 10.0) -> pb.CoordinatorBatch:
+        batch = await self.next("batch", timeout)
+        assert isinstance(batch, pb.CoordinatorBatch)
+        return batch
+
+    async def batch_items(self, field: str, count: int, timeout: float = 10.0) -> list[Any]:
+        """The next ``count`` items of CoordinatorBatch ``field`` (``assignments``,
+        ``start_answers``, ``result_acks``, ``cancels``), from however many batches they
+        come in; the other items read meanwhile are kept for later calls."""
+        while len(self._unread[field]) < count:
+            self._keep(await self.next_batch(timeout))
+        taken, self._unread[field] = self._unread[field][:count], self._unread[field][count:]
+        return taken
+
+    def _keep(self, batch: pb.CoordinatorBatch) -> None:
+        for field in ("assignments", "start_answers", "result_acks", "cancels"):
+            self._unread[field].extend(getattr(batch, field))
+
+    def kinds(self) -> list[str]:
+        """The kind of every message read so far, oldest first."""
+        return [str(message.WhichOneof("kind")) for message in self.received]
 
     async def claim(self) -> pb.Assignment:
         self.send(credit=pb.Credit(count=1))
