@@ -20,7 +20,7 @@ BATCHABLE: Final = frozenset({"release", "start", "result", "credit"})
 MAX_BATCH_ITEMS: Final = 1_000
 """Items per batch at most (the coordinator accepts up to 10,000 of each kind)."""
 
-MAX_BATCH_BYTES: Final = 4 << 20
+MAX_BATCH_BYTES: Final = 1 << 20
 """About how many result bytes (outputs, messages, details) one batch carries, far
 below the coordinator's message size bound."""
 

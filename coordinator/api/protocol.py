@@ -63,9 +63,10 @@ def frame(delivery: Delivery) -> Iterator[Message]:
         raise TypeError(f"cannot frame {type(delivery).__name__}")
 
 
-MAX_BATCH_PAYLOAD_BYTES = 4 << 20
+MAX_BATCH_PAYLOAD_BYTES = 1 << 20
 """About how many payload and output bytes one CoordinatorBatch carries before the
-next begins, so a batch of large assignments stays far below the message size bound."""
+next begins, so a batch of large assignments stays below gRPC's default 4 MiB receive
+limit, which third-party workers may keep."""
 
 
 def frame_batched(deliveries: Iterable[Delivery]) -> Iterator[Message]:

@@ -28,10 +28,10 @@ from coordinator.store.purge import purge_jobs
 from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
-    attempt_from_row,
+    attempts_from,
     changed_columns,
-    job_from_row,
     job_row,
+    jobs_from,
     new_attempt_row,
 )
 from coordinator.store.schedules import ScheduleWrites
@@ -90,7 +90,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         for chunk in chunks(ordered):
             # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
             query = self._locked(select(jobs).where(jobs.c.id.in_(chunk)).order_by(jobs.c.id))
-            found.update((r.id, r) for r in map(job_from_row, self._conn.execute(query)))
+            found.update((r.id, r) for r in jobs_from(self._conn.execute(query)))
         return found
 
     def selected_jobs(
@@ -114,13 +114,13 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         if after_id is not None:
             conditions.append(jobs.c.id > after_id)
         query = self._locked(select(jobs).where(*conditions).order_by(jobs.c.id).limit(limit))
-        return [job_from_row(r) for r in self._conn.execute(query)]
+        return list(jobs_from(self._conn.execute(query)))
 
     def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
         found: dict[str, AttemptRecord] = {}
         for chunk in chunks(sorted(set(ids))):
             rows = self._conn.execute(select(attempts).where(attempts.c.id.in_(chunk)))
-            found.update((r.id, r) for r in map(attempt_from_row, rows))
+            found.update((r.id, r) for r in attempts_from(rows))
         return found
 
     def attempts_with_their_jobs(
@@ -135,7 +135,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         for chunk in chunks(ordered):
             owners = select(attempts.c.job_id).where(attempts.c.id.in_(chunk))
             query = self._locked(select(jobs).where(jobs.c.id.in_(owners)).order_by(jobs.c.id))
-            found_jobs.update((r.id, r) for r in map(job_from_row, self._conn.execute(query)))
+            found_jobs.update((r.id, r) for r in jobs_from(self._conn.execute(query)))
         return self.attempts_by_ids(ordered), found_jobs
 
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
@@ -143,7 +143,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         if not ordered:
             return {}
         rows = self._conn.execute(select(jobs).where(jobs.c.idempotency_key.in_(ordered)))
-        return {r.idempotency_key: r for r in map(job_from_row, rows) if r.idempotency_key}
+        return {r.idempotency_key: r for r in jobs_from(rows) if r.idempotency_key}
 
     def unfinished_by_unique_keys(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], JobRecord]:
         """The jobs that have not ended among those with these ``(wire_name, unique_key)``."""
@@ -158,7 +158,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                     jobs.c.state.not_in([state.value for state in JobState if state.terminal]),
                 )
             )
-            for job in map(job_from_row, rows):
+            for job in jobs_from(rows):
                 assert job.unique_key is not None
                 if (job.wire_name, job.unique_key) in wanted:
                     found[(job.wire_name, job.unique_key)] = job
@@ -191,7 +191,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
                 .limit(limit)
             )
-            found.extend(map(job_from_row, self._conn.execute(self._locked(query, skip_locked=True))))
+            found.extend(jobs_from(self._conn.execute(self._locked(query, skip_locked=True))))
         if len(queues) > 1:
             found.sort(key=_claim_order)
         return found[:limit]
@@ -204,7 +204,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             # them would read all of them; SKIP LOCKED means no lock order is needed.
             .limit(limit)
         )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+        return list(jobs_from(self._conn.execute(self._locked(query, skip_locked=True))))
 
     def due_scheduled(self, now_ms: int, limit: int) -> list[JobRecord]:
         query = (
@@ -213,7 +213,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             .order_by(jobs.c.run_at_ms)
             .limit(limit)
         )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query, skip_locked=True))]
+        return list(jobs_from(self._conn.execute(self._locked(query, skip_locked=True))))
 
     def any_leased(self) -> bool:
         """Whether any job is reserved or running (one entry of ix_jobs_leased)."""

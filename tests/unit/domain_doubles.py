@@ -6,6 +6,7 @@ Test modules import this by its bare name (pytest puts this directory on ``sys.p
 from __future__ import annotations
 
 from coordinator.domain.lifecycle import JobView
+from coordinator.domain.records import AttemptRecord, JobRecord
 from coordinator.domain.settings import JobSettings
 from coordinator.domain.states import JobState
 
@@ -57,3 +58,57 @@ def job_view(
         current_attempt_id=current_attempt_id,
         cancel_requested=cancel_requested,
     )
+
+
+# A job and one of its attempts as the store holds them.
+JOB_RECORD = JobRecord(
+    id="0190f0a0-0000-7000-8000-000000000001",
+    wire_name="mail.send",
+    queue="mail",
+    state=JobState.AVAILABLE,
+    priority=3,
+    run_at_ms=1_000,
+    payload=b'{"to": "a@example.com"}',
+    payload_version=2,
+    idempotency_key="key-1",
+    max_executions=5,
+    retry_initial_delay_ms=100,
+    retry_max_delay_ms=10_000,
+    execution_timeout_ms=None,
+    max_unstarted_abandonments=3,
+    unstarted_initial_delay_ms=50,
+    unstarted_max_delay_ms=500,
+    generation=1,
+    executions=0,
+    unstarted_streak=0,
+    current_attempt_id=None,
+    worker_id=None,
+    lease_expires_at_ms=None,
+    created_at_ms=900,
+    updated_at_ms=900,
+    finished_at_ms=None,
+    last_error_code=None,
+    output=None,
+    history_seq=1,
+    cancel_requested=False,
+    unique_key=None,
+)
+ATTEMPT_RECORD = AttemptRecord(
+    id="0190f0a0-0000-7000-8000-0000000000a1",
+    job_id=JOB_RECORD.id,
+    generation=1,
+    worker_id="worker-1",
+    execution_number=0,
+    claimed_at_ms=1_100,
+    started_at_ms=None,
+    finished_at_ms=None,
+    outcome=None,
+    error_code=None,
+    exception_type=None,
+    message=None,
+    detail=None,
+    retry_delay_ms=None,
+    job_state_after=None,
+    reported=False,
+    token_id="token-1",
+)

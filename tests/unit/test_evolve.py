@@ -9,65 +9,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from domain_doubles import ATTEMPT_RECORD as ATTEMPT
+from domain_doubles import JOB_RECORD as JOB
 
 from coordinator.domain.evolve import evolve
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
+from coordinator.domain.records import JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.work import Claimed
 from coordinator.store.rows import attempt_from_row, job_from_row, job_row
-
-JOB = JobRecord(
-    id="0190f0a0-0000-7000-8000-000000000001",
-    wire_name="mail.send",
-    queue="mail",
-    state=JobState.AVAILABLE,
-    priority=3,
-    run_at_ms=1_000,
-    payload=b'{"to": "a@example.com"}',
-    payload_version=2,
-    idempotency_key="key-1",
-    max_executions=5,
-    retry_initial_delay_ms=100,
-    retry_max_delay_ms=10_000,
-    execution_timeout_ms=None,
-    max_unstarted_abandonments=3,
-    unstarted_initial_delay_ms=50,
-    unstarted_max_delay_ms=500,
-    generation=1,
-    executions=0,
-    unstarted_streak=0,
-    current_attempt_id=None,
-    worker_id=None,
-    lease_expires_at_ms=None,
-    created_at_ms=900,
-    updated_at_ms=900,
-    finished_at_ms=None,
-    last_error_code=None,
-    output=None,
-    history_seq=1,
-    cancel_requested=False,
-    unique_key=None,
-)
-ATTEMPT = AttemptRecord(
-    id="0190f0a0-0000-7000-8000-0000000000a1",
-    job_id=JOB.id,
-    generation=1,
-    worker_id="worker-1",
-    execution_number=0,
-    claimed_at_ms=1_100,
-    started_at_ms=None,
-    finished_at_ms=None,
-    outcome=None,
-    error_code=None,
-    exception_type=None,
-    message=None,
-    detail=None,
-    retry_delay_ms=None,
-    job_state_after=None,
-    reported=False,
-    token_id="token-1",
-)
 
 
 def test_evolve_changes_what_is_named_and_copies_the_rest() -> None:
