@@ -241,7 +241,9 @@ class Coordinator:
             loops.append(("clock", refresh.run))
         self._tasks = [asyncio.create_task(run(stop), name=f"runwick-{name}") for name, run in loops]
         if self.store.postgres:
-            listen = listen_for_jobs(self.store.url, self._heard_of_jobs, self.dispatcher.hears_all)
+            listen = listen_for_jobs(
+                self.store.url, self._heard_of_jobs, self.dispatcher.hears_all, own_origin=self.store.origin
+            )
             self._listen_task = asyncio.create_task(listen, name="runwick-listen")
         else:
             self.dispatcher.hears_all(True)  # SQLite: this process makes every write
@@ -310,8 +312,9 @@ class Coordinator:
         for push in effects.cancel_pushes:
             self.dispatcher.cancel_attempt(push.worker_id, push.attempt_id)
 
-    def _heard_of_jobs(self) -> None:
-        """A replica (maybe this one) made jobs claimable: claims follow, here or there."""
+    def _heard_of_jobs(self, origin: str | None) -> None:
+        """Another replica made jobs claimable (or, at None, one may have while nobody
+        listened): claims follow, here or there."""
         self.dispatcher.jobs_available()
         self._wake_maintenance(leases=True, scheduled=False)
 

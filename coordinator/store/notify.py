@@ -25,22 +25,26 @@ def libpq_url(sqlalchemy_url: str) -> str:
 
 async def listen_for_jobs(
     database_url: str,
-    on_jobs_available: Callable[[], None],
+    on_jobs_available: Callable[[str | None], None],
     on_listening: Callable[[bool], None] = lambda listening: None,
+    *,
+    own_origin: str | None = None,
 ) -> None:
-    """Calls ``on_jobs_available`` at every notification, and once after each (re)connect
-    for what was announced while nobody listened; ``on_listening`` hears whether the
-    connection is up (while it is not, nothing announces other replicas' jobs). Runs
-    until cancelled."""
+    """Calls ``on_jobs_available`` with the origin of every notification but those of
+    ``own_origin`` (this replica's store, which woke its own dispatcher already), and
+    with None once after each (re)connect, for what was announced while nobody
+    listened; ``on_listening`` hears whether the connection is up (while it is not,
+    nothing announces other replicas' jobs). Runs until cancelled."""
     url = libpq_url(database_url)
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 await conn.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
                 on_listening(True)
-                on_jobs_available()
-                async for _ in conn.notifies():
-                    on_jobs_available()
+                on_jobs_available(None)
+                async for notification in conn.notifies():
+                    if own_origin is None or notification.payload != own_origin:
+                        on_jobs_available(notification.payload)
         except asyncio.CancelledError:
             on_listening(False)
             raise

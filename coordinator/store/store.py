@@ -15,6 +15,7 @@ import contextlib
 import copy
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -83,6 +84,8 @@ class Store:
         self._read_engine = create_read_engine(self.url, self.timeouts)
         self.on_transaction: Callable[[float], None] | None = None
         """Called with every write transaction's duration in seconds (for metrics)."""
+        self.origin = uuid.uuid4().hex
+        """Names this store's notifications (``Tx.notify_jobs_available``) to its own listener."""
         self._known_queues: set[str] = set()
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
 
@@ -181,7 +184,7 @@ class Store:
         committing = False
         try:
             with self._write_engine.connect() as conn, conn.begin():
-                tx = Tx(conn, self.postgres, self.bounds, self._known_queues)
+                tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
                 yield tx
                 tx.write_counts()
                 committing = True  # the block is done; leaving ``begin`` commits

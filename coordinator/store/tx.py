@@ -231,11 +231,14 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         """Wakes idle dispatchers on every replica when this transaction commits.
 
         One NOTIFY per transaction (PostgreSQL folds repeats of the same payload): NOTIFY
-        takes a global lock at commit, so it must never be one per row. No-op on SQLite,
-        which has one coordinator process.
+        takes a global lock at commit, so it must never be one per row. Its payload is
+        the store's origin, so the replica that wrote it, which has already woken its
+        own dispatcher, does not claim again for it. No-op on SQLite, which has one
+        coordinator process.
         """
         if self._postgres:
-            self._conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+            notify = text("SELECT pg_notify(:channel, :origin)")
+            self._conn.execute(notify, {"channel": NOTIFY_CHANNEL, "origin": self.origin})
 
     def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an

@@ -29,12 +29,15 @@ class TxBase:
         postgres: bool,
         bounds: StoreBounds,
         known_queues: AbstractSet[str] = frozenset(),
+        origin: str = "",
     ) -> None:
         self._conn = conn
         self._postgres = postgres
         self.bounds = bounds
         self._known_queues = known_queues
         """Queues whose rows are committed (the store's set, which only grows)."""
+        self.origin = origin
+        """Who this transaction's notifications come from (``Store.origin``)."""
         self.registered_queues: set[str] = set()
         """Queues this transaction made sure exist: known to the store once it commits."""
         self._counts: Counter[tuple[str, str]] = Counter()
