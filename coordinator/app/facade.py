@@ -81,6 +81,10 @@ from coordinator.store.notify import listen_for_jobs
 log = logging.getLogger(__name__)
 
 DEFAULT_WAIT_MS = 30_000
+POSTGRES_BATCHES_IN_FLIGHT = 2
+"""Worker batches written at once on PostgreSQL: a batch is a dozen round trips, so the
+next one starts while the last commits; the writer's other threads (see
+``service.executors``) stay free for enqueues and maintenance."""
 MAX_WAIT_MS = 3_600_000
 ReadinessListener = Callable[[bool], Awaitable[None]]
 
@@ -124,6 +128,7 @@ class Coordinator:
             self.executors,
             self._absorb,
             on_sessions_changed=lambda sessions: self.metrics.workers(s.queues for s in sessions),
+            batches_in_flight=POSTGRES_BATCHES_IN_FLIGHT if self.store.postgres else 1,
         )
         interval, idle = config.maintenance_interval_s, config.idle_interval_s
         self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, Cadence(interval, idle))

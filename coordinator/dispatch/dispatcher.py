@@ -94,9 +94,19 @@ class Dispatcher:
         executors: Executors,
         on_effects: Callable[[Effects], None],
         on_sessions_changed: Callable[[set[WorkerSession]], None] = lambda sessions: None,
+        *,
+        batches_in_flight: int = 1,
     ) -> None:
         """``process`` carries out one batch (``WorkerOps.process``) on the writer;
-        ``on_effects`` hears what each batch changed (the facade hands it on)."""
+        ``on_effects`` hears what each batch changed (the facade hands it on).
+        ``batches_in_flight``: how many batches may be written at once (1 on SQLite,
+        whose single writer would only queue them; more where the writer has several
+        connections, so the next batch does not wait out the round trips of the one
+        before)."""
+        if batches_in_flight < 1:
+            raise ValueError(f"batches_in_flight must be 1 or more, got {batches_in_flight}")
+        self.batches_in_flight = batches_in_flight
+        self._in_flight: set[asyncio.Task[None]] = set()
         self.process = process
         self.config = config
         self.clock = clock
@@ -253,36 +263,60 @@ class Dispatcher:
     # -- the loop -------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Runs batches until ``stop()``; the batch pending then is still written."""
-        while True:
-            await self._sleep_until_woken()
-            if self.config.batch_window_ms > 0 and not self._stopping:
-                await asyncio.sleep(self.config.batch_window_ms / 1000)
-            else:
-                await asyncio.sleep(0)  # the other streams' messages read in the same wake-up
-            batch, routes = self._take()
-            if batch:
-                try:
-                    answers = await self.executors.write(self.process, batch)
-                except Exception:
-                    # The store failed: nothing of the batch was written. Closing the
-                    # streams makes their workers reconnect and resend what is unacknowledged.
-                    log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
-                    for session in routes.sessions():
-                        session.close()
-                    self._hand_out(routes.claims, batch.claims, [[] for _ in batch.claims])
-                    await asyncio.sleep(0.1)
+        """Runs batches until ``stop()``; the batch pending then is still written, and
+        every batch in flight."""
+        try:
+            while True:
+                await self._sleep_until_woken()
+                if self.config.batch_window_ms > 0 and not self._stopping:
+                    await asyncio.sleep(self.config.batch_window_ms / 1000)
                 else:
-                    self._deliver(answers, routes, batch.claims)
-            for session in routes.retiring:
-                log.info(
-                    "worker %s: stream reached its maximum age; ending it",
-                    session.worker_id,
-                    extra={"worker_id": session.worker_id},
-                )
+                    await asyncio.sleep(0)  # the other streams' messages read in the same wake-up
+                # A slot first: what arrives meanwhile joins the batch taken next.
+                while len(self._in_flight) >= self.batches_in_flight:
+                    await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
+                batch, routes = self._take()
+                if routes.retiring or self._stopping:
+                    # A stream ends only after everything written for it was delivered.
+                    await self._settle_in_flight()
+                if batch:
+                    written = asyncio.create_task(self._write(batch, routes))
+                    self._in_flight.add(written)
+                    written.add_done_callback(self._in_flight.discard)
+                    if routes.retiring or self.batches_in_flight == 1:
+                        await asyncio.wait({written})
+                self._close_retired(routes)
+                if self._stopping and not self._batch:
+                    return
+        finally:
+            await self._settle_in_flight()
+
+    async def _write(self, batch: WorkBatch, routes: _Routes) -> None:
+        try:
+            answers = await self.executors.write(self.process, batch)
+        except Exception:
+            # The store failed: nothing of the batch was written. Closing the streams
+            # makes their workers reconnect and resend what is unacknowledged.
+            log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
+            for session in routes.sessions():
                 session.close()
-            if self._stopping and not self._batch:
-                return
+            self._hand_out(routes.claims, batch.claims, [[] for _ in batch.claims])
+            await asyncio.sleep(0.1)
+        else:
+            self._deliver(answers, routes, batch.claims)
+
+    async def _settle_in_flight(self) -> None:
+        while self._in_flight:
+            await asyncio.wait(set(self._in_flight))
+
+    def _close_retired(self, routes: _Routes) -> None:
+        for session in routes.retiring:
+            log.info(
+                "worker %s: stream reached its maximum age; ending it",
+                session.worker_id,
+                extra={"worker_id": session.worker_id},
+            )
+            session.close()
 
     async def _sleep_until_woken(self) -> None:
         timeout = self.config.idle_interval_s if self._hears_all else self.config.idle_recheck_interval_s

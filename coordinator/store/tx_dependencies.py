@@ -29,7 +29,7 @@ class DependencyOps(TxBase):
             query = (
                 select(dependencies.c.parent_id, jobs)
                 .join(jobs, dependencies.c.child_id == jobs.c.id)
-                .where(dependencies.c.parent_id.in_(chunk), jobs.c.state == JobState.WAITING.value)
+                .where(self._one_of(dependencies.c.parent_id, chunk), jobs.c.state == JobState.WAITING.value)
                 .order_by(jobs.c.id)
             )
             for row in self._conn.execute(self._locked(query)):
@@ -52,7 +52,8 @@ class DependencyOps(TxBase):
     def _parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
         found: set[str] = set()
         for chunk in chunks(sorted(set(parent_ids))):
-            query = select(dependencies.c.parent_id).where(dependencies.c.parent_id.in_(chunk)).distinct()
+            parents = self._one_of(dependencies.c.parent_id, chunk)
+            query = select(dependencies.c.parent_id).where(parents).distinct()
             found.update(self._conn.execute(query).scalars())
         return sorted(found)
 
@@ -62,7 +63,7 @@ class DependencyOps(TxBase):
         for chunk in chunks(sorted(set(child_ids))):
             rows = self._conn.execute(
                 select(dependencies.c.child_id, dependencies.c.parent_id)
-                .where(dependencies.c.child_id.in_(chunk), dependencies.c.satisfied.is_(False))
+                .where(self._one_of(dependencies.c.child_id, chunk), dependencies.c.satisfied.is_(False))
                 .order_by(dependencies.c.child_id, dependencies.c.parent_id)
             )
             for child_id, parent_id in rows:
@@ -75,7 +76,7 @@ class DependencyOps(TxBase):
         for chunk in chunks(sorted(set(child_ids))):
             rows = self._conn.execute(
                 select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
-                    dependencies.c.child_id.in_(chunk)
+                    self._one_of(dependencies.c.child_id, chunk)
                 )
             )
             for child_id, parent_id, output in rows:
@@ -100,6 +101,6 @@ class DependencyOps(TxBase):
         """The states of those of ``job_ids`` that exist (no lock)."""
         found: dict[str, JobState] = {}
         for chunk in chunks(sorted(set(job_ids))):
-            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(chunk)))
+            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(self._one_of(jobs.c.id, chunk)))
             found.update((job_id, JobState(state)) for job_id, state in rows)
         return found

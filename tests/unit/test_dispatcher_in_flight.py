@@ -1,0 +1,171 @@
+"""The dispatcher writes up to ``batches_in_flight`` worker batches at once (PostgreSQL),
+and one at a time when it is 1 (SQLite); a stream that is retired, or a stop, waits for
+every batch in flight, so nothing written for a stream is delivered after its end.
+
+The batches are carried out by a stand-in for ``WorkerOps.process`` that blocks until
+the test lets it go, on the real writer threads (``Executors``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
+from coordinator.domain.clock import FakeClock
+from coordinator.service.executors import Executors
+from coordinator.service.work import BatchAnswers, StartAnswer, WorkBatch
+
+
+class GatedProcess:
+    """Answers every start granted, once the test opens the gate of its batch."""
+
+    def __init__(self) -> None:
+        self.started: list[list[str]] = []
+        self.running = 0
+        self.most_running = 0
+        self._lock = threading.Lock()
+        self._gates: list[threading.Event] = []
+        self.batch_began = threading.Semaphore(0)
+
+    def __call__(self, batch: WorkBatch) -> BatchAnswers:
+        gate = threading.Event()
+        with self._lock:
+            self._gates.append(gate)
+            self.started.append([m.attempt_id for m in batch.starts])
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        self.batch_began.release()
+        gate.wait(10)
+        with self._lock:
+            self.running -= 1
+        return BatchAnswers(starts=[StartAnswer(m.attempt_id, True, 1) for m in batch.starts])
+
+    def open(self, index: int) -> None:
+        self._gates[index].set()
+
+    def open_all(self) -> None:
+        for gate in self._gates:
+            gate.set()
+
+    async def wait_for_batches(self, count: int) -> None:
+        for _ in range(count):
+            assert await asyncio.to_thread(self.batch_began.acquire, True, 10), "batch not begun"
+
+
+@pytest.fixture
+async def executors() -> AsyncIterator[Executors]:
+    pool = Executors(postgres=True)  # several writer threads, as on PostgreSQL
+    yield pool
+    pool.shutdown()
+
+
+def _dispatcher(process: GatedProcess, executors: Executors, in_flight: int) -> Dispatcher:
+    return Dispatcher(
+        process, CoordinatorConfig(), FakeClock(), executors, lambda e: None, batches_in_flight=in_flight
+    )
+
+
+def _session(dispatcher: Dispatcher, name: str) -> WorkerSession:
+    return dispatcher.open(WorkerHello(name, ("default",), (), 8, 60_000))
+
+
+async def _next(session: WorkerSession) -> object:
+    return await asyncio.wait_for(session.outbox.get(), 10)
+
+
+async def test_two_batches_are_written_at_once_and_each_answered(executors: Executors) -> None:
+    process = GatedProcess()
+    dispatcher = _dispatcher(process, executors, 2)
+    session = _session(dispatcher, "w")
+    loop = asyncio.create_task(dispatcher.run())
+    try:
+        session.start("a-1")
+        await process.wait_for_batches(1)
+        session.start("a-2")  # arrives while the first batch is being written
+        await process.wait_for_batches(1)
+        assert process.most_running == 2
+        process.open(1)  # the second finishes first: its answer is not held back
+        assert await _next(session) == StartAnswer("a-2", True, 1)
+        process.open(0)
+        assert await _next(session) == StartAnswer("a-1", True, 1)
+    finally:
+        process.open_all()
+        dispatcher.stop()
+        await asyncio.wait_for(loop, 10)
+
+
+async def test_one_in_flight_writes_one_batch_at_a_time(executors: Executors) -> None:
+    process = GatedProcess()
+    dispatcher = _dispatcher(process, executors, 1)
+    session = _session(dispatcher, "w")
+    loop = asyncio.create_task(dispatcher.run())
+    try:
+        session.start("a-1")
+        await process.wait_for_batches(1)
+        session.start("a-2")
+        await asyncio.sleep(0.05)  # room for a second batch to begin, if it could
+        assert process.started == [["a-1"]]
+        process.open(0)
+        assert await _next(session) == StartAnswer("a-1", True, 1)
+        await process.wait_for_batches(1)
+        assert process.started == [["a-1"], ["a-2"]] and process.most_running == 1
+        process.open(1)
+        assert await _next(session) == StartAnswer("a-2", True, 1)
+    finally:
+        process.open_all()
+        dispatcher.stop()
+        await asyncio.wait_for(loop, 10)
+
+
+async def test_a_retired_stream_ends_only_after_the_batches_in_flight_for_it(executors: Executors) -> None:
+    process = GatedProcess()
+    dispatcher = _dispatcher(process, executors, 2)
+    session = _session(dispatcher, "w")
+    loop = asyncio.create_task(dispatcher.run())
+    try:
+        session.start("a-1")
+        await process.wait_for_batches(1)
+        session.retire()
+        await asyncio.sleep(0.05)
+        assert session.outbox.empty()  # not closed while its start is being written
+        process.open(0)
+        assert await _next(session) == StartAnswer("a-1", True, 1)
+        assert await _next(session) is None  # then the stream ends
+    finally:
+        process.open_all()
+        dispatcher.stop()
+        await asyncio.wait_for(loop, 10)
+
+
+async def test_stop_returns_once_every_batch_in_flight_is_delivered(executors: Executors) -> None:
+    process = GatedProcess()
+    dispatcher = _dispatcher(process, executors, 2)
+    first, second = _session(dispatcher, "w1"), _session(dispatcher, "w2")
+    loop = asyncio.create_task(dispatcher.run())
+    first.start("a-1")
+    await process.wait_for_batches(1)
+    second.start("b-1")
+    await process.wait_for_batches(1)
+    dispatcher.stop()
+    await asyncio.sleep(0.05)
+    assert not loop.done()
+    process.open_all()
+    await asyncio.wait_for(loop, 10)
+    assert first.outbox.get_nowait() == StartAnswer("a-1", True, 1)
+    assert second.outbox.get_nowait() == StartAnswer("b-1", True, 1)
+
+
+def test_in_flight_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="batches_in_flight must be 1 or more"):
+        Dispatcher(
+            GatedProcess(),
+            CoordinatorConfig(),
+            FakeClock(),
+            Executors(postgres=False),
+            lambda e: None,
+            batches_in_flight=0,
+        )
