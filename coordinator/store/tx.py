@@ -89,7 +89,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         found: dict[str, JobRecord] = {}
         for chunk in chunks(ordered):
             # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
-            query = self._locked(select(jobs).where(self._one_of(jobs.c.id, chunk)).order_by(jobs.c.id))
+            query = self._locked(select(jobs).where(jobs.c.id.in_(chunk)).order_by(jobs.c.id))
             found.update((r.id, r) for r in jobs_from(self._conn.execute(query)))
         return found
 
@@ -119,7 +119,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
     def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
         found: dict[str, AttemptRecord] = {}
         for chunk in chunks(sorted(set(ids))):
-            rows = self._conn.execute(select(attempts).where(self._one_of(attempts.c.id, chunk)))
+            rows = self._conn.execute(select(attempts).where(attempts.c.id.in_(chunk)))
             found.update((r.id, r) for r in attempts_from(rows))
         return found
 
@@ -133,7 +133,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ordered = sorted(set(attempt_ids))
         found_jobs: dict[str, JobRecord] = {}
         for chunk in chunks(ordered):
-            owners = select(attempts.c.job_id).where(self._one_of(attempts.c.id, chunk))
+            owners = select(attempts.c.job_id).where(attempts.c.id.in_(chunk))
             query = self._locked(select(jobs).where(jobs.c.id.in_(owners)).order_by(jobs.c.id))
             found_jobs.update((r.id, r) for r in jobs_from(self._conn.execute(query)))
         return self.attempts_by_ids(ordered), found_jobs
@@ -367,7 +367,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         renewed: dict[str, bool] = {}
         for chunk in chunks(sorted(set(attempt_ids))):
             held = select(attempts.c.id).where(
-                self._one_of(attempts.c.id, chunk), attempts.c.token_id.is_not_distinct_from(holder.token_id)
+                attempts.c.id.in_(chunk), attempts.c.token_id.is_not_distinct_from(holder.token_id)
             )
             conditions = [
                 jobs.c.current_attempt_id.in_(held),

@@ -9,8 +9,7 @@ from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Select, String, any_, bindparam
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import Connection, Select
 
 from coordinator.domain.bounds import StoreBounds
 
@@ -43,15 +42,6 @@ class TxBase:
         """Queues this transaction made sure exist: known to the store once it commits."""
         self._counts: Counter[tuple[str, str]] = Counter()
         """Job count deltas per (queue, state), written once before the commit."""
-
-    def _one_of(self, column: ColumnElement[Any], values: Sequence[str]) -> ColumnElement[bool]:
-        """``column IN (values)``. On PostgreSQL ``column = ANY(:array)``: one parameter
-        whatever the count, so the statement is parsed and planned alike every time (an
-        IN list of hundreds of parameters cost more to plan than to run: batches of 768
-        attempts read 3 times faster)."""
-        if self._postgres:
-            return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(String)))
-        return column.in_(values)
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         if self._postgres:

@@ -29,7 +29,7 @@ class DependencyOps(TxBase):
             query = (
                 select(dependencies.c.parent_id, jobs)
                 .join(jobs, dependencies.c.child_id == jobs.c.id)
-                .where(self._one_of(dependencies.c.parent_id, chunk), jobs.c.state == JobState.WAITING.value)
+                .where(dependencies.c.parent_id.in_(chunk), jobs.c.state == JobState.WAITING.value)
                 .order_by(jobs.c.id)
             )
             for row in self._conn.execute(self._locked(query)):
@@ -52,8 +52,7 @@ class DependencyOps(TxBase):
     def _parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
         found: set[str] = set()
         for chunk in chunks(sorted(set(parent_ids))):
-            parents = self._one_of(dependencies.c.parent_id, chunk)
-            query = select(dependencies.c.parent_id).where(parents).distinct()
+            query = select(dependencies.c.parent_id).where(dependencies.c.parent_id.in_(chunk)).distinct()
             found.update(self._conn.execute(query).scalars())
         return sorted(found)
 
@@ -63,7 +62,7 @@ class DependencyOps(TxBase):
         for chunk in chunks(sorted(set(child_ids))):
             rows = self._conn.execute(
                 select(dependencies.c.child_id, dependencies.c.parent_id)
-                .where(self._one_of(dependencies.c.child_id, chunk), dependencies.c.satisfied.is_(False))
+                .where(dependencies.c.child_id.in_(chunk), dependencies.c.satisfied.is_(False))
                 .order_by(dependencies.c.child_id, dependencies.c.parent_id)
             )
             for child_id, parent_id in rows:
@@ -76,7 +75,7 @@ class DependencyOps(TxBase):
         for chunk in chunks(sorted(set(child_ids))):
             rows = self._conn.execute(
                 select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
-                    self._one_of(dependencies.c.child_id, chunk)
+                    dependencies.c.child_id.in_(chunk)
                 )
             )
             for child_id, parent_id, output in rows:
@@ -101,6 +100,6 @@ class DependencyOps(TxBase):
         """The states of those of ``job_ids`` that exist (no lock)."""
         found: dict[str, JobState] = {}
         for chunk in chunks(sorted(set(job_ids))):
-            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(self._one_of(jobs.c.id, chunk)))
+            rows = self._conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(chunk)))
             found.update((job_id, JobState(state)) for job_id, state in rows)
         return found
