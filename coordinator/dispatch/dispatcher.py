@@ -247,15 +247,18 @@ class Dispatcher:
         self, sessions: list[WorkerSession], requests: list[ClaimRequest], claims: list[list[Claimed]]
     ) -> None:
         """Delivers claims made for reserved credit and gives back the credit not used.
-        A session that got all it asked for and has credit again may find more: another
-        round. (Credit that arrived meanwhile asked for a round of its own.)"""
+        A session whose claim took all it could (all it asked for, or ``max_claim_batch``,
+        the most one claim takes) and that has credit left or again may find more: another
+        round, at once. (Credit that arrived meanwhile asked for a round of its own.)"""
         refill = False
+        most = self.config.max_claim_batch
         for session, request, claimed in zip(sessions, requests, claims, strict=True):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
             if claimed and session in self.sessions:
                 session.deliver(Assignments(tuple(claimed)))
-            refill = refill or (len(claimed) == request.count and session.credit > 0)
+            took_all_it_could = len(claimed) == min(request.count, most)
+            refill = refill or (took_all_it_could and session.credit > 0)
         if refill:
             self._claim_needed = True
             self._wake.set()
