@@ -65,8 +65,10 @@ class StoreBounds:
     UTF-8 code point, with a truncation marker inside the cap."""
     max_failure_message_bytes: int = 1_024
     """Failure message kept per attempt. Truncate, UTF-8 safe (R-6)."""
-    max_claim_batch: int = 32
-    """Most jobs one claim hands one worker. Clamp silently."""
+    max_claim_batch: int = 128
+    """Most jobs one claim hands one worker. Clamp silently (the rest of its credit is
+    claimed right after). 128: a worker's whole default concurrency in one claim;
+    smaller claims cost a transaction each (32 gave 12% less throughput)."""
     max_purge_batch: int = 1_000
     """Most jobs one retention pass purges per transaction (R-19). Clamp silently."""
     max_page_size: int = 500

@@ -113,16 +113,16 @@ def test_promote_due_makes_due_scheduled_jobs_available(harness: Harness) -> Non
 
 
 def test_s5_claim_count_is_clamped_to_max_claim_batch(harness: Harness) -> None:
-    assert harness.config.max_claim_batch == 32
-    harness.enqueue_specs([NewJobSpec(WIRE, b"") for _ in range(40)])
+    assert harness.config.max_claim_batch == 128
+    harness.enqueue_specs([NewJobSpec(WIRE, b"") for _ in range(136)])
 
-    assert len(harness.claim(1_000)) == 32
+    assert len(harness.claim(1_000)) == 128
     assert len(harness.claim(1_000)) == 8
 
     small = harness.with_bounds(max_claim_batch=3)
     small.enqueue_specs([NewJobSpec(WIRE, b"") for _ in range(5)])
     assert len(small.claim(100)) == 3
-    assert harness.store.count_by_state() == {"reserved": 43, "available": 2}
+    assert harness.store.count_by_state() == {"reserved": 139, "available": 2}
 
 
 def test_a_job_is_never_claimed_twice(harness: Harness) -> None:

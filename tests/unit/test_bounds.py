@@ -26,7 +26,7 @@ DOCUMENTED_DEFAULTS = {
     "max_output_bytes": 65_536,
     "max_failure_detail_bytes": 16_384,
     "max_failure_message_bytes": 1_024,
-    "max_claim_batch": 32,
+    "max_claim_batch": 128,
     "max_purge_batch": 1_000,
     "max_page_size": 500,
     "max_history_per_job": 100,
@@ -85,8 +85,8 @@ def test_s5_bounds_too_large_for_a_grpc_message_are_refused() -> None:
 @pytest.mark.parametrize(
     ("method", "requested", "served"),
     [
-        ("clamp_claim_batch", 100, 32),
-        ("clamp_claim_batch", 32, 32),
+        ("clamp_claim_batch", 200, 128),
+        ("clamp_claim_batch", 128, 128),
         ("clamp_claim_batch", 5, 5),
         ("clamp_claim_batch", -1, 0),
         ("clamp_page_size", 501, 500),
