@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, event, select
+from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
@@ -212,3 +215,20 @@ class Harness:
 
     def all_jobs(self) -> list[JobRecord]:
         return self.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=10_000)
+
+
+@contextmanager
+def sent_statements(*, executemany: bool = False) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement any engine sends while the block runs, with its parameters; with
+    ``executemany``, the statements sent once for many parameter sets too."""
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if executemany or not many:
+            sent.append((statement, parameters))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)

@@ -17,35 +17,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from coordinator.domain.states import Outcome
 
-from .harness import LEASE_MS, QUEUE, Harness
+from .harness import LEASE_MS, QUEUE, Harness, sent_statements
 
 OTHER_QUEUE = "other"
-
-
-@contextmanager
-def sent_statements() -> Iterator[list[tuple[str, Any]]]:
-    """Every statement any engine sends while the block runs, with its parameters."""
-    sent: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        if not many:
-            sent.append((statement, parameters))
-
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
 
 
 def job_selects(sent: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

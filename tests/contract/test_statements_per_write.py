@@ -12,34 +12,15 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState
 from coordinator.service.work import ClaimRequest
 
-from .harness import LEASE_MS, QUEUE, WIRE, WORKER, Harness
-
-
-@contextmanager
-def sent_statements() -> Iterator[list[tuple[str, Any]]]:
-    """Every statement any engine sends while the block runs (executemany too)."""
-    sent: list[tuple[str, Any]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        sent.append((statement, parameters))
-
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
+from .harness import LEASE_MS, QUEUE, WIRE, WORKER, Harness, sent_statements
 
 
 def _count(sent: list[tuple[str, Any]], pattern: str) -> int:
@@ -54,7 +35,7 @@ def _counts(harness: Harness, queue: str) -> dict[JobState, int]:
 def test_an_enqueue_that_claims_appends_its_count_deltas_once(harness: Harness) -> None:
     claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 2, LEASE_MS)]
     specs = [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(3)]
-    with sent_statements() as sent:
+    with sent_statements(executemany=True) as sent:
         enqueued, answers = harness.jobs.enqueue_then(
             specs, functools.partial(harness.ops.claim_in, claims=claims)
         )
@@ -77,12 +58,12 @@ def test_counts_written_in_a_transaction_that_folds_are_folded_with_it(harness: 
 
 def test_a_queue_seen_committed_is_not_looked_up_again(harness: Harness) -> None:
     harness.enqueue(queue="billing")
-    with sent_statements() as sent:
+    with sent_statements(executemany=True) as sent:
         harness.enqueue(queue="billing")
         harness.enqueue(queue="billing")
     assert _count(sent, r"FROM queues\s+WHERE") == 0
     assert _counts(harness, "billing") == {JobState.AVAILABLE: 3}
-    with sent_statements() as sent:
+    with sent_statements(executemany=True) as sent:
         harness.enqueue(queue="reports")  # a queue this store has not seen: looked up, made
     assert _count(sent, r"FROM queues\s+WHERE") == 1
     assert {s.queue.name for s in harness.store.queue_stats(harness.clock.now_ms())} >= {"billing", "reports"}
@@ -100,7 +81,7 @@ def test_a_queue_whose_registration_rolled_back_is_made_again(harness: Harness) 
     with pytest.raises(_Abandoned):
         harness.store.transact(enqueue_then_fail, what="a test")
     assert "rolled-back" not in {s.queue.name for s in harness.store.queue_stats(harness.clock.now_ms())}
-    with sent_statements() as sent:
+    with sent_statements(executemany=True) as sent:
         harness.enqueue(queue="rolled-back")
     assert _count(sent, r"FROM queues\s+WHERE") == 1
     assert _counts(harness, "rolled-back") == {JobState.AVAILABLE: 1}

@@ -8,6 +8,7 @@ the test lets it go, on the real writer threads (``Executors``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 
@@ -69,6 +70,18 @@ def _dispatcher(process: GatedProcess, executors: Executors, in_flight: int) -> 
     )
 
 
+@contextlib.asynccontextmanager
+async def _running(dispatcher: Dispatcher, process: GatedProcess) -> AsyncIterator[None]:
+    """Runs the dispatcher's loop for the block; then lets every batch go and stops it."""
+    loop = asyncio.create_task(dispatcher.run())
+    try:
+        yield
+    finally:
+        process.open_all()
+        dispatcher.stop()
+        await asyncio.wait_for(loop, 10)
+
+
 def _session(dispatcher: Dispatcher, name: str) -> WorkerSession:
     return dispatcher.open(WorkerHello(name, ("default",), (), 8, 60_000))
 
@@ -81,8 +94,7 @@ async def test_two_batches_are_written_at_once_and_each_answered(executors: Exec
     process = GatedProcess()
     dispatcher = _dispatcher(process, executors, 2)
     session = _session(dispatcher, "w")
-    loop = asyncio.create_task(dispatcher.run())
-    try:
+    async with _running(dispatcher, process):
         session.start("a-1")
         await process.wait_for_batches(1)
         session.start("a-2")  # arrives while the first batch is being written
@@ -92,18 +104,13 @@ async def test_two_batches_are_written_at_once_and_each_answered(executors: Exec
         assert await _next(session) == StartAnswer("a-2", True, 1)
         process.open(0)
         assert await _next(session) == StartAnswer("a-1", True, 1)
-    finally:
-        process.open_all()
-        dispatcher.stop()
-        await asyncio.wait_for(loop, 10)
 
 
 async def test_one_in_flight_writes_one_batch_at_a_time(executors: Executors) -> None:
     process = GatedProcess()
     dispatcher = _dispatcher(process, executors, 1)
     session = _session(dispatcher, "w")
-    loop = asyncio.create_task(dispatcher.run())
-    try:
+    async with _running(dispatcher, process):
         session.start("a-1")
         await process.wait_for_batches(1)
         session.start("a-2")
@@ -115,18 +122,13 @@ async def test_one_in_flight_writes_one_batch_at_a_time(executors: Executors) ->
         assert process.started == [["a-1"], ["a-2"]] and process.most_running == 1
         process.open(1)
         assert await _next(session) == StartAnswer("a-2", True, 1)
-    finally:
-        process.open_all()
-        dispatcher.stop()
-        await asyncio.wait_for(loop, 10)
 
 
 async def test_a_retired_stream_ends_only_after_the_batches_in_flight_for_it(executors: Executors) -> None:
     process = GatedProcess()
     dispatcher = _dispatcher(process, executors, 2)
     session = _session(dispatcher, "w")
-    loop = asyncio.create_task(dispatcher.run())
-    try:
+    async with _running(dispatcher, process):
         session.start("a-1")
         await process.wait_for_batches(1)
         session.retire()
@@ -135,10 +137,6 @@ async def test_a_retired_stream_ends_only_after_the_batches_in_flight_for_it(exe
         process.open(0)
         assert await _next(session) == StartAnswer("a-1", True, 1)
         assert await _next(session) is None  # then the stream ends
-    finally:
-        process.open_all()
-        dispatcher.stop()
-        await asyncio.wait_for(loop, 10)
 
 
 async def test_stop_returns_once_every_batch_in_flight_is_delivered(executors: Executors) -> None:
