@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import time
 import uuid
@@ -58,6 +59,10 @@ HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
 """Transitions kept per job by default; older ones are dropped (docs/limits.md,
 ``StoreBounds.max_history_per_job``)."""
 WRITE_TRIES = 3
+OPEN_WAIT_S = 30.0
+"""How long opening the store waits for a database that refuses or drops connections."""
+OPEN_FIRST_PAUSE_S = 0.25
+OPEN_MAX_PAUSE_S = 4.0
 """How often ``transact`` runs a body whose try conflicted or lost its connection."""
 CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
 """PostgreSQL errors that end the session (admin shutdown, crash shutdown, cannot connect
@@ -103,24 +108,38 @@ class Store:
         store = cls(url, bounds=bounds, timeouts=timeouts)
         create = (not store.postgres) if create is None else create
         try:
-            for attempt in range(1, WRITE_TRIES + 1):
-                try:
-                    if create:
-                        store.migrate()
-                    else:
-                        migrations.require_current(store._write_engine)
-                    break
-                except DBAPIError as exc:
-                    # A connection lost on the way (a backend terminated, a server
-                    # restarting) is tried again, as in ``transact``; anything else is
-                    # raised as it was.
-                    if attempt == WRITE_TRIES or not _connection_lost(exc):
-                        raise
-                    log.warning("lost the database connection opening the store (try %d); again", attempt)
+            store._open_schema(create)
         except Exception:
             store.close()
             raise
         return store
+
+    def _open_schema(self, create: bool) -> None:
+        """Migrates or checks the schema. A connection lost or refused on the way (a
+        backend terminated; a server restarting or still recovering, which refuses
+        connections for seconds) is tried again after a growing pause, for up to
+        ``OPEN_WAIT_S``: a coordinator started beside its database waits for it rather
+        than crash. Anything else is raised as it was."""
+        deadline = time.monotonic() + OPEN_WAIT_S
+        pause_s = OPEN_FIRST_PAUSE_S
+        for attempt in itertools.count(1):
+            try:
+                if create:
+                    self.migrate()
+                else:
+                    migrations.require_current(self._write_engine)
+                return
+            except DBAPIError as exc:
+                if not _connection_lost(exc) or time.monotonic() + pause_s > deadline:
+                    raise
+                log.warning(
+                    "the database is not reachable opening the store (try %d: %s); trying again in %.2f s",
+                    attempt,
+                    _driver_detail(exc),
+                    pause_s,
+                )
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, OPEN_MAX_PAUSE_S)
 
     def with_bounds(self, bounds: StoreBounds) -> Store:
         """This store (same engines) applying other bounds; close only the original."""

@@ -7,8 +7,12 @@ goes to the log, at WARNING.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import socketserver
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +23,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
@@ -279,3 +283,85 @@ def test_postgres_opening_the_store_survives_a_backend_terminated_at_the_schema_
         assert store.count_by_state() is not None
     finally:
         store.close()
+
+
+class _LateForwarder:
+    """A TCP port that refuses connections until ``open()``, then forwards each one to
+    ``upstream``: a database server that is still starting, as seen from a client."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()  # nothing listens there until open()
+        self._server: socketserver.ThreadingTCPServer | None = None
+
+    def open(self) -> None:
+        upstream = self.upstream
+
+        class Pipe(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                with socket.create_connection(upstream) as remote:
+                    threading.Thread(target=_copy, args=(remote, self.request), daemon=True).start()
+                    _copy(self.request, remote)
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", self.port), Pipe)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _copy(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+
+def test_postgres_opening_the_store_waits_for_a_database_that_refuses_connections(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the chaos runs: a coordinator started while PostgreSQL was recovering
+    from a crash (it refuses connections for seconds) tried three times within a few
+    milliseconds and died. Opening the store now waits, with growing pauses, for up to
+    ``OPEN_WAIT_S``."""
+    url = make_url(postgres_url)
+    forwarder = _LateForwarder((url.host or "127.0.0.1", url.port or 5432))
+    opening = threading.Timer(1.5, forwarder.open)
+    opening.start()
+    caplog.set_level(logging.WARNING, logger="coordinator.store.store")
+    try:
+        store = Store.open(url.set(host="127.0.0.1", port=forwarder.port).render_as_string(False))
+        try:
+            assert store.count_by_state() is not None
+        finally:
+            store.close()
+    finally:
+        opening.cancel()
+        forwarder.close()
+    waits = [r.getMessage() for r in caplog.records if "not reachable opening the store" in r.getMessage()]
+    assert len(waits) >= 2, waits  # refused at least twice before the server "started"
+    assert all("trying again in" in message for message in waits)
+
+
+def test_opening_the_store_gives_up_on_other_errors_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database that answers with something other than a lost connection (here a
+    file that is not a database) fails at once: it is not tried again."""
+    path = tmp_path / "not-a-database.db"
+    path.write_bytes(b"this is not an SQLite file" * 100)
+    caplog.set_level(logging.WARNING, logger="coordinator.store.store")
+    with pytest.raises(DBAPIError, match="file is not a database"):
+        Store.open(f"sqlite:///{path}")
+    assert not [r for r in caplog.records if "not reachable opening the store" in r.getMessage()]
