@@ -251,13 +251,13 @@ class Dispatcher:
         the most one claim takes) and that has credit left or again may find more: another
         round, at once. (Credit that arrived meanwhile asked for a round of its own.)"""
         refill = False
-        most = self.config.max_claim_batch
+        bounds = self.config.bounds
         for session, request, claimed in zip(sessions, requests, claims, strict=True):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
             if claimed and session in self.sessions:
                 session.deliver(Assignments(tuple(claimed)))
-            took_all_it_could = len(claimed) == min(request.count, most)
+            took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
             refill = refill or (took_all_it_could and session.credit > 0)
         if refill:
             self._claim_needed = True
@@ -286,7 +286,7 @@ class Dispatcher:
                     written = asyncio.create_task(self._write(batch, routes))
                     self._in_flight.add(written)
                     written.add_done_callback(self._in_flight.discard)
-                    if routes.retiring or self.batches_in_flight == 1:
+                    if routes.retiring:
                         await asyncio.wait({written})
                 self._close_retired(routes)
                 if self._stopping and not self._batch:

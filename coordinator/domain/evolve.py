@@ -2,7 +2,7 @@
 
 ``dataclasses.replace`` looks up the fields and calls the generated ``__init__`` with
 keywords, which on a frozen class sets every field through ``object.__setattr__`` again:
-on a 30-field job record that is most of what a claim, start or result costs in Python.
+on a 30-field job record, several copies a job, that was a fifth of the writer's time.
 The copier made here for each record class takes every value with one C-level
 ``attrgetter`` call and sets the fields through the slots' own descriptors. No record
 of ours has a ``__post_init__`` or a field outside ``__init__``: the copier refuses such

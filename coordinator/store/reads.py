@@ -20,9 +20,11 @@ from coordinator.domain.records import (
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.rows import (
     attempt_from_row,
+    attempts_from,
     event_from_row,
     job_from_mapping,
     job_from_row,
+    jobs_from,
     queue_from_row,
     token_from_row,
     transition_from_row,
@@ -54,7 +56,7 @@ def get_jobs(conn: Connection, job_ids: Sequence[str]) -> dict[str, JobRecord]:
     if not job_ids:
         return {}
     rows = conn.execute(select(jobs).where(jobs.c.id.in_(sorted(set(job_ids)))))
-    return {r.id: r for r in map(job_from_row, rows)}
+    return {r.id: r for r in jobs_from(rows)}
 
 
 def list_jobs(
@@ -118,7 +120,7 @@ def list_attempts(conn: Connection, job_id: str) -> list[AttemptRecord]:
     rows = conn.execute(
         select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.claimed_at_ms, attempts.c.id)
     )
-    return [attempt_from_row(r) for r in rows]
+    return list(attempts_from(rows))
 
 
 def list_transitions(conn: Connection, job_id: str) -> list[Transition]:

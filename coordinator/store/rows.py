@@ -41,13 +41,9 @@ def jobs_from(result: Any) -> Iterator[JobRecord]:
 
 
 def job_from_mapping(mapping: Mapping[str, Any]) -> JobRecord:
-    values = dict(mapping)
-    values["state"] = JobState(values["state"])
-    values["payload"] = bytes(values["payload"])
-    if values["output"] is not None:
-        values["output"] = bytes(values["output"])
-    values["cancel_requested"] = bool(values["cancel_requested"])
-    return JobRecord(**{name: values[name] for name in JOB_FIELDS})
+    """A job from its columns by name (the same conversions as a row's)."""
+    load = _loader(JobRecord, JOB_FIELDS, _JOB_CONVERSIONS, JOB_FIELDS)
+    return load(tuple(mapping[name] for name in JOB_FIELDS))
 
 
 def job_row(job: JobRecord) -> dict[str, Any]:

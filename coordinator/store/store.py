@@ -59,11 +59,12 @@ HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
 """Transitions kept per job by default; older ones are dropped (docs/limits.md,
 ``StoreBounds.max_history_per_job``)."""
 WRITE_TRIES = 3
+"""How often ``transact`` runs a body whose try conflicted or lost its connection."""
 OPEN_WAIT_S = 30.0
 """How long opening the store waits for a database that refuses or drops connections."""
 OPEN_FIRST_PAUSE_S = 0.25
 OPEN_MAX_PAUSE_S = 4.0
-"""How often ``transact`` runs a body whose try conflicted or lost its connection."""
+"""The first and the longest pause between those tries (each pause doubles)."""
 CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
 """PostgreSQL errors that end the session (admin shutdown, crash shutdown, cannot connect
 now, idle-in-transaction timeout), besides class 08 (connection exception)."""

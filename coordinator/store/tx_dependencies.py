@@ -9,7 +9,7 @@ from sqlalchemy import bindparam, insert, select, update
 
 from coordinator.domain.records import Dependency, JobRecord
 from coordinator.domain.states import CODE_PARENT_FAILED, JobState
-from coordinator.store.rows import dependency_row, job_from_row
+from coordinator.store.rows import dependency_row, job_from_row, jobs_from
 from coordinator.store.schema import dependencies, jobs
 from coordinator.store.tx_base import TxBase, chunks
 
@@ -94,7 +94,7 @@ class DependencyOps(TxBase):
             )
             .order_by(jobs.c.id)
         )
-        return [job_from_row(r) for r in self._conn.execute(self._locked(query))]
+        return list(jobs_from(self._conn.execute(self._locked(query))))
 
     def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
         """The states of those of ``job_ids`` that exist (no lock)."""

@@ -82,6 +82,12 @@ async def _running(dispatcher: Dispatcher, process: GatedProcess) -> AsyncIterat
         await asyncio.wait_for(loop, 10)
 
 
+def _one_stream(executors: Executors, in_flight: int) -> tuple[GatedProcess, Dispatcher, WorkerSession]:
+    process = GatedProcess()
+    dispatcher = _dispatcher(process, executors, in_flight)
+    return process, dispatcher, _session(dispatcher, "w")
+
+
 def _session(dispatcher: Dispatcher, name: str) -> WorkerSession:
     return dispatcher.open(WorkerHello(name, ("default",), (), 8, 60_000))
 
@@ -91,9 +97,7 @@ async def _next(session: WorkerSession) -> object:
 
 
 async def test_two_batches_are_written_at_once_and_each_answered(executors: Executors) -> None:
-    process = GatedProcess()
-    dispatcher = _dispatcher(process, executors, 2)
-    session = _session(dispatcher, "w")
+    process, dispatcher, session = _one_stream(executors, 2)
     async with _running(dispatcher, process):
         session.start("a-1")
         await process.wait_for_batches(1)
@@ -107,9 +111,7 @@ async def test_two_batches_are_written_at_once_and_each_answered(executors: Exec
 
 
 async def test_one_in_flight_writes_one_batch_at_a_time(executors: Executors) -> None:
-    process = GatedProcess()
-    dispatcher = _dispatcher(process, executors, 1)
-    session = _session(dispatcher, "w")
+    process, dispatcher, session = _one_stream(executors, 1)
     async with _running(dispatcher, process):
         session.start("a-1")
         await process.wait_for_batches(1)
@@ -125,9 +127,7 @@ async def test_one_in_flight_writes_one_batch_at_a_time(executors: Executors) ->
 
 
 async def test_a_retired_stream_ends_only_after_the_batches_in_flight_for_it(executors: Executors) -> None:
-    process = GatedProcess()
-    dispatcher = _dispatcher(process, executors, 2)
-    session = _session(dispatcher, "w")
+    process, dispatcher, session = _one_stream(executors, 2)
     async with _running(dispatcher, process):
         session.start("a-1")
         await process.wait_for_batches(1)

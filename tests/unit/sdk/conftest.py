@@ -96,8 +96,13 @@ class FakeStream:
         self.send(welcome=worker_service_pb2.Welcome(coordinator_id="fake-coordinator"))
 
     def assign(self, payload: object, attempt_id: str, **fields: Any) -> None:
+        self.send(assignment=self.assignment(payload, attempt_id, **fields))
+
+    @staticmethod
+    def assignment(payload: object, attempt_id: str, **fields: Any) -> worker_service_pb2.Assignment:
+        """The Assignment of ``payload``'s job under ``attempt_id`` (its first execution)."""
         spec, data = encode_payload(payload)
-        assignment = worker_service_pb2.Assignment(
+        return worker_service_pb2.Assignment(
             job_id=f"job-{attempt_id}",
             attempt_id=attempt_id,
             wire_name=spec.wire_name,
@@ -109,7 +114,6 @@ class FakeStream:
             generation=1,
             **fields,
         )
-        self.send(assignment=assignment)
 
     def grant(self, attempt_id: str, execution_number: int = 1) -> None:
         self.send(

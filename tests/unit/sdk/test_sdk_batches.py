@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from worker_sdk import JobContext, Worker, job
-from worker_sdk._jobs import encode_payload
 from worker_sdk.proto.runwick.v1 import job_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
@@ -31,19 +30,13 @@ class Resize:
     path: str
 
 
-def assignment(attempt_id: str) -> pb.Assignment:
-    spec, data = encode_payload(Resize(f"{attempt_id}.png"))
-    return pb.Assignment(
-        job_id=f"job-{attempt_id}",
-        attempt_id=attempt_id,
-        wire_name=spec.wire_name,
-        queue=spec.queue,
-        payload=data,
-        payload_version=spec.version,
-        execution_number=1,
-        max_executions=3,
-        generation=1,
-    )
+def assignment(stream: FakeStream, attempt_id: str) -> pb.Assignment:
+    return stream.assignment(Resize(f"{attempt_id}.png"), attempt_id)
+
+
+def assignments(stream: FakeStream, *attempt_ids: str) -> pb.CoordinatorBatch:
+    """A CoordinatorBatch of these attempts' assignments."""
+    return pb.CoordinatorBatch(assignments=[assignment(stream, a) for a in attempt_ids])
 
 
 def granted(attempt_id: str) -> pb.StartAnswer:
@@ -101,8 +94,8 @@ async def test_against_a_coordinator_without_batches_the_worker_sends_single_mes
 
     # Two assignments in a row, two starts at once, two runs ending together: what a
     # coordinator that reads batches would get in a few WorkerBatch messages.
-    stream.send(assignment=assignment("att-1"))
-    stream.send(assignment=assignment("att-2"))
+    stream.send(assignment=assignment(stream, "att-1"))
+    stream.send(assignment=assignment(stream, "att-2"))
     assert [(await stream.next("start")).attempt_id for _ in range(2)] == ["att-1", "att-2"]
     stream.grant("att-1")
     stream.grant("att-2")
@@ -134,7 +127,7 @@ async def test_against_a_coordinator_with_batches_the_worker_reads_and_sends_bat
     stream, _ = await opened(coordinator, batches=True)
     assert await items(stream, "credit", 1) == [2]
 
-    stream.send(batch=pb.CoordinatorBatch(assignments=[assignment("att-1"), assignment("att-2")]))
+    stream.send(batch=assignments(stream, "att-1", "att-2"))
     # Both starts were queued while handling one message: they go out together.
     both = await stream.next("batch")
     assert [s.attempt_id for s in both.starts] == ["att-1", "att-2"]
@@ -169,14 +162,14 @@ async def test_every_item_of_a_coordinator_batch_is_handled_in_the_protocols_ord
     worker.handler(Resize)(resize)
     await worker.start()
     stream, _ = await opened(coordinator, batches=True)
-    stream.send(batch=pb.CoordinatorBatch(assignments=[assignment("att-long"), assignment("att-short")]))
+    stream.send(batch=assignments(stream, "att-long", "att-short"))
     assert [s.attempt_id for s in await items(stream, "start", 2)] == ["att-long", "att-short"]
     stream.send(batch=pb.CoordinatorBatch(start_answers=[granted("att-long")]))
     await stream.next("heartbeat")  # att-long is running
 
     stream.send(
         batch=pb.CoordinatorBatch(
-            assignments=[assignment("att-new")],
+            assignments=[assignment(stream, "att-new")],
             start_answers=[granted("att-short")],
             cancels=[pb.Cancel(attempt_id="att-long", reason="cancelled by request")],
         )
