@@ -58,13 +58,19 @@ class QueueStatistics:
         self._check: asyncio.Future[QueueStats] | None = None
 
     async def run_once(self) -> bool:
-        """Reads the statistics; whether that worked decides readiness. A check still
-        hanging from before counts as a failure and no second one is started."""
+        """Reads the statistics; whether that worked decides readiness. The values read
+        are never older than the call: a check already in flight (the loop's, when a
+        caller asks for one of its own) may have read before the caller's last writes, so
+        it is waited for and a fresh one started. A check still hanging from before
+        counts as a failure and no second one is started."""
         loop = asyncio.get_running_loop()
         ok = False
-        if self._check is None or self._check.done():
-            self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
+        if self._check is not None and not self._check.done():
+            await asyncio.wait({self._check}, timeout=self.timeout_s)  # its caller logs its end
         try:
+            if self._check is not None and not self._check.done():
+                raise TimeoutError
+            self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
             depths, oldest, now_ms = await asyncio.wait_for(asyncio.shield(self._check), self.timeout_s)
         except TimeoutError:
             log.warning("database check took over %.1f s", self.timeout_s)
