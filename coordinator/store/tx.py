@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, insert, literal_column, select, text, update
+from sqlalchemy import Integer, bindparam, insert, literal_column, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.changes import JobChange
@@ -44,7 +44,7 @@ from coordinator.store.schema import (
     transitions,
 )
 from coordinator.store.tx_access import AccessOps
-from coordinator.store.tx_base import chunks
+from coordinator.store.tx_base import Lockable, chunks
 from coordinator.store.tx_dependencies import DependencyOps
 from coordinator.store.tx_queues import QueueOps
 
@@ -61,6 +61,35 @@ _MARK_STARTED = (
     .where(attempts.c.id == bindparam("g_id"))
     .values(execution_number=bindparam("v_execution_number"), started_at_ms=bindparam("v_started_at_ms"))
 )
+
+
+# The reads and inserts every job goes through, built once (see ``Lockable``).
+_JOBS_BY_IDS = Lockable(
+    # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
+    select(jobs).where(jobs.c.id.in_(bindparam("ids", expanding=True))).order_by(jobs.c.id)
+)
+_ATTEMPTS_BY_IDS = select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+_ATTEMPTS_JOB_IDS = select(attempts.c.job_id).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+_JOBS_OF_ATTEMPTS = Lockable(select(jobs).where(jobs.c.id.in_(_ATTEMPTS_JOB_IDS)).order_by(jobs.c.id))
+_CLAIMABLE_IN_QUEUE = Lockable(
+    select(jobs)
+    .where(
+        jobs.c.queue == bindparam("queue"),
+        text(CLAIMABLE_PREDICATE),  # as text, or the partial index is not used
+        # "+ 0": SQLite would take ix_jobs_due for the run-at range and then sort every
+        # claimable job of the queue; ix_jobs_claim gives the order, so LIMIT ends the
+        # walk. An expression keeps the range off any index.
+        jobs.c.run_at_ms + literal_column("0") <= bindparam("now_ms"),
+        jobs.c.wire_name.in_(bindparam("wire_names", expanding=True)),
+    )
+    .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
+    .limit(bindparam("limit", type_=Integer)),
+    skip_locked=True,
+)
+_NOTIFY = text("SELECT pg_notify(:channel, :origin)")
+_INSERT_JOBS = insert(jobs)
+_INSERT_TRANSITIONS = insert(transitions)
+_INSERT_ATTEMPTS = insert(attempts)
 
 
 @functools.cache
@@ -88,9 +117,8 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ordered = sorted(set(ids))
         found: dict[str, JobRecord] = {}
         for chunk in chunks(ordered):
-            # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
-            query = self._locked(select(jobs).where(jobs.c.id.in_(chunk)).order_by(jobs.c.id))
-            found.update((r.id, r) for r in jobs_from(self._conn.execute(query)))
+            rows = self._conn.execute(self._lock(_JOBS_BY_IDS), {"ids": chunk})
+            found.update((r.id, r) for r in jobs_from(rows))
         return found
 
     def selected_jobs(
@@ -119,7 +147,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
     def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
         found: dict[str, AttemptRecord] = {}
         for chunk in chunks(sorted(set(ids))):
-            rows = self._conn.execute(select(attempts).where(attempts.c.id.in_(chunk)))
+            rows = self._conn.execute(_ATTEMPTS_BY_IDS, {"ids": chunk})
             found.update((r.id, r) for r in attempts_from(rows))
         return found
 
@@ -133,9 +161,8 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ordered = sorted(set(attempt_ids))
         found_jobs: dict[str, JobRecord] = {}
         for chunk in chunks(ordered):
-            owners = select(attempts.c.job_id).where(attempts.c.id.in_(chunk))
-            query = self._locked(select(jobs).where(jobs.c.id.in_(owners)).order_by(jobs.c.id))
-            found_jobs.update((r.id, r) for r in jobs_from(self._conn.execute(query)))
+            rows = self._conn.execute(self._lock(_JOBS_OF_ATTEMPTS), {"ids": chunk})
+            found_jobs.update((r.id, r) for r in jobs_from(rows))
         return self.attempts_by_ids(ordered), found_jobs
 
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
@@ -176,22 +203,11 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ``limit`` rows per queue for the rest of the transaction; others skip them.
         """
         found: list[JobRecord] = []
+        query = self._lock(_CLAIMABLE_IN_QUEUE)
+        names = list(wire_names)
         for queue in sorted(set(queues)):
-            query = (
-                select(jobs)
-                .where(
-                    jobs.c.queue == queue,
-                    text(CLAIMABLE_PREDICATE),  # as text, or the partial index is not used
-                    # "+ 0": SQLite would take ix_jobs_due for the run-at range and then
-                    # sort every claimable job of the queue; ix_jobs_claim gives the order,
-                    # so LIMIT ends the walk. An expression keeps the range off any index.
-                    jobs.c.run_at_ms + literal_column("0") <= now_ms,
-                    jobs.c.wire_name.in_(list(wire_names)),
-                )
-                .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
-                .limit(limit)
-            )
-            found.extend(jobs_from(self._conn.execute(self._locked(query, skip_locked=True))))
+            params = {"queue": queue, "now_ms": now_ms, "wire_names": names, "limit": limit}
+            found.extend(jobs_from(self._conn.execute(query, params)))
         if len(queues) > 1:
             found.sort(key=_claim_order)
         return found[:limit]
@@ -237,8 +253,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         coordinator process.
         """
         if self._postgres:
-            notify = text("SELECT pg_notify(:channel, :origin)")
-            self._conn.execute(notify, {"channel": NOTIFY_CHANNEL, "origin": self.origin})
+            self._conn.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL, "origin": self.origin})
 
     def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an
@@ -246,13 +261,13 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         if not new_jobs:
             return
         try:
-            self._conn.execute(insert(jobs), [job_row(job) for job in new_jobs])
+            self._conn.execute(_INSERT_JOBS, [job_row(job) for job in new_jobs])
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
         self.count_jobs(Counter((job.queue, job.state.value) for job in new_jobs))
         self._conn.execute(
-            insert(transitions),
+            _INSERT_TRANSITIONS,
             [
                 {
                     "job_id": job.id,
@@ -312,7 +327,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 moved[(first.queue, first.state.value)] -= 1
                 moved[(first.queue, last.state.value)] += 1
         self.count_jobs(moved)
-        self._conn.execute(insert(transitions), history)
+        self._conn.execute(_INSERT_TRANSITIONS, history)
         keep = self.bounds.max_history_per_job
         cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}
         if cuts:
@@ -335,7 +350,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
 
     def insert_attempts(self, new_attempts: Sequence[NewAttempt]) -> None:
         if new_attempts:
-            self._conn.execute(insert(attempts), [new_attempt_row(a) for a in new_attempts])
+            self._conn.execute(_INSERT_ATTEMPTS, [new_attempt_row(a) for a in new_attempts])
 
     def finish_attempts(self, ends: Sequence[AttemptEnd]) -> None:
         """Records attempts' ends; raises WriteConflict if any already has an outcome."""

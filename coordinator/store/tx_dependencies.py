@@ -11,7 +11,32 @@ from coordinator.domain.records import Dependency, JobRecord
 from coordinator.domain.states import CODE_PARENT_FAILED, JobState
 from coordinator.store.rows import dependency_row, job_from_row, jobs_from
 from coordinator.store.schema import dependencies, jobs
-from coordinator.store.tx_base import TxBase, chunks
+from coordinator.store.tx_base import Lockable, TxBase, chunks
+
+# The reads every claim and every success make, built once (see ``tx_base.Lockable``).
+_WAITING_CHILDREN = Lockable(
+    select(dependencies.c.parent_id, jobs)
+    .join(jobs, dependencies.c.child_id == jobs.c.id)
+    .where(
+        dependencies.c.parent_id.in_(bindparam("parent_ids", expanding=True)),
+        jobs.c.state == JobState.WAITING.value,
+    )
+    .order_by(jobs.c.id)
+)
+_PARENTS_WITH_CHILDREN = (
+    select(dependencies.c.parent_id)
+    .where(dependencies.c.parent_id.in_(bindparam("parent_ids", expanding=True)))
+    .distinct()
+)
+_SATISFY = (
+    update(dependencies)
+    .where(dependencies.c.parent_id == bindparam("p"))
+    .values(satisfied=True, parent_output=bindparam("o"))
+)
+_PARENT_OUTPUTS = select(
+    dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output
+).where(dependencies.c.child_id.in_(bindparam("child_ids", expanding=True)))
+_INSERT_DEPENDENCIES = insert(dependencies)
 
 
 class DependencyOps(TxBase):
@@ -19,20 +44,14 @@ class DependencyOps(TxBase):
 
     def insert_dependencies(self, rows: Sequence[Dependency]) -> None:
         if rows:
-            self._conn.execute(insert(dependencies), [dependency_row(row) for row in rows])
+            self._conn.execute(_INSERT_DEPENDENCIES, [dependency_row(row) for row in rows])
 
     def waiting_children(self, parent_ids: Iterable[str]) -> dict[str, list[JobRecord]]:
         """For each of ``parent_ids`` that has any, its children that wait, locked in ID
         order: one statement for all the parents a transaction ended."""
         found: dict[str, list[JobRecord]] = {}
         for chunk in chunks(sorted(set(parent_ids))):
-            query = (
-                select(dependencies.c.parent_id, jobs)
-                .join(jobs, dependencies.c.child_id == jobs.c.id)
-                .where(dependencies.c.parent_id.in_(chunk), jobs.c.state == JobState.WAITING.value)
-                .order_by(jobs.c.id)
-            )
-            for row in self._conn.execute(self._locked(query)):
+            for row in self._conn.execute(self._lock(_WAITING_CHILDREN), {"parent_ids": chunk}):
                 found.setdefault(row.parent_id, []).append(job_from_row(row))
         return found
 
@@ -42,18 +61,12 @@ class DependencyOps(TxBase):
         successes without dependents costs one statement, not one update per job."""
         parents = self._parents_with_children(outputs)
         if parents:
-            self._conn.execute(
-                update(dependencies)
-                .where(dependencies.c.parent_id == bindparam("p"))
-                .values(satisfied=True, parent_output=bindparam("o")),
-                [{"p": parent_id, "o": outputs[parent_id]} for parent_id in parents],
-            )
+            self._conn.execute(_SATISFY, [{"p": parent_id, "o": outputs[parent_id]} for parent_id in parents])
 
     def _parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
         found: set[str] = set()
         for chunk in chunks(sorted(set(parent_ids))):
-            query = select(dependencies.c.parent_id).where(dependencies.c.parent_id.in_(chunk)).distinct()
-            found.update(self._conn.execute(query).scalars())
+            found.update(self._conn.execute(_PARENTS_WITH_CHILDREN, {"parent_ids": chunk}).scalars())
         return sorted(found)
 
     def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
@@ -73,12 +86,7 @@ class DependencyOps(TxBase):
         """The outputs of the parents of each of ``child_ids`` (R-16), for their claims."""
         found: dict[str, dict[str, bytes]] = {}
         for chunk in chunks(sorted(set(child_ids))):
-            rows = self._conn.execute(
-                select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
-                    dependencies.c.child_id.in_(chunk)
-                )
-            )
-            for child_id, parent_id, output in rows:
+            for child_id, parent_id, output in self._conn.execute(_PARENT_OUTPUTS, {"child_ids": chunk}):
                 found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
         return found
 

@@ -17,6 +17,10 @@ from coordinator.store.rows import queue_from_row
 from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queue_finished, queues
 from coordinator.store.tx_base import TxBase
 
+# Statements of every claim and every write, built once (see ``tx_base.Lockable``).
+_QUEUES_BY_NAMES = select(queues).where(queues.c.name.in_(bindparam("names", expanding=True)))
+_INSERT_DELTAS = insert(queue_count_deltas)
+
 
 class Unset:
     """The absence of a value where None is one (a limit of None removes the limit)."""
@@ -77,9 +81,7 @@ class QueueOps(TxBase):
             return {}
         found = {
             record.name: record
-            for record in map(
-                queue_from_row, self._conn.execute(select(queues).where(queues.c.name.in_(wanted)))
-            )
+            for record in map(queue_from_row, self._conn.execute(_QUEUES_BY_NAMES, {"names": wanted}))
         }
         limited = sorted(name for name, record in found.items() if record.concurrency_limit is not None)
         if limited and self._postgres:
@@ -103,7 +105,7 @@ class QueueOps(TxBase):
         rows = [{"queue": q, "state": s, "delta": d} for (q, s), d in sorted(self._counts.items()) if d]
         self._counts.clear()
         if rows:
-            self._conn.execute(insert(queue_count_deltas), rows)
+            self._conn.execute(_INSERT_DELTAS, rows)
 
     def fold_queue_counts(self, now_ms: int | None = None) -> int:
         """Folds the deltas appended so far into ``queue_counts`` and returns how many it
