@@ -3,6 +3,7 @@ response decoding. The two clients only add the transport (sync or asyncio gRPC)
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 import uuid
@@ -17,7 +18,7 @@ from worker_sdk._errors import ArgumentError, CoordinatorError
 from worker_sdk._info import EnqueuedJob, JobState
 from worker_sdk._jobs import encode_payload, spec_of
 from worker_sdk._settings import JobConfig, SettingsLayer, check_delay_pair, check_timeout, pair
-from worker_sdk.proto.runwick.v1 import job_service_pb2
+from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
 
 DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
 """Deadline of each client call except ``wait``, unless the client says otherwise."""
@@ -128,11 +129,8 @@ class ClientBase:
     def _new_job(self, item: EnqueueItem) -> job_service_pb2.NewJob:
         spec, data = encode_payload(item.payload)
         config = self._configs.get(spec.payload_type)
-        layer = spec.settings.over(self._defaults)
-        if config is not None:
-            layer = config.layer.over(layer)
         try:
-            layer.checked()
+            settings = _settings_message(spec.settings, config.layer if config else None, self._defaults)
         except ArgumentError as error:
             raise ArgumentError(f"{spec.wire_name}: {error}") from None
         if item.queue is not None and not isinstance(item.queue, str):
@@ -150,7 +148,7 @@ class ClientBase:
             payload_version=spec.version,
             priority=priority,
             idempotency_key=_idempotency_key(item.idempotency_key),
-            settings=layer.to_proto(),
+            settings=settings,
             parent_ids=_parents(item.parents),
             id=check_id("job_id", item.job_id) if item.job_id is not None else "",
             unique_key=_optional_key("unique_key", item.unique_key),
@@ -264,6 +262,20 @@ class ClientBase:
 
     def _call_kwargs(self, timeout_s: float | None = None) -> dict[str, Any]:
         return {"metadata": self._metadata, "timeout": timeout_s or self._rpc_timeout_s}
+
+
+@functools.lru_cache(maxsize=1024)
+def _settings_message(
+    declared: SettingsLayer, configured: SettingsLayer | None, defaults: SettingsLayer
+) -> job_pb2.JobSettings:
+    """The settings a job's enqueue sends: the type's declaration over the client's
+    defaults, under what ``configure_job`` set (R-3), checked. The same three layers
+    give the same message, so a batch of one type resolves them once (the layers are
+    frozen; a message passed to ``NewJob`` is copied, never shared)."""
+    layer = declared.over(defaults)
+    if configured is not None:
+        layer = configured.over(layer)
+    return layer.checked().to_proto()
 
 
 def _raw_settings(

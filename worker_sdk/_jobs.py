@@ -135,10 +135,7 @@ def encode_payload(payload: object) -> tuple[JobSpec, bytes]:
     spec = spec_of(type(payload))
     try:
         data = json.dumps(
-            dataclasses.asdict(payload),  # type: ignore[call-overload]
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
+            payload, default=_dataclass_fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as error:
         raise ArgumentError(
@@ -146,6 +143,26 @@ def encode_payload(payload: object) -> tuple[JobSpec, bytes]:
             "use str, int, float, bool, None, lists, dicts and nested dataclasses"
         ) from error
     return spec, data.encode("utf-8")
+
+
+def _dataclass_fields(value: object) -> dict[str, Any]:
+    """A dataclass instance's fields by name, for ``json.dumps`` to encode (at any depth):
+    what ``dataclasses.asdict`` gives, without the deep copy of every value it makes
+    first, which cost more than the encoding itself."""
+    if isinstance(value, type) or not dataclasses.is_dataclass(value):
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    cls: type[Any] = type(value)
+    return {name: getattr(value, name) for name in _field_names(cls)}
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(field.name for field in dataclasses.fields(cls))
+    return names
 
 
 def decode_payload(spec: JobSpec, payload: bytes, version: int) -> Any:

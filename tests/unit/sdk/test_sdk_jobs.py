@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -81,6 +81,45 @@ def test_nested_dataclasses_round_trip() -> None:
 def test_values_json_cannot_hold_are_rejected_at_encoding() -> None:
     with pytest.raises(ArgumentError, match=r"payments\.capture.*cannot be encoded"):
         encode_payload(CapturePayment("o-1", amount_cents=float("nan")))  # type: ignore[arg-type]
+
+
+@dataclass
+class Route:
+    stops: list[Address]
+    by_city: dict[str, Address]
+    legs: tuple[int, ...] = ()
+
+
+@job("routes.plan")
+@dataclass
+class PlanRoute:
+    route: Route
+    note: Any = None
+
+
+def test_dataclasses_nested_in_lists_dicts_and_tuples_encode_as_asdict_does() -> None:
+    route = Route([Address("Bern"), Address("Chur", ["Gleis 2"])], {"start": Address("Bern")}, (1, 2))
+    payload = PlanRoute(route, note={"tags": ["a", 1.5, None, True]})
+    spec, data = encode_payload(payload)
+    assert data == json.dumps(asdict(payload), separators=(",", ":"), ensure_ascii=False).encode()
+    assert spec.wire_name == "routes.plan"
+
+
+@pytest.mark.parametrize(
+    "note",
+    [datetime(2026, 1, 1), Address, {1.5j: "x"}, {(1, 2): "x"}, object()],
+    ids=["datetime", "a dataclass type", "complex key", "tuple key", "object"],
+)
+def test_values_that_are_not_json_are_an_argument_error(note: object) -> None:
+    with pytest.raises(ArgumentError, match=r"routes\.plan.*cannot be encoded as JSON"):
+        encode_payload(PlanRoute(Route([], {}), note=note))
+
+
+def test_a_payload_that_contains_itself_is_an_argument_error() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ArgumentError, match="cannot be encoded as JSON"):
+        encode_payload(PlanRoute(Route([], {}), note=loop))
 
 
 def test_upgrade_chain_runs_one_version_at_a_time() -> None:

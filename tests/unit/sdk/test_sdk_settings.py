@@ -127,6 +127,22 @@ def test_later_job_defaults_calls_override_only_what_they_pass(
     )
 
 
+def test_settings_changed_after_an_enqueue_apply_to_the_next_one(
+    client: Client, job_service: tuple[FakeJobService, str]
+) -> None:
+    fake = job_service[0]
+    client.enqueue(BuildReport("q3"))
+    first = fake.requests[-1].jobs[0].settings
+    client.configure_job(BuildReport).with_max_executions(11)
+    client.enqueue(BuildReport("q3"))
+    assert fake.requests[-1].jobs[0].settings.max_executions == 11
+    client.job_defaults(max_unstarted_abandonments=6)
+    client.enqueue(BuildReport("q3"))
+    latest = fake.requests[-1].jobs[0].settings
+    assert (latest.max_executions, latest.max_unstarted_abandonments) == (11, 6)
+    assert first.max_executions == 4  # what went out before is not changed afterwards
+
+
 def test_queue_and_priority_precedence(client: Client, job_service: tuple[FakeJobService, str]) -> None:
     fake = job_service[0]
     client.enqueue(PlainReport("q3"))
