@@ -7,10 +7,12 @@ run on executor threads, so the asyncio loop never waits on the database.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
@@ -18,7 +20,7 @@ from coordinator.domain.dependencies import DependencyCycle, insertion_order
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
-from coordinator.domain.settings import SettingsError, resolve_settings
+from coordinator.domain.settings import SettingsError, SettingsLayer, resolve_settings
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.service.enqueue import NewJob, insert_batch
@@ -119,7 +121,7 @@ class JobsService:
         _check_key("idempotency_key", spec.idempotency_key, index, "IDEMPOTENCY_KEY_INVALID")
         _check_key("unique_key", spec.unique_key, index, "UNIQUE_KEY_INVALID")
         try:
-            settings = resolve_settings(self.config.job_defaults, spec.settings)
+            settings = _effective_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
             raise InvalidArgument(
                 f"settings.{exc.field}",
@@ -138,7 +140,7 @@ class JobsService:
             payload=spec.payload,
             payload_version=spec.payload_version,
             idempotency_key=spec.idempotency_key or None,
-            **dataclasses.asdict(settings),  # R-3: the effective settings, copied
+            **settings,  # R-3: the effective settings, copied
             generation=1,
             executions=0,
             unstarted_streak=0,
@@ -238,6 +240,14 @@ def _insertion_order(batch: list[NewJob]) -> list[int]:
             index=cycle.cycle[0],
             reason="DEPENDENCY_CYCLE",
         ) from cycle
+
+
+@functools.lru_cache(maxsize=1024)
+def _effective_settings(defaults: SettingsLayer, requested: SettingsLayer) -> Mapping[str, Any]:
+    """R-3: a job's effective settings as its columns, from the coordinator's defaults
+    and what the enqueue asked for. Both layers are frozen and a batch repeats the same
+    few, so each pair is resolved once; the mapping is read-only."""
+    return MappingProxyType(dataclasses.asdict(resolve_settings(defaults, requested)))
 
 
 def _check_key(field: str, key: str | None, index: int, reason: str) -> None:
