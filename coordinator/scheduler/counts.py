@@ -21,8 +21,16 @@ class QueueCountFolding:
         self.cadence = cadence
 
     async def run_once(self) -> int:
-        """Folds the deltas there are; returns how many it folded."""
-        return await self.executors.write(self.queues.fold_counts)
+        """Folds the deltas there are; returns how many it folded. After a fold that
+        found some, the planner statistics are refreshed if the jobs outgrew them
+        (``store.planner``), on the read pool: an ANALYZE must not hold up the writer."""
+        folded = await self.executors.write(self.queues.fold_counts)
+        if folded:
+            try:
+                await self.executors.read(self.queues.store.refresh_planner_statistics)
+            except Exception:
+                log.exception("refreshing the planner statistics failed; trying again after the next fold")
+        return folded
 
     async def run(self, stop: asyncio.Event) -> None:
         while not await self.cadence.sleep(stop):

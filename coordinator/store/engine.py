@@ -110,12 +110,18 @@ def _pg_engine(url: str, timeouts: DatabaseTimeouts, *, pool_size: int, pre_ping
     )
 
 
+SESSION_SETTINGS = "-c jit=off"
+"""JIT compiles a query whose estimated cost is high: tens of milliseconds of compiling
+for statements that run in a fraction of one (seen at 20-80 ms a statement once stale
+statistics made a claim look expensive). The coordinator's statements are all short."""
+
+
 def _pg_options(url: str, timeouts: DatabaseTimeouts) -> str:
-    """The timeouts' ``options``, then any ``options`` the URL itself gives (which come
-    later and so win, for a setting the URL names)."""
+    """The timeouts' ``options`` and ``SESSION_SETTINGS``, then any ``options`` the URL
+    itself gives (which come later and so win, for a setting the URL names)."""
     given = make_url(url).query.get("options")
     extra = [given] if isinstance(given, str) else list(given or ())
-    return " ".join([timeouts.pg_options(), *extra])
+    return " ".join([timeouts.pg_options(), SESSION_SETTINGS, *extra])
 
 
 def _sqlite_engine(url: str, begin: str, timeouts: DatabaseTimeouts) -> Engine:

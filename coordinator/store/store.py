@@ -38,7 +38,7 @@ from coordinator.domain.records import (
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.states import JobState
 from coordinator.store import migrate as migrations
-from coordinator.store import reads
+from coordinator.store import planner, reads
 from coordinator.store import schedules as schedule_reads
 from coordinator.store.engine import (
     DEFAULT_TIMEOUTS,
@@ -94,6 +94,8 @@ class Store:
         """Names this store's notifications (``Tx.notify_jobs_available``) to its own listener."""
         self._known_queues: set[str] = set()
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
+        self._analyzed_at: dict[str, int] = {}
+        """The rows each table had when this store last refreshed its planner statistics."""
 
     @classmethod
     def open(
@@ -280,6 +282,38 @@ class Store:
     def list_transitions(self, job_id: str) -> list[Transition]:
         with self._reading() as conn:
             return reads.list_transitions(conn, job_id)
+
+    def refresh_planner_statistics(self) -> list[str]:
+        """PostgreSQL: ANALYZE the job tables that outgrew the planner's estimate
+        (``store.planner``); returns those it analyzed. A store analyzes a table again
+        only once it doubled since its own last run, so a role that may not analyze (the
+        server skips the table with a warning) does not ask at every call."""
+        if not self.postgres:
+            return []
+        with self._reading() as conn:
+            known = planner.known_rows(conn)
+            estimated = planner.estimated_rows(conn, sorted(known))
+        stale = sorted(
+            table
+            for table, rows in known.items()
+            if planner.outgrown(rows, max(estimated[table], self._analyzed_at.get(table, 0)))
+        )
+        if not stale:
+            return []
+        try:
+            with self._read_engine.connect() as conn:
+                planner.analyze(conn.execution_options(isolation_level="AUTOCOMMIT"), stale)
+        except DBAPIError as exc:
+            raise _store_error(exc, "refreshing the planner statistics", before_commit=False) from exc
+        for table in stale:
+            self._analyzed_at[table] = known[table]
+        log.info(
+            "refreshed the planner statistics of %s (%s rows known, %s estimated)",
+            ", ".join(stale),
+            ", ".join(str(known[t]) for t in stale),
+            ", ".join(str(estimated[t]) for t in stale),
+        )
+        return stale
 
     def queue_stats(self, now_ms: int) -> list[QueueStats]:
         """Every known queue, its controls, its jobs per state and its oldest due job

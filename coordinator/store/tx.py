@@ -70,7 +70,6 @@ _JOBS_BY_IDS = Lockable(
 )
 _ATTEMPTS_BY_IDS = select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
 _ATTEMPTS_JOB_IDS = select(attempts.c.job_id).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
-_JOBS_OF_ATTEMPTS = Lockable(select(jobs).where(jobs.c.id.in_(_ATTEMPTS_JOB_IDS)).order_by(jobs.c.id))
 _CLAIMABLE_IN_QUEUE = Lockable(
     select(jobs)
     .where(
@@ -157,13 +156,18 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         """These attempts and their jobs, the jobs locked first. An attempt's job never
         changes, so the lock can be taken through it; reading the attempts only after the
         lock means a batch on another replica that ended one of them has committed by then
-        and is seen, where reading them first could see it open and its job already ended."""
+        and is seen, where reading them first could see it open and its job already ended.
+
+        Three reads by key (job IDs, locked jobs, attempts). Asked as one statement
+        (``jobs.id IN (SELECT job_id ...)``), PostgreSQL merge-joined it: a walk of the
+        jobs' primary key from the oldest job to the newest one asked for, which is
+        every finished job before them."""
         ordered = sorted(set(attempt_ids))
-        found_jobs: dict[str, JobRecord] = {}
+        job_ids: set[str] = set()
         for chunk in chunks(ordered):
-            rows = self._conn.execute(self._lock(_JOBS_OF_ATTEMPTS), {"ids": chunk})
-            found_jobs.update((r.id, r) for r in jobs_from(rows))
-        return self.attempts_by_ids(ordered), found_jobs
+            job_ids.update(self._conn.execute(_ATTEMPTS_JOB_IDS, {"ids": chunk}).scalars())
+        locked = self.jobs_by_ids(job_ids)  # before the attempts are read (see above)
+        return self.attempts_by_ids(ordered), locked
 
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
         ordered = sorted(set(keys))

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -24,7 +25,7 @@ from coordinator.domain.states import JobState
 from coordinator.errors import Unavailable
 from coordinator.service.work import AttemptMessage, WorkBatch
 from coordinator.store import DatabaseTimeouts, Store, StoreError
-from coordinator.store.engine import create_write_engine
+from coordinator.store.engine import create_read_engine, create_write_engine
 from tests.support import wait_until
 
 from .harness import WIRE, Harness
@@ -85,6 +86,21 @@ def test_every_postgres_connection_of_the_store_carries_the_timeouts(postgres_ur
     ) == (10_000, 5_000, 30_000, 30_000)
     with pytest.raises(ValueError, match="pg_lock_timeout_ms"):
         DatabaseTimeouts(pg_lock_timeout_ms=-1)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("make_engine", [create_write_engine, create_read_engine], ids=["write", "read"])
+def test_postgres_sessions_do_not_jit_unless_the_url_asks(postgres_url: str, make_engine: Any) -> None:
+    """JIT would compile short statements for tens of milliseconds (engine.SESSION_SETTINGS)."""
+    shown = []
+    for url in (postgres_url, f"{postgres_url}?options=-c%20jit%3Don"):
+        engine = make_engine(url)
+        try:
+            with engine.connect() as conn:
+                shown.append(conn.execute(text("SHOW jit")).scalar())
+        finally:
+            engine.dispose()
+    assert shown == ["off", "on"]
 
 
 @pytest.mark.postgres

@@ -114,7 +114,8 @@ def test_grammar_exports() -> None:
         "utf16_length",
     ]
     public = {name for name in vars(worker_sdk.grammar) if not name.startswith("_")}
-    assert public - set(worker_sdk.grammar.__all__) <= {"annotations", "dataclass", "functools", "re", "StrEnum"}
+    imported = {"annotations", "dataclass", "functools", "re", "StrEnum"}
+    assert public - set(worker_sdk.grammar.__all__) <= imported
 
 
 def test_exceptions_share_one_root() -> None:
