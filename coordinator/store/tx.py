@@ -56,11 +56,16 @@ _FINISH_ATTEMPT = (
     .where(attempts.c.id == bindparam("g_id"), attempts.c.outcome.is_(None))
     .values({c: bindparam(f"v_{c}") for c in FINISH_COLUMNS})
 )
+_FINISH_VALUES = {f"v_{c}": c for c in FINISH_COLUMNS}
+_STARTED_VALUES = {"v_execution_number": "execution_number", "v_started_at_ms": "started_at_ms"}
 _MARK_STARTED = (
     update(attempts)
     .where(attempts.c.id == bindparam("g_id"))
-    .values(execution_number=bindparam("v_execution_number"), started_at_ms=bindparam("v_started_at_ms"))
+    .values({column: bindparam(param) for param, column in _STARTED_VALUES.items()})
 )
+_BY_ID = {"g_id": "id"}
+_JOB_GUARD = {"g_id": "id", "g_state": "state", "g_seq": "history_seq"}
+"""A job update's guard (R-11): the state and history sequence the change was read with."""
 
 
 # The reads and inserts every job goes through, built once (see ``Lockable``).
@@ -92,18 +97,16 @@ _INSERT_ATTEMPTS = insert(attempts)
 
 
 @functools.cache
-def _job_update(columns: tuple[str, ...]) -> Any:
+def _job_update(columns: tuple[str, ...]) -> tuple[Any, dict[str, str]]:
     """One prepared guarded UPDATE per set of columns, built once (statement building
-    costs more than SQLite's execution of it)."""
-    return (
+    costs more than SQLite's execution of it), with its value parameters' columns."""
+    values = {f"v_{c}": c for c in (*columns, "history_seq", "updated_at_ms")}
+    statement = (
         update(jobs)
-        .where(
-            jobs.c.id == bindparam("g_id"),
-            jobs.c.state == bindparam("g_state"),
-            jobs.c.history_seq == bindparam("g_seq"),
-        )
-        .values({c: bindparam(f"v_{c}") for c in (*columns, "history_seq", "updated_at_ms")})
+        .where(*(jobs.c[column] == bindparam(param) for param, column in _JOB_GUARD.items()))
+        .values({column: bindparam(param) for param, column in values.items()})
     )
+    return statement, values
 
 
 class Tx(QueueOps, DependencyOps, AccessOps):
@@ -265,12 +268,12 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         if not new_jobs:
             return
         try:
-            self._conn.execute(_INSERT_JOBS, [job_row(job) for job in new_jobs])
+            self._insert_rows(_INSERT_JOBS, [job_row(job) for job in new_jobs])
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
         self.count_jobs(Counter((job.queue, job.state.value) for job in new_jobs))
-        self._conn.execute(
+        self._insert_rows(
             _INSERT_TRANSITIONS,
             [
                 {
@@ -323,7 +326,10 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             row.update(g_state=first.state.value, g_seq=first.history_seq)
             groups.setdefault(tuple(sorted(values)), []).append(row)
         for columns, rows in groups.items():
-            self._execute_guarded(_job_update(columns), rows, "job changed under a write")
+            statement, values = _job_update(columns)
+            matched = self._update_rows(statement, rows, keys=_JOB_GUARD, values=values)
+            if matched != len(rows):
+                raise WriteConflict("job changed under a write")
         moved: Counter[tuple[str, str]] = Counter()
         for job_changes in folded.values():
             first, last = job_changes[0].before, job_changes[-1].after
@@ -331,7 +337,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 moved[(first.queue, first.state.value)] -= 1
                 moved[(first.queue, last.state.value)] += 1
         self.count_jobs(moved)
-        self._conn.execute(_INSERT_TRANSITIONS, history)
+        self._insert_rows(_INSERT_TRANSITIONS, history)
         keep = self.bounds.max_history_per_job
         cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}
         if cuts:
@@ -342,33 +348,22 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 [{"job_id": job_id, "cut": cut} for job_id, cut in cuts.items()],
             )
 
-    def _execute_guarded(self, statement: Any, rows: list[dict[str, Any]], what: str) -> None:
-        """Runs a guarded UPDATE for many rows; every row must match exactly once."""
-        if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
-            if self._conn.execute(statement, rows).rowcount != len(rows):
-                raise WriteConflict(what)
-            return
-        for row in rows:
-            if self._conn.execute(statement, row).rowcount != 1:
-                raise WriteConflict(what)
-
     def insert_attempts(self, new_attempts: Sequence[NewAttempt]) -> None:
-        if new_attempts:
-            self._conn.execute(_INSERT_ATTEMPTS, [new_attempt_row(a) for a in new_attempts])
+        self._insert_rows(_INSERT_ATTEMPTS, [new_attempt_row(a) for a in new_attempts])
 
     def finish_attempts(self, ends: Sequence[AttemptEnd]) -> None:
         """Records attempts' ends; raises WriteConflict if any already has an outcome."""
-        if ends:
-            params = [attempt_end_params(end) for end in ends]
-            self._execute_guarded(_FINISH_ATTEMPT, params, "attempt already has an outcome")
+        params = [attempt_end_params(end) for end in ends]
+        matched = self._update_rows(
+            _FINISH_ATTEMPT, params, keys=_BY_ID, values=_FINISH_VALUES, condition="attempts.outcome IS NULL"
+        )
+        if matched != len(params):
+            raise WriteConflict("attempt already has an outcome")
 
     def mark_started(self, started: Sequence[tuple[str, int]], now_ms: int) -> None:
         """Records the start of each ``(attempt_id, execution_number)``."""
-        if started:
-            self._conn.execute(
-                _MARK_STARTED,
-                [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started],
-            )
+        rows = [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started]
+        self._update_rows(_MARK_STARTED, rows, keys=_BY_ID, values=_STARTED_VALUES)
 
     def renew_leases(
         self, attempt_ids: Sequence[str], lease_until_ms: int, holder: WorkerIdentity, now_ms: int

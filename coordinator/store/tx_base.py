@@ -5,13 +5,14 @@ writer, so it needs none)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from sqlalchemy import Connection, Select
+from sqlalchemy import Connection, Insert, Select, Update
 
 from coordinator.domain.bounds import StoreBounds
+from coordinator.store import pg_arrays
 
 _IN_CHUNK = 1_000
 """Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
@@ -63,3 +64,34 @@ class TxBase:
     def _lock(self, query: Lockable) -> Select[Any]:
         """A prebuilt read in the variant this engine needs."""
         return query.locked if self._postgres else query.plain
+
+    def _insert_rows(self, statement: Insert, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Inserts ``rows``: one statement of arrays on PostgreSQL (``pg_arrays``), the
+        driver's ``executemany`` on SQLite."""
+        if not rows:
+            return
+        if self._postgres:
+            pg_arrays.insert(self._conn, statement.table, rows)  # type: ignore[arg-type]
+        else:
+            self._conn.execute(statement, list(rows))
+
+    def _update_rows(
+        self,
+        statement: Update,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        keys: Mapping[str, str],
+        values: Mapping[str, str],
+        condition: str = "",
+    ) -> int:
+        """Runs ``statement`` (guarded by ``keys`` and ``condition``, setting ``values``;
+        see ``pg_arrays.update``) for every row; returns how many rows matched. On SQLite
+        the driver runs the prepared statement per row and reports the total."""
+        if not rows:
+            return 0
+        if self._postgres:
+            table = statement.table
+            return pg_arrays.update(self._conn, table, rows, keys=keys, values=values, condition=condition)  # type: ignore[arg-type]
+        if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
+            return int(self._conn.execute(statement, list(rows)).rowcount)
+        return sum(int(self._conn.execute(statement, row).rowcount) for row in rows)

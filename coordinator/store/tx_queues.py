@@ -104,8 +104,7 @@ class QueueOps(TxBase):
         """Appends the deltas counted so far (``Store`` calls it before every commit)."""
         rows = [{"queue": q, "state": s, "delta": d} for (q, s), d in sorted(self._counts.items()) if d]
         self._counts.clear()
-        if rows:
-            self._conn.execute(_INSERT_DELTAS, rows)
+        self._insert_rows(_INSERT_DELTAS, rows)
 
     def fold_queue_counts(self, now_ms: int | None = None) -> int:
         """Folds the deltas appended so far into ``queue_counts`` and returns how many it

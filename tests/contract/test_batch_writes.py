@@ -1,0 +1,72 @@
+"""A batch's rows go out as one statement per table on PostgreSQL (``store.pg_arrays``)
+and through the driver's ``executemany`` on SQLite: on both, every column type comes
+back as written, and a guarded update with one stale row changes no row at all."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.domain.changes import JobChange
+from coordinator.domain.evolve import evolve
+from coordinator.domain.records import JobRecord
+from coordinator.domain.states import JobState
+from coordinator.store import Store, WriteConflict
+from tests.unit.domain_doubles import JOB_RECORD
+
+from .harness import sent_statements
+
+NOW_MS = 5_000
+
+
+def _jobs() -> list[JobRecord]:
+    """Jobs whose columns hold the awkward values: NULLs in every nullable column,
+    bytes that are not UTF-8 and hold NUL, text outside ASCII, integers past 2**32."""
+    bare = evolve(
+        JOB_RECORD,
+        id="0190f0a0-0000-7000-8000-0000000000b1",
+        idempotency_key=None,
+        execution_timeout_ms=None,
+        unique_key=None,
+    )
+    full = evolve(
+        JOB_RECORD,
+        id="0190f0a0-0000-7000-8000-0000000000b2",
+        payload=b"\x00\xff\xfe binary",
+        idempotency_key="ключ-🔑",
+        unique_key="ユニーク",
+        run_at_ms=2**53,
+        execution_timeout_ms=2**40,
+        priority=-7,
+        cancel_requested=True,
+    )
+    empty = evolve(JOB_RECORD, id="0190f0a0-0000-7000-8000-0000000000b3", payload=b"", idempotency_key="k-3")
+    return [bare, full, empty]
+
+
+def test_every_column_type_is_written_as_given(store: Store) -> None:
+    written = _jobs()
+    with sent_statements(executemany=True) as sent:
+        store.transact(lambda tx: tx.insert_jobs(written, NOW_MS), what="a test")
+    assert [store.get_job(job.id) for job in written] == written
+    inserts = [sql for sql, _ in sent if sql.startswith("INSERT INTO jobs")]
+    assert len(inserts) == 1  # one statement for the three rows, on either engine
+    assert ("unnest(" in inserts[0]) is store.postgres
+
+
+def test_a_guarded_update_with_one_stale_row_changes_no_row(store: Store) -> None:
+    written = _jobs()
+    store.transact(lambda tx: tx.insert_jobs(written, NOW_MS), what="a test")
+    stale = evolve(written[1], history_seq=written[1].history_seq + 5)  # read long ago
+    befores = [written[0], stale, written[2]]
+    changes = [JobChange(job, evolve(job, state=JobState.CANCELLED), reason="test") for job in befores]
+
+    with pytest.raises(WriteConflict):
+        store.transact(lambda tx: tx.apply(changes, NOW_MS), what="a test")
+    assert [store.get_job(job.id) for job in written] == written
+    assert [len(store.list_transitions(job.id)) for job in written] == [1, 1, 1]
+
+    fresh = [JobChange(job, evolve(job, state=JobState.CANCELLED), reason="test") for job in written]
+    store.transact(lambda tx: tx.apply(fresh, NOW_MS), what="a test")
+    after = [store.get_job(job.id) for job in written]
+    assert [job.state if job else None for job in after] == [JobState.CANCELLED] * 3
+    assert [job.history_seq if job else None for job in after] == [2, 2, 2]
