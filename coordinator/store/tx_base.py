@@ -66,11 +66,11 @@ class TxBase:
         return query.locked if self._postgres else query.plain
 
     def _insert_rows(self, statement: Insert, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Inserts ``rows``: one statement of arrays on PostgreSQL (``pg_arrays``), the
-        driver's ``executemany`` on SQLite."""
+        """Inserts ``rows``: one statement of arrays on PostgreSQL when they are many
+        (``pg_arrays``), the driver's ``executemany`` otherwise."""
         if not rows:
             return
-        if self._postgres:
+        if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
             pg_arrays.insert(self._conn, statement.table, rows)  # type: ignore[arg-type]
         else:
             self._conn.execute(statement, list(rows))
@@ -85,11 +85,12 @@ class TxBase:
         condition: str = "",
     ) -> int:
         """Runs ``statement`` (guarded by ``keys`` and ``condition``, setting ``values``;
-        see ``pg_arrays.update``) for every row; returns how many rows matched. On SQLite
-        the driver runs the prepared statement per row and reports the total."""
+        see ``pg_arrays.update``) for every row; returns how many rows matched: one
+        statement of arrays on PostgreSQL when the rows are many, else the driver runs the
+        prepared statement per row and reports the total."""
         if not rows:
             return 0
-        if self._postgres:
+        if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
             table = statement.table
             return pg_arrays.update(self._conn, table, rows, keys=keys, values=values, condition=condition)  # type: ignore[arg-type]
         if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:

@@ -10,7 +10,7 @@ from coordinator.domain.changes import JobChange
 from coordinator.domain.evolve import evolve
 from coordinator.domain.records import JobRecord
 from coordinator.domain.states import JobState
-from coordinator.store import Store, WriteConflict
+from coordinator.store import Store, WriteConflict, pg_arrays
 from tests.unit.domain_doubles import JOB_RECORD
 
 from .harness import sent_statements
@@ -18,9 +18,10 @@ from .harness import sent_statements
 NOW_MS = 5_000
 
 
-def _jobs() -> list[JobRecord]:
+def _jobs(count: int = 3) -> list[JobRecord]:
     """Jobs whose columns hold the awkward values: NULLs in every nullable column,
-    bytes that are not UTF-8 and hold NUL, text outside ASCII, integers past 2**32."""
+    bytes that are not UTF-8 and hold NUL, text outside ASCII, integers past 2**32;
+    beyond the first three, plain ones."""
     bare = evolve(
         JOB_RECORD,
         id="0190f0a0-0000-7000-8000-0000000000b1",
@@ -40,33 +41,45 @@ def _jobs() -> list[JobRecord]:
         cancel_requested=True,
     )
     empty = evolve(JOB_RECORD, id="0190f0a0-0000-7000-8000-0000000000b3", payload=b"", idempotency_key="k-3")
-    return [bare, full, empty]
+    plain = [
+        evolve(JOB_RECORD, id=f"0190f0a0-0000-7000-8000-{n:012x}", idempotency_key=f"k-{n}")
+        for n in range(0x100, 0x100 + max(count - 3, 0))
+    ]
+    return [bare, full, empty, *plain][:count]
 
 
-def test_every_column_type_is_written_as_given(store: Store) -> None:
-    written = _jobs()
+# A batch of a few rows goes through executemany on both engines; from MIN_ROWS on,
+# PostgreSQL sends arrays.
+SIZES = pytest.mark.parametrize("count", [3, pg_arrays.MIN_ROWS], ids=["few rows", "many rows"])
+
+
+@SIZES
+def test_every_column_type_is_written_as_given(store: Store, count: int) -> None:
+    written = _jobs(count)
     with sent_statements(executemany=True) as sent:
         store.transact(lambda tx: tx.insert_jobs(written, NOW_MS), what="a test")
     assert [store.get_job(job.id) for job in written] == written
     inserts = [sql for sql, _ in sent if sql.startswith("INSERT INTO jobs")]
-    assert len(inserts) == 1  # one statement for the three rows, on either engine
-    assert ("unnest(" in inserts[0]) is store.postgres
+    arrays = store.postgres and count >= pg_arrays.MIN_ROWS
+    assert len(inserts) == 1  # one statement for all the rows, on either engine
+    assert ("unnest(" in inserts[0]) is arrays
 
 
-def test_a_guarded_update_with_one_stale_row_changes_no_row(store: Store) -> None:
-    written = _jobs()
+@SIZES
+def test_a_guarded_update_with_one_stale_row_changes_no_row(store: Store, count: int) -> None:
+    written = _jobs(count)
     store.transact(lambda tx: tx.insert_jobs(written, NOW_MS), what="a test")
     stale = evolve(written[1], history_seq=written[1].history_seq + 5)  # read long ago
-    befores = [written[0], stale, written[2]]
+    befores = [written[0], stale, *written[2:]]
     changes = [JobChange(job, evolve(job, state=JobState.CANCELLED), reason="test") for job in befores]
 
     with pytest.raises(WriteConflict):
         store.transact(lambda tx: tx.apply(changes, NOW_MS), what="a test")
     assert [store.get_job(job.id) for job in written] == written
-    assert [len(store.list_transitions(job.id)) for job in written] == [1, 1, 1]
+    assert [len(store.list_transitions(job.id)) for job in written] == [1] * count
 
     fresh = [JobChange(job, evolve(job, state=JobState.CANCELLED), reason="test") for job in written]
     store.transact(lambda tx: tx.apply(fresh, NOW_MS), what="a test")
     after = [store.get_job(job.id) for job in written]
-    assert [job.state if job else None for job in after] == [JobState.CANCELLED] * 3
-    assert [job.history_seq if job else None for job in after] == [2, 2, 2]
+    assert [job.state if job else None for job in after] == [JobState.CANCELLED] * count
+    assert [job.history_seq if job else None for job in after] == [2] * count
