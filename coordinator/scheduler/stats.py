@@ -69,7 +69,7 @@ class QueueStatistics:
             await asyncio.wait({self._check}, timeout=self.timeout_s)  # its caller logs its end
         try:
             if self._check is not None and not self._check.done():
-                raise TimeoutError
+                raise TimeoutError  # still hanging after a timeout's wait: no second read
             self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
             depths, oldest, now_ms = await asyncio.wait_for(asyncio.shield(self._check), self.timeout_s)
         except TimeoutError:

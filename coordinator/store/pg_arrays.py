@@ -6,8 +6,8 @@ runs each, and the driver handles each one's result in Python (about 20 us a row
 the coordinator's side alone). A worker batch writes several rows per job (its update,
 its transition, its attempt), so that was most of a PostgreSQL batch's time. One
 statement per table does the same writes; an update's row count still tells whether
-every row's guard held (``Tx._execute_guarded``'s rule). SQLite keeps ``executemany``,
-which its driver runs in C.
+every row's guard held (``row_writes.RowUpdate``). SQLite keeps ``executemany``, which
+its driver runs in C.
 
 Statements are built once per table and column set, with every column's type cast from
 the schema, so the arrays' element types never depend on what Python values hold.
@@ -21,6 +21,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
+
+from coordinator.store.row_writes import RowUpdate
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
@@ -38,24 +40,13 @@ def insert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) ->
         conn.execute(_insert_statement(table, columns), _arrays(columns, rows))
 
 
-def update(
-    conn: Connection,
-    table: Table,
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    keys: Mapping[str, str],
-    values: Mapping[str, str],
-    condition: str = "",
-) -> int:
-    """Updates one row per entry of ``rows`` in one statement; returns how many matched.
-
-    ``keys`` and ``values`` map each parameter of a row to its column: a row is the one
-    whose key columns equal its key parameters (and that meets ``condition``, SQL on the
-    table's columns), and gets its value parameters. Rows must name distinct targets."""
+def update(conn: Connection, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Runs ``row_update`` for every entry of ``rows`` in one statement; returns how many
+    rows matched."""
     if not rows:
         return 0
-    statement = _update_statement(table, tuple(keys.items()), tuple(values.items()), condition)
-    return conn.execute(statement, _arrays((*keys, *values), rows)).rowcount
+    names = [param for param, _ in (*row_update.keys, *row_update.values)]
+    return conn.execute(_update_statement(row_update), _arrays(names, rows)).rowcount
 
 
 def _arrays(names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -77,12 +68,11 @@ def _insert_statement(table: Table, columns: tuple[str, ...]) -> TextClause:
 
 
 @functools.cache
-def _update_statement(
-    table: Table, keys: tuple[tuple[str, str], ...], values: tuple[tuple[str, str], ...], condition: str
-) -> TextClause:
-    assignments = ", ".join(f"{column} = v.{param}" for param, column in values)
-    matches = [f"{table.name}.{column} = v.{param}" for param, column in keys]
-    if condition:
-        matches.append(condition)
-    source = _unnest(table, [*keys, *values])
+def _update_statement(row_update: RowUpdate) -> TextClause:
+    table = row_update.table
+    assignments = ", ".join(f"{column} = v.{param}" for param, column in row_update.values)
+    matches = [f"{table.name}.{column} = v.{param}" for param, column in row_update.keys]
+    if row_update.condition:
+        matches.append(row_update.condition)
+    source = _unnest(table, [*row_update.keys, *row_update.values])
     return text(f"UPDATE {table.name} SET {assignments} FROM {source} WHERE {' AND '.join(matches)}")

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, insert, literal_column, select, text, update
+from sqlalchemy import Integer, bindparam, literal_column, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.changes import JobChange
@@ -25,6 +25,7 @@ from coordinator.domain.records import (
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
 from coordinator.store.purge import purge_jobs
+from coordinator.store.row_writes import RowUpdate
 from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
@@ -51,20 +52,14 @@ from coordinator.store.tx_queues import QueueOps
 NOTIFY_CHANNEL = "runwick_jobs_available"
 """The PostgreSQL channel that says claimable jobs appeared (docs/scaling.md)."""
 
-_FINISH_ATTEMPT = (
-    update(attempts)
-    .where(attempts.c.id == bindparam("g_id"), attempts.c.outcome.is_(None))
-    .values({c: bindparam(f"v_{c}") for c in FINISH_COLUMNS})
+_BY_ID = (("g_id", "id"),)
+_FINISH_ATTEMPT = RowUpdate(
+    attempts, _BY_ID, tuple((f"v_{c}", c) for c in FINISH_COLUMNS), condition="attempts.outcome IS NULL"
 )
-_FINISH_VALUES = {f"v_{c}": c for c in FINISH_COLUMNS}
-_STARTED_VALUES = {"v_execution_number": "execution_number", "v_started_at_ms": "started_at_ms"}
-_MARK_STARTED = (
-    update(attempts)
-    .where(attempts.c.id == bindparam("g_id"))
-    .values({column: bindparam(param) for param, column in _STARTED_VALUES.items()})
+_MARK_STARTED = RowUpdate(
+    attempts, _BY_ID, (("v_execution_number", "execution_number"), ("v_started_at_ms", "started_at_ms"))
 )
-_BY_ID = {"g_id": "id"}
-_JOB_GUARD = {"g_id": "id", "g_state": "state", "g_seq": "history_seq"}
+_JOB_GUARD = (("g_id", "id"), ("g_state", "state"), ("g_seq", "history_seq"))
 """A job update's guard (R-11): the state and history sequence the change was read with."""
 
 
@@ -91,22 +86,15 @@ _CLAIMABLE_IN_QUEUE = Lockable(
     skip_locked=True,
 )
 _NOTIFY = text("SELECT pg_notify(:channel, :origin)")
-_INSERT_JOBS = insert(jobs)
-_INSERT_TRANSITIONS = insert(transitions)
-_INSERT_ATTEMPTS = insert(attempts)
 
 
 @functools.cache
-def _job_update(columns: tuple[str, ...]) -> tuple[Any, dict[str, str]]:
-    """One prepared guarded UPDATE per set of columns, built once (statement building
-    costs more than SQLite's execution of it), with its value parameters' columns."""
-    values = {f"v_{c}": c for c in (*columns, "history_seq", "updated_at_ms")}
-    statement = (
-        update(jobs)
-        .where(*(jobs.c[column] == bindparam(param) for param, column in _JOB_GUARD.items()))
-        .values({column: bindparam(param) for param, column in values.items()})
+def _job_update(columns: tuple[str, ...]) -> RowUpdate:
+    """One guarded job UPDATE per set of columns, built once (statement building costs
+    more than SQLite's execution of it)."""
+    return RowUpdate(
+        jobs, _JOB_GUARD, tuple((f"v_{c}", c) for c in (*columns, "history_seq", "updated_at_ms"))
     )
-    return statement, values
 
 
 class Tx(QueueOps, DependencyOps, AccessOps):
@@ -119,7 +107,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ordered = sorted(set(ids))
         found: dict[str, JobRecord] = {}
         for chunk in chunks(ordered):
-            rows = self._conn.execute(self._lock(_JOBS_BY_IDS), {"ids": chunk})
+            rows = self._conn.execute(self._locked(_JOBS_BY_IDS), {"ids": chunk})
             found.update((r.id, r) for r in jobs_from(rows))
         return found
 
@@ -210,7 +198,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ``limit`` rows per queue for the rest of the transaction; others skip them.
         """
         found: list[JobRecord] = []
-        query = self._lock(_CLAIMABLE_IN_QUEUE)
+        query = self._locked(_CLAIMABLE_IN_QUEUE)
         names = list(wire_names)
         for queue in sorted(set(queues)):
             params = {"queue": queue, "now_ms": now_ms, "wire_names": names, "limit": limit}
@@ -268,13 +256,13 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         if not new_jobs:
             return
         try:
-            self._insert_rows(_INSERT_JOBS, [job_row(job) for job in new_jobs])
+            self._insert_rows(jobs, [job_row(job) for job in new_jobs])
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
         self.count_jobs(Counter((job.queue, job.state.value) for job in new_jobs))
         self._insert_rows(
-            _INSERT_TRANSITIONS,
+            transitions,
             [
                 {
                     "job_id": job.id,
@@ -326,9 +314,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             row.update(g_state=first.state.value, g_seq=first.history_seq)
             groups.setdefault(tuple(sorted(values)), []).append(row)
         for columns, rows in groups.items():
-            statement, values = _job_update(columns)
-            matched = self._update_rows(statement, rows, keys=_JOB_GUARD, values=values)
-            if matched != len(rows):
+            if self._update_rows(_job_update(columns), rows) != len(rows):
                 raise WriteConflict("job changed under a write")
         moved: Counter[tuple[str, str]] = Counter()
         for job_changes in folded.values():
@@ -337,7 +323,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 moved[(first.queue, first.state.value)] -= 1
                 moved[(first.queue, last.state.value)] += 1
         self.count_jobs(moved)
-        self._insert_rows(_INSERT_TRANSITIONS, history)
+        self._insert_rows(transitions, history)
         keep = self.bounds.max_history_per_job
         cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}
         if cuts:
@@ -349,21 +335,18 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             )
 
     def insert_attempts(self, new_attempts: Sequence[NewAttempt]) -> None:
-        self._insert_rows(_INSERT_ATTEMPTS, [new_attempt_row(a) for a in new_attempts])
+        self._insert_rows(attempts, [new_attempt_row(a) for a in new_attempts])
 
     def finish_attempts(self, ends: Sequence[AttemptEnd]) -> None:
         """Records attempts' ends; raises WriteConflict if any already has an outcome."""
         params = [attempt_end_params(end) for end in ends]
-        matched = self._update_rows(
-            _FINISH_ATTEMPT, params, keys=_BY_ID, values=_FINISH_VALUES, condition="attempts.outcome IS NULL"
-        )
-        if matched != len(params):
+        if self._update_rows(_FINISH_ATTEMPT, params) != len(params):
             raise WriteConflict("attempt already has an outcome")
 
     def mark_started(self, started: Sequence[tuple[str, int]], now_ms: int) -> None:
         """Records the start of each ``(attempt_id, execution_number)``."""
         rows = [{"g_id": a, "v_execution_number": n, "v_started_at_ms": now_ms} for a, n in started]
-        self._update_rows(_MARK_STARTED, rows, keys=_BY_ID, values=_STARTED_VALUES)
+        self._update_rows(_MARK_STARTED, rows)
 
     def renew_leases(
         self, attempt_ids: Sequence[str], lease_until_ms: int, holder: WorkerIdentity, now_ms: int

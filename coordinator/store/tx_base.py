@@ -9,10 +9,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Select, Update
+from sqlalchemy import Connection, Select, Table
 
 from coordinator.domain.bounds import StoreBounds
 from coordinator.store import pg_arrays
+from coordinator.store.row_writes import RowUpdate, plain_insert
 
 _IN_CHUNK = 1_000
 """Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
@@ -56,43 +57,34 @@ class TxBase:
         self._counts: Counter[tuple[str, str]] = Counter()
         """Job count deltas per (queue, state), written once before the commit."""
 
-    def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
+    def _locked(self, query: Select[Any] | Lockable, skip_locked: bool = False) -> Select[Any]:
+        """``query`` with the lock this engine needs: a prebuilt ``Lockable``'s own
+        variant, or one built now (``FOR UPDATE [SKIP LOCKED]`` on PostgreSQL)."""
+        if isinstance(query, Lockable):
+            return query.locked if self._postgres else query.plain
         if self._postgres:
             return query.with_for_update(skip_locked=skip_locked)
         return query
 
-    def _lock(self, query: Lockable) -> Select[Any]:
-        """A prebuilt read in the variant this engine needs."""
-        return query.locked if self._postgres else query.plain
-
-    def _insert_rows(self, statement: Insert, rows: Sequence[Mapping[str, Any]]) -> None:
+    def _insert_rows(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Inserts ``rows``: one statement of arrays on PostgreSQL when they are many
         (``pg_arrays``), the driver's ``executemany`` otherwise."""
         if not rows:
             return
         if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
-            pg_arrays.insert(self._conn, statement.table, rows)  # type: ignore[arg-type]
+            pg_arrays.insert(self._conn, table, rows)
         else:
-            self._conn.execute(statement, list(rows))
+            self._conn.execute(plain_insert(table), list(rows))
 
-    def _update_rows(
-        self,
-        statement: Update,
-        rows: Sequence[Mapping[str, Any]],
-        *,
-        keys: Mapping[str, str],
-        values: Mapping[str, str],
-        condition: str = "",
-    ) -> int:
-        """Runs ``statement`` (guarded by ``keys`` and ``condition``, setting ``values``;
-        see ``pg_arrays.update``) for every row; returns how many rows matched: one
-        statement of arrays on PostgreSQL when the rows are many, else the driver runs the
-        prepared statement per row and reports the total."""
+    def _update_rows(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Runs ``row_update`` for every row; returns how many rows matched: one statement
+        of arrays on PostgreSQL when the rows are many, else the driver runs the prepared
+        statement per row and reports the total."""
         if not rows:
             return 0
         if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
-            table = statement.table
-            return pg_arrays.update(self._conn, table, rows, keys=keys, values=values, condition=condition)  # type: ignore[arg-type]
+            return pg_arrays.update(self._conn, row_update, rows)
+        statement = row_update.statement
         if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
             return int(self._conn.execute(statement, list(rows)).rowcount)
         return sum(int(self._conn.execute(statement, row).rowcount) for row in rows)

@@ -51,7 +51,7 @@ class DependencyOps(TxBase):
         order: one statement for all the parents a transaction ended."""
         found: dict[str, list[JobRecord]] = {}
         for chunk in chunks(sorted(set(parent_ids))):
-            for row in self._conn.execute(self._lock(_WAITING_CHILDREN), {"parent_ids": chunk}):
+            for row in self._conn.execute(self._locked(_WAITING_CHILDREN), {"parent_ids": chunk}):
                 found.setdefault(row.parent_id, []).append(job_from_row(row))
         return found
 

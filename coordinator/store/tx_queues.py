@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, select, update
+from sqlalchemy import bindparam, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -19,7 +19,6 @@ from coordinator.store.tx_base import TxBase
 
 # Statements of every claim and every write, built once (see ``tx_base.Lockable``).
 _QUEUES_BY_NAMES = select(queues).where(queues.c.name.in_(bindparam("names", expanding=True)))
-_INSERT_DELTAS = insert(queue_count_deltas)
 
 
 class Unset:
@@ -104,7 +103,7 @@ class QueueOps(TxBase):
         """Appends the deltas counted so far (``Store`` calls it before every commit)."""
         rows = [{"queue": q, "state": s, "delta": d} for (q, s), d in sorted(self._counts.items()) if d]
         self._counts.clear()
-        self._insert_rows(_INSERT_DELTAS, rows)
+        self._insert_rows(queue_count_deltas, rows)
 
     def fold_queue_counts(self, now_ms: int | None = None) -> int:
         """Folds the deltas appended so far into ``queue_counts`` and returns how many it

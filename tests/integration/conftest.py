@@ -7,9 +7,11 @@ while handlers, heartbeats and timeouts in the worker processes run in real time
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +40,23 @@ class Coordinator:
 
     def connected_workers(self) -> set[str]:
         return {session.worker_id for session in self.running.app.dispatcher.sessions}
+
+
+NO_WAKE_UPS = {"maintenance_interval_s": 3600, "idle_recheck_interval_s": 3600, "idle_interval_s": 3600}
+"""Maintenance and idle re-checks an hour apart: only the path a test exercises can
+deliver a job in time (``coordinator_without_wake_ups``)."""
+
+
+@contextlib.asynccontextmanager
+async def coordinator_without_wake_ups(database_url: str, **config: Any) -> AsyncIterator[RunningCoordinator]:
+    """A coordinator on port 0 with ``NO_WAKE_UPS`` and ``config``, stopped afterwards."""
+    running = await start_coordinator(
+        CoordinatorConfig(database_url=database_url, port=0, **NO_WAKE_UPS, **config)
+    )
+    try:
+        yield running
+    finally:
+        await running.stop(grace_s=1)
 
 
 @pytest.fixture

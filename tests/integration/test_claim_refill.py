@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
 from coordinator.domain.bounds import StoreBounds
-from coordinator.process import RunningCoordinator, start_coordinator
+from coordinator.process import RunningCoordinator
+from tests.integration.conftest import coordinator_without_wake_ups
 from tests.integration.rawstream import RawWorker
 from worker_sdk import AsyncClient, EnqueueItem
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
@@ -25,18 +25,9 @@ JOBS = 10
 
 @pytest.fixture
 async def coordinator(database_url: str) -> AsyncIterator[RunningCoordinator]:
-    config = CoordinatorConfig(
-        database_url=database_url,
-        port=0,
-        maintenance_interval_s=3600,
-        idle_recheck_interval_s=3600,
-        idle_interval_s=3600,
-        drain_timeout_s=2,
-        bounds=StoreBounds(max_claim_batch=CLAIM_BATCH),
-    )
-    running = await start_coordinator(config)
-    yield running
-    await running.stop(grace_s=1)
+    bounds = StoreBounds(max_claim_batch=CLAIM_BATCH)
+    async with coordinator_without_wake_ups(database_url, drain_timeout_s=2, bounds=bounds) as running:
+        yield running
 
 
 @pytest.mark.parametrize("batches", [False, True], ids=["single messages", "batches"])

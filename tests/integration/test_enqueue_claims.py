@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
 from coordinator.domain.states import JobState
-from coordinator.process import RunningCoordinator, start_coordinator
+from coordinator.process import RunningCoordinator
 from tests.chaos.jobs import Task
+from tests.integration.conftest import coordinator_without_wake_ups
 from tests.integration.rawstream import RawWorker
 from tests.support import eventually
 from worker_sdk import AsyncClient
@@ -22,16 +22,8 @@ WIRE = "chaos.task"
 
 @pytest.fixture
 async def running(database_url: str) -> AsyncIterator[RunningCoordinator]:
-    config = CoordinatorConfig(
-        database_url=database_url,
-        port=0,
-        maintenance_interval_s=3600,
-        idle_recheck_interval_s=3600,
-        idle_interval_s=3600,
-    )
-    coordinator = await start_coordinator(config)
-    yield coordinator
-    await coordinator.stop(grace_s=1)
+    async with coordinator_without_wake_ups(database_url) as coordinator:
+        yield coordinator
 
 
 async def _waiting_worker(running: RunningCoordinator) -> tuple[RawWorker, int]:
