@@ -249,7 +249,9 @@ class Dispatcher:
         """Delivers claims made for reserved credit and gives back the credit not used.
         A session whose claim took all it could (all it asked for, or ``max_claim_batch``,
         the most one claim takes) and that has credit left or again may find more: another
-        round, at once. (Credit that arrived meanwhile asked for a round of its own.)"""
+        round, at once; so does one that work may have become claimable for while its claim
+        was out (``claim_may_be_stale``). (Credit that arrived meanwhile asked for a round
+        of its own.)"""
         refill = False
         bounds = self.config.bounds
         for session, request, claimed in zip(sessions, requests, claims, strict=True):
@@ -258,7 +260,9 @@ class Dispatcher:
             if claimed and session in self.sessions:
                 session.deliver(Assignments(tuple(claimed)))
             took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
-            refill = refill or (took_all_it_could and session.credit > 0)
+            missed_work = session.claim_may_be_stale
+            session.claim_may_be_stale = False
+            refill = refill or ((took_all_it_could or missed_work) and session.credit > 0)
         if refill:
             self._claim_needed = True
             self._wake.set()
@@ -344,6 +348,10 @@ class Dispatcher:
         if self._claim_needed and not self._stopping:
             self._claim_needed = False
             for session in self.sessions:
+                if session.reserved:
+                    # Its claim in flight may have read before this wake-up's work committed
+                    # (PostgreSQL writes batches and enqueues at once): not a lost wake-up.
+                    session.claim_may_be_stale = True
                 if session.credit > 0 and not session.draining and session.wire_names:
                     # Set aside until delivered: an enqueue's claims must not spend it too.
                     batch.claims.append(_reserve(session))

@@ -85,6 +85,9 @@ class WorkerSession:
     credit: int = 0
     reserved: int = 0
     """Credit an enqueue's transaction is claiming for right now (``Dispatcher.reserve_claims``)."""
+    claim_may_be_stale: bool = False
+    """Work became claimable while this session's credit was out in a claim, which may
+    have read before that work committed: once the credit is back, it claims again."""
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)

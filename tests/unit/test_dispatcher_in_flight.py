@@ -22,10 +22,12 @@ from coordinator.service.work import BatchAnswers, StartAnswer, WorkBatch
 
 
 class GatedProcess:
-    """Answers every start granted, once the test opens the gate of its batch."""
+    """Answers every start granted and every claim empty, once the test opens the gate
+    of its batch."""
 
     def __init__(self) -> None:
         self.started: list[list[str]] = []
+        self.claimed_for: list[list[str]] = []
         self.running = 0
         self.most_running = 0
         self._lock = threading.Lock()
@@ -37,13 +39,17 @@ class GatedProcess:
         with self._lock:
             self._gates.append(gate)
             self.started.append([m.attempt_id for m in batch.starts])
+            self.claimed_for.append([c.worker_id for c in batch.claims])
             self.running += 1
             self.most_running = max(self.most_running, self.running)
         self.batch_began.release()
         gate.wait(10)
         with self._lock:
             self.running -= 1
-        return BatchAnswers(starts=[StartAnswer(m.attempt_id, True, 1) for m in batch.starts])
+        return BatchAnswers(
+            starts=[StartAnswer(m.attempt_id, True, 1) for m in batch.starts],
+            claims=[[] for _ in batch.claims],
+        )
 
     def open(self, index: int) -> None:
         self._gates[index].set()
@@ -88,8 +94,8 @@ def _one_stream(executors: Executors, in_flight: int) -> tuple[GatedProcess, Dis
     return process, dispatcher, _session(dispatcher, "w")
 
 
-def _session(dispatcher: Dispatcher, name: str) -> WorkerSession:
-    return dispatcher.open(WorkerHello(name, ("default",), (), 8, 60_000))
+def _session(dispatcher: Dispatcher, name: str, wire_names: tuple[str, ...] = ()) -> WorkerSession:
+    return dispatcher.open(WorkerHello(name, ("default",), wire_names, 8, 60_000))
 
 
 async def _next(session: WorkerSession) -> object:
@@ -155,6 +161,44 @@ async def test_stop_returns_once_every_batch_in_flight_is_delivered(executors: E
     await asyncio.wait_for(loop, 10)
     assert first.outbox.get_nowait() == StartAnswer("a-1", True, 1)
     assert second.outbox.get_nowait() == StartAnswer("b-1", True, 1)
+
+
+async def test_work_that_commits_while_a_claim_is_in_flight_is_claimed_once_the_claim_returns(
+    executors: Executors,
+) -> None:
+    """A claim in flight may read before an enqueue commits; the wake-up of that enqueue
+    finds the session's credit out, so the claim is made again when the credit is back
+    (else the job waits for the idle re-check, 30 s while every write is heard)."""
+    process = GatedProcess()
+    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
+    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
+    dispatcher.hears_all(True)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        session.add_credit(1)
+        await process.wait_for_batches(1)
+        assert process.claimed_for == [["w"]]
+        dispatcher.jobs_available()  # an enqueue committed while the claim was being made
+        await asyncio.sleep(0.05)  # the loop takes that wake-up: the credit is out
+        process.open(0)  # the claim found nothing: it read before the commit
+        await process.wait_for_batches(1)
+        assert process.claimed_for == [["w"], ["w"]]
+        assert (session.credit, session.reserved) == (0, 1)
+
+
+async def test_a_claim_returning_without_a_wake_up_meanwhile_is_not_repeated(executors: Executors) -> None:
+    process = GatedProcess()
+    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
+    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
+    dispatcher.hears_all(True)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        session.add_credit(1)
+        await process.wait_for_batches(1)
+        process.open(0)
+        await asyncio.sleep(0.05)  # room for a second claim, if one were made
+        assert process.claimed_for == [["w"]]
+        assert (session.credit, session.reserved) == (1, 0)
 
 
 def test_in_flight_below_one_is_refused() -> None:
