@@ -70,8 +70,16 @@ class RunTable:
         return attempt_id in self.runs or attempt_id in self.unacked
 
     def credit_to_send(self) -> int:
-        """How much more credit the free slots allow."""
-        used = len(self.runs) + len(self.unacked) + self.credit_outstanding
+        """How much more credit the free slots allow.
+
+        A run's slot is free once its result is sent, not acknowledged: the credit then
+        travels with the result, and the coordinator claims the next job in the result's
+        own transaction instead of one transaction later. Results awaiting their ack hold
+        slots only beyond ``capacity`` of them, so a coordinator that stops acknowledging
+        stops getting work for this worker before the unacknowledged outputs pile up.
+        """
+        awaiting_beyond_capacity = max(0, len(self.unacked) - self.capacity)
+        used = len(self.runs) + self.credit_outstanding + awaiting_beyond_capacity
         return max(0, self.capacity - used)
 
     def heartbeat_ids(self) -> list[str]:

@@ -56,6 +56,25 @@ async def opened(coordinator: FakeCoordinator, *, batches: bool) -> tuple[FakeSt
     return stream, hello
 
 
+async def batches_until(
+    stream: FakeStream, counted: Callable[[pb.WorkerBatch], int], count: int
+) -> list[pb.WorkerBatch]:
+    """The WorkerBatch messages received until ``counted`` summed over them reaches
+    ``count`` (other kinds of message are skipped)."""
+    found: list[pb.WorkerBatch] = []
+    async with asyncio.timeout(WAIT_S):
+        while sum(map(counted, found)) < count:
+            message = await stream.inbox.get()
+            if message.WhichOneof("kind") == "batch":
+                found.append(message.batch)
+    return found
+
+
+def credit_in(messages: list[pb.ConnectRequest]) -> int:
+    """All the credit ``messages`` gave, on Credit messages and in WorkerBatch ones."""
+    return sum(m.credit.count if m.WhichOneof("kind") == "credit" else m.batch.credit for m in messages)
+
+
 async def items(stream: FakeStream, kind: str, count: int) -> list[Any]:
     """The next ``count`` items of ``kind`` (start, result, release; credit: counts),
     whether they came on messages of their own or inside WorkerBatch messages."""
@@ -136,11 +155,17 @@ async def test_against_a_coordinator_with_batches_the_worker_reads_and_sends_bat
     stream.send(batch=pb.CoordinatorBatch(start_answers=[granted("att-1"), granted("att-2")]))
     await stream.next("heartbeat")
     finish.set()
-    results = await items(stream, "result", 2)
+    sent = await batches_until(stream, lambda batch: len(batch.results), 2)
+    results = [result for batch in sent for result in batch.results]
     assert {(r.attempt_id, r.output) for r in results} == {("att-1", b"att-1.png"), ("att-2", b"att-2.png")}
+    # A slot is free once its result is sent: the credit rides in the results' batch, so
+    # the coordinator claims the next jobs in the results' own transaction.
+    assert [batch.credit for batch in sent] == [len(batch.results) for batch in sent]
 
     stream.send(batch=pb.CoordinatorBatch(result_acks=[accepted("att-1"), accepted("att-2")]))
-    assert sum(await items(stream, "credit", 1)) == 2, "both slots are free again, in one credit"
+    stream.send(batch=assignments(stream, "att-marker"))
+    assert await items(stream, "start", 1) == [pb.StartRequest(attempt_id="att-marker")]
+    assert credit_in(stream.received) == 2 + 2, "the acks free nothing more"
 
 
 async def test_every_item_of_a_coordinator_batch_is_handled_in_the_protocols_order(

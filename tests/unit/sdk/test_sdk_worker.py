@@ -73,10 +73,12 @@ async def test_hello_credit_assignment_start_result_ack(
     )
     assert seen == [("att-1", 2, "job-att-1")]
 
-    await stream.round_trip(Resize("marker.png"))  # a credit sent before it has arrived
-    assert len(stream.kinds("credit")) == 1, "the slot stays used until the result is acknowledged"
-    stream.ack("att-1")
+    # The slot is free once its result is sent: its credit follows the result at once, so
+    # the coordinator can claim the next job in the result's own transaction.
     assert (await stream.next("credit")).count == 1
+    stream.ack("att-1")
+    await stream.round_trip(Resize("marker.png"))  # a credit sent before it has arrived
+    assert len(stream.kinds("credit")) == 2, "the ack frees nothing more: the credit went with the result"
     stream.refuse("att-marker")
     await stream.next("credit")
 
@@ -224,13 +226,40 @@ async def test_unacknowledged_result_is_resent_after_the_stream_drops(
     assert hello.worker_id == "w-test"
     resent = await second.next("result")
     assert (resent.attempt_id, resent.output) == ("att-1", b"done")
-    # The marker goes beyond the credit (the worker takes it anyway) and is refused before
-    # the ack, so the slot accounting is as it was.
-    await second.round_trip(Resize("marker.png"))
-    assert second.kinds("credit") == [], "no credit while the only slot awaits its ack"
-    second.refuse("att-marker")
-    second.ack("att-1")
+    # Credit dies with its stream: the new one gets the free slot again (a result that
+    # awaits its ack holds none), after the resent result.
     assert (await second.next("credit")).count == 1
+    second.ack("att-1")
+    await second.round_trip(Resize("marker.png"))
+    assert len(second.kinds("credit")) == 1, "the ack frees nothing more"
+    second.refuse("att-marker")
+    assert (await second.next("credit")).count == 1
+
+
+async def test_results_awaiting_acks_beyond_the_capacity_hold_slots(
+    coordinator: FakeCoordinator, make_worker: MakeWorker
+) -> None:
+    """A coordinator that stops acknowledging stops getting work for the worker, before
+    its unacknowledged outputs pile up: past ``capacity`` of them, each holds a slot."""
+
+    async def resize(job: Resize, ctx: JobContext) -> bytes:
+        return job.path.encode()
+
+    await worker_with(make_worker, resize, concurrency=1).start()
+    stream, _ = await coordinator.accept()
+    await stream.next("credit")
+    for number in (1, 2):
+        stream.assign(Resize(f"{number}.png"), f"att-{number}")
+        await stream.next("start")
+        stream.grant(f"att-{number}")
+        assert (await stream.next("result")).attempt_id == f"att-{number}"
+    await stream.round_trip(Resize("marker.png"))  # beyond the credit; the worker takes it
+    stream.refuse("att-marker")
+    await stream.round_trip(Resize("marker.png"), "att-marker-2")
+    assert len(stream.kinds("credit")) == 2, "the first result freed its slot, the second did not"
+    stream.refuse("att-marker-2")
+    stream.ack("att-1")
+    assert (await stream.next("credit")).count == 1
 
 
 async def test_runs_keep_going_across_a_reconnect(
