@@ -118,6 +118,9 @@ class Dispatcher:
         self._routes = _Routes()
         self._wake = asyncio.Event()
         self._claim_needed = True
+        self._work_arrived = False
+        """Jobs may have become claimable since the last claims were taken (not merely
+        credit arrived): claims out in flight then may have read too early."""
         self._next_due_ms: int | None = None
         self._stopping = False
         self.draining = False
@@ -197,7 +200,7 @@ class Dispatcher:
         if run_at_ms is not None and run_at_ms > self.clock.now_ms():
             self._note_due(run_at_ms)
             return
-        self._claim_needed = True
+        self._claim_needed = self._work_arrived = True
         self._wake.set()
 
     def hears_all(self, hearing: bool) -> None:
@@ -332,11 +335,12 @@ class Dispatcher:
         try:
             await asyncio.wait_for(self._wake.wait(), timeout)
         except TimeoutError:
-            self._claim_needed = True  # idle re-check: another replica may have added work
+            # Idle re-check: another replica may have added work.
+            self._claim_needed = self._work_arrived = True
         self._wake.clear()
         if self._next_due_ms is not None and self._next_due_ms <= self.clock.now_ms():
             self._next_due_ms = None
-            self._claim_needed = True
+            self._claim_needed = self._work_arrived = True
 
     def _take(self) -> tuple[WorkBatch, _Routes]:
         batch, routes = self._batch, self._routes
@@ -347,8 +351,9 @@ class Dispatcher:
         self._retiring = [s for s in self._retiring if s.reserved]
         if self._claim_needed and not self._stopping:
             self._claim_needed = False
+            work_arrived, self._work_arrived = self._work_arrived, False
             for session in self.sessions:
-                if session.reserved:
+                if work_arrived and session.reserved:
                     # Its claim in flight may have read before this wake-up's work committed
                     # (PostgreSQL writes batches and enqueues at once): not a lost wake-up.
                     session.claim_may_be_stale = True

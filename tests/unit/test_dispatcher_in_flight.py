@@ -211,3 +211,26 @@ def test_in_flight_below_one_is_refused() -> None:
             lambda e: None,
             batches_in_flight=0,
         )
+
+
+async def test_credit_arriving_while_a_claim_is_in_flight_does_not_repeat_that_claim(
+    executors: Executors,
+) -> None:
+    """Only work becoming claimable makes a claim in flight stale; another session's
+    credit does not (its own claim is made, the first is not repeated)."""
+    process = GatedProcess()
+    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
+    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
+    dispatcher.hears_all(True)
+    first, second = _session(dispatcher, "w1", ("tests.echo",)), _session(dispatcher, "w2", ("tests.echo",))
+    async with _running(dispatcher, process):
+        first.add_credit(1)
+        await process.wait_for_batches(1)
+        second.add_credit(1)
+        await process.wait_for_batches(1)
+        assert process.claimed_for == [["w1"], ["w2"]]
+        process.open(0)
+        process.open(1)
+        await asyncio.sleep(0.05)  # room for a repeated claim, if one were made
+        assert process.claimed_for == [["w1"], ["w2"]]
+        assert [(s.credit, s.reserved) for s in (first, second)] == [(1, 0), (1, 0)]
