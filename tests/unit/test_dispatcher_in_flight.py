@@ -19,6 +19,7 @@ from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
 from coordinator.domain.clock import FakeClock
 from coordinator.service.executors import Executors
 from coordinator.service.work import BatchAnswers, StartAnswer, WorkBatch
+from tests.support import eventually
 
 
 class GatedProcess:
@@ -92,6 +93,16 @@ def _one_stream(executors: Executors, in_flight: int) -> tuple[GatedProcess, Dis
     process = GatedProcess()
     dispatcher = _dispatcher(process, executors, in_flight)
     return process, dispatcher, _session(dispatcher, "w")
+
+
+def _without_idle_rechecks(executors: Executors) -> tuple[GatedProcess, Dispatcher]:
+    """Two batches in flight, and no idle re-check within a test: only the wake-ups a
+    test causes lead to claims."""
+    process = GatedProcess()
+    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
+    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
+    dispatcher.hears_all(True)
+    return process, dispatcher
 
 
 def _session(dispatcher: Dispatcher, name: str, wire_names: tuple[str, ...] = ()) -> WorkerSession:
@@ -169,17 +180,14 @@ async def test_work_that_commits_while_a_claim_is_in_flight_is_claimed_once_the_
     """A claim in flight may read before an enqueue commits; the wake-up of that enqueue
     finds the session's credit out, so the claim is made again when the credit is back
     (else the job waits for the idle re-check, 30 s while every write is heard)."""
-    process = GatedProcess()
-    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
-    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
-    dispatcher.hears_all(True)
+    process, dispatcher = _without_idle_rechecks(executors)
     session = _session(dispatcher, "w", ("tests.echo",))
     async with _running(dispatcher, process):
         session.add_credit(1)
         await process.wait_for_batches(1)
         assert process.claimed_for == [["w"]]
         dispatcher.jobs_available()  # an enqueue committed while the claim was being made
-        await asyncio.sleep(0.05)  # the loop takes that wake-up: the credit is out
+        await eventually(lambda: session.claim_may_be_stale, what="the loop to take that wake-up")
         process.open(0)  # the claim found nothing: it read before the commit
         await process.wait_for_batches(1)
         assert process.claimed_for == [["w"], ["w"]]
@@ -187,10 +195,7 @@ async def test_work_that_commits_while_a_claim_is_in_flight_is_claimed_once_the_
 
 
 async def test_a_claim_returning_without_a_wake_up_meanwhile_is_not_repeated(executors: Executors) -> None:
-    process = GatedProcess()
-    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
-    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
-    dispatcher.hears_all(True)
+    process, dispatcher = _without_idle_rechecks(executors)
     session = _session(dispatcher, "w", ("tests.echo",))
     async with _running(dispatcher, process):
         session.add_credit(1)
@@ -201,27 +206,12 @@ async def test_a_claim_returning_without_a_wake_up_meanwhile_is_not_repeated(exe
         assert (session.credit, session.reserved) == (1, 0)
 
 
-def test_in_flight_below_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="batches_in_flight must be 1 or more"):
-        Dispatcher(
-            GatedProcess(),
-            CoordinatorConfig(),
-            FakeClock(),
-            Executors(postgres=False),
-            lambda e: None,
-            batches_in_flight=0,
-        )
-
-
 async def test_credit_arriving_while_a_claim_is_in_flight_does_not_repeat_that_claim(
     executors: Executors,
 ) -> None:
     """Only work becoming claimable makes a claim in flight stale; another session's
     credit does not (its own claim is made, the first is not repeated)."""
-    process = GatedProcess()
-    config = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
-    dispatcher = Dispatcher(process, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
-    dispatcher.hears_all(True)
+    process, dispatcher = _without_idle_rechecks(executors)
     first, second = _session(dispatcher, "w1", ("tests.echo",)), _session(dispatcher, "w2", ("tests.echo",))
     async with _running(dispatcher, process):
         first.add_credit(1)
@@ -234,3 +224,15 @@ async def test_credit_arriving_while_a_claim_is_in_flight_does_not_repeat_that_c
         await asyncio.sleep(0.05)  # room for a repeated claim, if one were made
         assert process.claimed_for == [["w1"], ["w2"]]
         assert [(s.credit, s.reserved) for s in (first, second)] == [(1, 0), (1, 0)]
+
+
+def test_in_flight_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="batches_in_flight must be 1 or more"):
+        Dispatcher(
+            GatedProcess(),
+            CoordinatorConfig(),
+            FakeClock(),
+            Executors(postgres=False),
+            lambda e: None,
+            batches_in_flight=0,
+        )
