@@ -21,6 +21,8 @@ from sqlalchemy import (
     update,
 )
 
+from coordinator.store.prepared import Prepared
+
 
 @dataclass(frozen=True)
 class RowUpdate:
@@ -49,8 +51,19 @@ class RowUpdate:
         }
         return update(self.table).where(*conditions).values(assignments)
 
+    @functools.cached_property
+    def prepared(self) -> Prepared:
+        """``statement``, run on the driver's cursor (``store.prepared``)."""
+        return Prepared(self.statement)
+
 
 @functools.cache
 def plain_insert(table: Table) -> Insert:
-    """The prepared INSERT of every row's columns, built once per table."""
+    """The INSERT of every row's columns, built once per table."""
     return insert(table)
+
+
+@functools.cache
+def prepared_insert(table: Table) -> Prepared:
+    """``plain_insert``, run on the driver's cursor (``store.prepared``)."""
+    return Prepared(plain_insert(table))

@@ -166,6 +166,21 @@ def attempt_end_params(end: AttemptEnd) -> dict[str, Any]:
     }
 
 
+def queues_from(result: Any) -> Iterator[QueueRecord]:
+    """The queues of a result's rows, taken by position (``result.keys()`` names them)."""
+    position = {name: index for index, name in enumerate(result.keys())}
+    name, paused, limit = position["name"], position["paused"], position["concurrency_limit"]
+    created, updated = position["created_at_ms"], position["updated_at_ms"]
+    for row in result:
+        yield QueueRecord(
+            name=row[name],
+            paused=bool(row[paused]),
+            concurrency_limit=row[limit],
+            created_at_ms=row[created],
+            updated_at_ms=row[updated],
+        )
+
+
 def queue_from_row(row: Any) -> QueueRecord:
     values = row._mapping
     return QueueRecord(

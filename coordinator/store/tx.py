@@ -24,6 +24,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey, WriteConflict
+from coordinator.store.prepared import Prepared
 from coordinator.store.purge import purge_jobs
 from coordinator.store.row_writes import RowUpdate
 from coordinator.store.rows import (
@@ -68,8 +69,10 @@ _JOBS_BY_IDS = Lockable(
     # Locks in id order so concurrent batches on PostgreSQL cannot deadlock.
     select(jobs).where(jobs.c.id.in_(bindparam("ids", expanding=True))).order_by(jobs.c.id)
 )
-_ATTEMPTS_BY_IDS = select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
-_ATTEMPTS_JOB_IDS = select(attempts.c.job_id).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+_ATTEMPTS_BY_IDS = Prepared(select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True))))
+_ATTEMPTS_JOB_IDS = Prepared(
+    select(attempts.c.job_id).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+)
 _CLAIMABLE_IN_QUEUE = Lockable(
     select(jobs)
     .where(
@@ -107,8 +110,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ordered = sorted(set(ids))
         found: dict[str, JobRecord] = {}
         for chunk in chunks(ordered):
-            rows = self._conn.execute(self._locked(_JOBS_BY_IDS), {"ids": chunk})
-            found.update((r.id, r) for r in jobs_from(rows))
+            found.update((r.id, r) for r in jobs_from(self._read_locked(_JOBS_BY_IDS, {"ids": chunk})))
         return found
 
     def selected_jobs(
@@ -137,7 +139,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
     def attempts_by_ids(self, ids: Iterable[str]) -> dict[str, AttemptRecord]:
         found: dict[str, AttemptRecord] = {}
         for chunk in chunks(sorted(set(ids))):
-            rows = self._conn.execute(_ATTEMPTS_BY_IDS, {"ids": chunk})
+            rows = _ATTEMPTS_BY_IDS.execute(self._conn, {"ids": chunk})
             found.update((r.id, r) for r in attempts_from(rows))
         return found
 
@@ -156,7 +158,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ordered = sorted(set(attempt_ids))
         job_ids: set[str] = set()
         for chunk in chunks(ordered):
-            job_ids.update(self._conn.execute(_ATTEMPTS_JOB_IDS, {"ids": chunk}).scalars())
+            job_ids.update(_ATTEMPTS_JOB_IDS.execute(self._conn, {"ids": chunk}).scalars())
         locked = self.jobs_by_ids(job_ids)  # before the attempts are read (see above)
         return self.attempts_by_ids(ordered), locked
 
@@ -198,11 +200,10 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         ``limit`` rows per queue for the rest of the transaction; others skip them.
         """
         found: list[JobRecord] = []
-        query = self._locked(_CLAIMABLE_IN_QUEUE)
         names = list(wire_names)
         for queue in sorted(set(queues)):
             params = {"queue": queue, "now_ms": now_ms, "wire_names": names, "limit": limit}
-            found.extend(jobs_from(self._conn.execute(query, params)))
+            found.extend(jobs_from(self._read_locked(_CLAIMABLE_IN_QUEUE, params)))
         if len(queues) > 1:
             found.sort(key=_claim_order)
         return found[:limit]

@@ -13,7 +13,8 @@ from sqlalchemy import Connection, Select, Table
 
 from coordinator.domain.bounds import StoreBounds
 from coordinator.store import pg_arrays
-from coordinator.store.row_writes import RowUpdate, plain_insert
+from coordinator.store.prepared import DriverRows, Prepared
+from coordinator.store.row_writes import RowUpdate, prepared_insert
 
 _IN_CHUNK = 1_000
 """Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
@@ -29,11 +30,13 @@ class Lockable:
     LOCKED]``, for PostgreSQL) built once too: building a statement costs several times
     what SQLite takes to run it, and the hot path runs a few per job."""
 
-    __slots__ = ("locked", "plain")
+    __slots__ = ("locked", "plain", "prepared_locked", "prepared_plain")
 
     def __init__(self, query: Select[Any], *, skip_locked: bool = False) -> None:
         self.plain = query
         self.locked = query.with_for_update(skip_locked=skip_locked)
+        self.prepared_plain = Prepared(self.plain)
+        self.prepared_locked = Prepared(self.locked)
 
 
 class TxBase:
@@ -66,6 +69,11 @@ class TxBase:
             return query.with_for_update(skip_locked=skip_locked)
         return query
 
+    def _read_locked(self, query: Lockable, params: Mapping[str, Any]) -> DriverRows:
+        """Runs a prebuilt read with the lock this engine needs (see ``_locked``)."""
+        prepared = query.prepared_locked if self._postgres else query.prepared_plain
+        return prepared.execute(self._conn, params)
+
     def _insert_rows(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Inserts ``rows``: one statement of arrays on PostgreSQL when they are many
         (``pg_arrays``), the driver's ``executemany`` otherwise."""
@@ -74,7 +82,7 @@ class TxBase:
         if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
             pg_arrays.insert(self._conn, table, rows)
         else:
-            self._conn.execute(plain_insert(table), list(rows))
+            prepared_insert(table).executemany(self._conn, rows)
 
     def _update_rows(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> int:
         """Runs ``row_update`` for every row; returns how many rows matched: one statement
@@ -84,7 +92,7 @@ class TxBase:
             return 0
         if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
             return pg_arrays.update(self._conn, row_update, rows)
-        statement = row_update.statement
+        prepared = row_update.prepared
         if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
-            return int(self._conn.execute(statement, list(rows)).rowcount)
-        return sum(int(self._conn.execute(statement, row).rowcount) for row in rows)
+            return prepared.executemany(self._conn, rows)
+        return sum(prepared.executemany(self._conn, [row]) for row in rows)

@@ -9,7 +9,8 @@ from sqlalchemy import bindparam, insert, select, update
 
 from coordinator.domain.records import Dependency, JobRecord
 from coordinator.domain.states import CODE_PARENT_FAILED, JobState
-from coordinator.store.rows import dependency_row, job_from_row, jobs_from
+from coordinator.store.prepared import Prepared
+from coordinator.store.rows import dependency_row, jobs_from
 from coordinator.store.schema import dependencies, jobs
 from coordinator.store.tx_base import Lockable, TxBase, chunks
 
@@ -23,19 +24,21 @@ _WAITING_CHILDREN = Lockable(
     )
     .order_by(jobs.c.id)
 )
-_PARENTS_WITH_CHILDREN = (
+_PARENTS_WITH_CHILDREN = Prepared(
     select(dependencies.c.parent_id)
     .where(dependencies.c.parent_id.in_(bindparam("parent_ids", expanding=True)))
     .distinct()
 )
-_SATISFY = (
+_SATISFY = Prepared(
     update(dependencies)
     .where(dependencies.c.parent_id == bindparam("p"))
     .values(satisfied=True, parent_output=bindparam("o"))
 )
-_PARENT_OUTPUTS = select(
-    dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output
-).where(dependencies.c.child_id.in_(bindparam("child_ids", expanding=True)))
+_PARENT_OUTPUTS = Prepared(
+    select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
+        dependencies.c.child_id.in_(bindparam("child_ids", expanding=True))
+    )
+)
 _INSERT_DEPENDENCIES = insert(dependencies)
 
 
@@ -51,8 +54,10 @@ class DependencyOps(TxBase):
         order: one statement for all the parents a transaction ended."""
         found: dict[str, list[JobRecord]] = {}
         for chunk in chunks(sorted(set(parent_ids))):
-            for row in self._conn.execute(self._locked(_WAITING_CHILDREN), {"parent_ids": chunk}):
-                found.setdefault(row.parent_id, []).append(job_from_row(row))
+            rows = self._read_locked(_WAITING_CHILDREN, {"parent_ids": chunk})
+            # Column 0 is the parent's ID; the job's columns follow it.
+            for parent_id, child in zip((row[0] for row in rows), jobs_from(rows), strict=True):
+                found.setdefault(parent_id, []).append(child)
         return found
 
     def satisfy_dependencies(self, outputs: Mapping[str, bytes | None]) -> None:
@@ -61,12 +66,14 @@ class DependencyOps(TxBase):
         successes without dependents costs one statement, not one update per job."""
         parents = self._parents_with_children(outputs)
         if parents:
-            self._conn.execute(_SATISFY, [{"p": parent_id, "o": outputs[parent_id]} for parent_id in parents])
+            _SATISFY.executemany(
+                self._conn, [{"p": parent_id, "o": outputs[parent_id]} for parent_id in parents]
+            )
 
     def _parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
         found: set[str] = set()
         for chunk in chunks(sorted(set(parent_ids))):
-            found.update(self._conn.execute(_PARENTS_WITH_CHILDREN, {"parent_ids": chunk}).scalars())
+            found.update(_PARENTS_WITH_CHILDREN.execute(self._conn, {"parent_ids": chunk}).scalars())
         return sorted(found)
 
     def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
@@ -86,7 +93,7 @@ class DependencyOps(TxBase):
         """The outputs of the parents of each of ``child_ids`` (R-16), for their claims."""
         found: dict[str, dict[str, bytes]] = {}
         for chunk in chunks(sorted(set(child_ids))):
-            for child_id, parent_id, output in self._conn.execute(_PARENT_OUTPUTS, {"child_ids": chunk}):
+            for child_id, parent_id, output in _PARENT_OUTPUTS.execute(self._conn, {"child_ids": chunk}):
                 found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
         return found
 

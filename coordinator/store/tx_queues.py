@@ -13,12 +13,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from coordinator.domain.records import QueueRecord
 from coordinator.domain.states import LEASED_STATES, JobState
-from coordinator.store.rows import queue_from_row
+from coordinator.store.prepared import Prepared
+from coordinator.store.rows import queue_from_row, queues_from
 from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queue_finished, queues
 from coordinator.store.tx_base import TxBase
 
 # Statements of every claim and every write, built once (see ``tx_base.Lockable``).
-_QUEUES_BY_NAMES = select(queues).where(queues.c.name.in_(bindparam("names", expanding=True)))
+_QUEUES_BY_NAMES = Prepared(select(queues).where(queues.c.name.in_(bindparam("names", expanding=True))))
 
 
 class Unset:
@@ -80,7 +81,7 @@ class QueueOps(TxBase):
             return {}
         found = {
             record.name: record
-            for record in map(queue_from_row, self._conn.execute(_QUEUES_BY_NAMES, {"names": wanted}))
+            for record in queues_from(_QUEUES_BY_NAMES.execute(self._conn, {"names": wanted}))
         }
         limited = sorted(name for name, record in found.items() if record.concurrency_limit is not None)
         if limited and self._postgres:

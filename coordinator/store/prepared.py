@@ -1,0 +1,190 @@
+"""The hot path's statements, compiled once per engine and run on the driver's cursor.
+
+SQLAlchemy's ``Connection.execute`` costs 60-100 us of Python per statement before the
+driver sees it (an execution context, parameter processing, a result object), and
+again per row of an ``executemany``. SQLite runs one of these statements in about 10 us,
+and at a light load a job goes through about thirty of them, so that layer was most of
+the coordinator's CPU per job. A ``Prepared`` statement is still built with SQLAlchemy
+Core and compiled by it, once per engine (and per list length for ``IN`` lists); each
+execution then only orders the parameters and hands the SQL to the driver's cursor.
+
+What SQLAlchemy's execution would do besides is kept: ``before_cursor_execute``
+listeners hear every statement (tests count and interrupt statements through them), a
+driver error is raised as SQLAlchemy's ``DBAPIError`` with the connection invalidated
+when it is lost (``Connection._handle_dbapi_exception``, the same call
+``Connection.execute`` makes), and every parameter goes through its type's bind
+processor. Results are the driver's tuples, named by ``DriverRows.keys()``.
+
+Statements whose SQL depends on a parameter's value (literal execution) are refused at
+compile time; they go through ``Connection.execute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Executable, Insert, Select
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+
+Getter = Callable[[Mapping[str, Any]], Any]
+
+
+class DriverRows:
+    """The rows of one execution: the driver's tuples, and the columns' names."""
+
+    __slots__ = ("_keys", "rows")
+
+    def __init__(self, keys: tuple[str, ...], rows: list[Any]) -> None:
+        self._keys = keys
+        self.rows = rows
+
+    def keys(self) -> tuple[str, ...]:
+        return self._keys
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows)
+
+    def scalars(self) -> Iterator[Any]:
+        """The first column of every row."""
+        return (row[0] for row in self.rows)
+
+
+class _Shape:
+    """One rendering of a statement: its SQL and how a parameter set becomes the
+    driver's (a tuple for positional styles, a dict for named ones)."""
+
+    __slots__ = ("getters", "names", "sql")
+
+    def __init__(self, sql: str, names: tuple[str, ...] | None, getters: tuple[Getter, ...]) -> None:
+        self.sql = sql
+        self.names = names
+        """The driver's parameter names in order (named styles), or None (positional)."""
+        self.getters = getters
+
+    def bind(self, params: Mapping[str, Any]) -> Any:
+        if self.names is None:
+            return tuple([get(params) for get in self.getters])
+        return {name: get(params) for name, get in zip(self.names, self.getters, strict=True)}
+
+
+def _getter(source: str, index: int | None, processor: Callable[[Any], Any] | None) -> Getter:
+    """Reads one driver parameter from a caller's parameter set: ``source``, or its
+    ``index``-th element for an expanded ``IN`` list, through the type's processor."""
+    if index is None:
+        if processor is None:
+            return lambda params: params[source]
+        return lambda params: processor(params[source])
+    if processor is None:
+        return lambda params: params[source][index]
+    return lambda params: processor(params[source][index])
+
+
+class _Compiled:
+    """A statement compiled for one dialect, with a shape per ``IN`` list length."""
+
+    def __init__(self, statement: Executable, dialect: Dialect, column_keys: Sequence[str] | None) -> None:
+        compiled = statement.compile(dialect=dialect, column_keys=list(column_keys or ()) or None)
+        assert isinstance(compiled, SQLCompiler)
+        if compiled.literal_execute_params:
+            raise ValueError("a statement rendered per parameter value cannot be prepared")
+        self.compiled = compiled
+        self.expanding = tuple(sorted(bind.key for bind in compiled.post_compile_params if bind.expanding))
+        self.shapes: dict[tuple[int, ...], _Shape] = {}
+        self.keys: tuple[str, ...] = ()
+        if isinstance(statement, Select):
+            self.keys = tuple(statement.selected_columns.keys())
+
+    def shape(self, params: Mapping[str, Any]) -> _Shape:
+        lengths = tuple(len(params[name]) for name in self.expanding)
+        found = self.shapes.get(lengths)
+        if found is None:
+            found = self.shapes[lengths] = self._render(params)
+        return found
+
+    def _render(self, params: Mapping[str, Any]) -> _Shape:
+        state = self.compiled.construct_expanded_state(dict(params))
+        origin: dict[str, tuple[str, int | None]] = {}
+        for source, expanded in state.parameter_expansion.items():
+            for index, name in enumerate(expanded):
+                origin[name] = (source, index)
+        names = tuple(state.positiontup) if state.positiontup is not None else tuple(state.parameters)
+        getters: list[Getter] = []
+        for name in names:
+            source, index = origin.get(name, (name, None))
+            processor = state.processors.get(name)
+            if source in params:
+                getters.append(_getter(source, index, processor))
+                continue
+            bind = self.compiled.binds.get(name)
+            if bind is None or bind.required or bind.callable is not None:
+                # A value SQLAlchemy would compute itself (a column default): not prepared.
+                raise ValueError(f"parameter {source!r} is not among the statement's")
+            # A constant of the statement itself (``.values(satisfied=True)``).
+            constant = processor(bind.value) if processor is not None else bind.value
+            getters.append(lambda params, constant=constant: constant)
+        return _Shape(state.statement, None if state.positiontup is not None else names, tuple(getters))
+
+
+class Prepared:
+    """A statement compiled once per engine, run on the driver's cursor (see above).
+
+    INSERTs are compiled for the columns of the rows they are given (every row of one
+    call names the same columns)."""
+
+    __slots__ = ("_by_dialect", "statement")
+
+    def __init__(self, statement: Executable) -> None:
+        self.statement = statement
+        self._by_dialect: dict[tuple[str, tuple[str, ...]], _Compiled] = {}
+
+    def _compiled(self, conn: Connection, params: Mapping[str, Any]) -> _Compiled:
+        columns = tuple(params) if isinstance(self.statement, Insert) else ()
+        key = (conn.dialect.name, columns)
+        found = self._by_dialect.get(key)
+        if found is None:
+            found = self._by_dialect[key] = _Compiled(self.statement, conn.dialect, columns)
+        return found
+
+    def execute(self, conn: Connection, params: Mapping[str, Any] | None = None) -> DriverRows:
+        """Runs the statement once; the rows it returned (none for a write)."""
+        params = params or {}
+        compiled = self._compiled(conn, params)
+        shape = compiled.shape(params)
+        cursor = _run(conn, shape.sql, shape.bind(params), many=False)
+        try:
+            rows = cursor.fetchall() if cursor.description is not None else []
+        finally:
+            cursor.close()
+        return DriverRows(compiled.keys, rows)
+
+    def executemany(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Runs the statement once per parameter set; returns the rows they changed, in
+        all (``dialect.supports_sane_multi_rowcount`` says whether the driver counts)."""
+        if not rows:
+            return 0
+        shape = self._compiled(conn, rows[0]).shape(rows[0])
+        cursor = _run(conn, shape.sql, [shape.bind(row) for row in rows], many=True)
+        try:
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
+
+
+def _run(conn: Connection, sql: str, parameters: Any, *, many: bool) -> Any:
+    """Hands ``sql`` to a new cursor of the connection's driver connection, as
+    ``Connection.execute`` would: listeners first, driver errors wrapped."""
+    cursor = conn.connection.cursor()
+    try:
+        for listener in conn.dispatch.before_cursor_execute:
+            sql, parameters = listener(conn, cursor, sql, parameters, None, many)
+        if many:
+            cursor.executemany(sql, parameters)
+        else:
+            cursor.execute(sql, parameters)
+    except conn.dialect.loaded_dbapi.Error as error:
+        cursor.close()
+        # Wraps the error and invalidates a lost connection, exactly as execute() does.
+        conn._handle_dbapi_exception(error, sql, parameters, cursor, None)
+    return cursor
