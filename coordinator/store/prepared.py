@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Executable, Insert, Select
+from sqlalchemy import ClauseElement, Connection, Insert, Select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -81,15 +81,21 @@ def _getter(source: str, index: int | None, processor: Callable[[Any], Any] | No
     return lambda params: processor(params[source][index])
 
 
+def _constant(value: Any) -> Getter:
+    return lambda params: value
+
+
 class _Compiled:
     """A statement compiled for one dialect, with a shape per ``IN`` list length."""
 
-    def __init__(self, statement: Executable, dialect: Dialect, column_keys: Sequence[str] | None) -> None:
+    def __init__(self, statement: ClauseElement, dialect: Dialect, column_keys: Sequence[str] | None) -> None:
         compiled = statement.compile(dialect=dialect, column_keys=list(column_keys or ()) or None)
         assert isinstance(compiled, SQLCompiler)
         if compiled.literal_execute_params:
             raise ValueError("a statement rendered per parameter value cannot be prepared")
         self.compiled = compiled
+        self.defaulted = {column.key for column in (*compiled.insert_prefetch, *compiled.update_prefetch)}
+        """Columns whose values SQLAlchemy computes per row when the caller gives none."""
         self.expanding = tuple(sorted(bind.key for bind in compiled.post_compile_params if bind.expanding))
         self.shapes: dict[tuple[int, ...], _Shape] = {}
         self.keys: tuple[str, ...] = ()
@@ -106,9 +112,9 @@ class _Compiled:
     def _render(self, params: Mapping[str, Any]) -> _Shape:
         state = self.compiled.construct_expanded_state(dict(params))
         origin: dict[str, tuple[str, int | None]] = {}
-        for source, expanded in state.parameter_expansion.items():
-            for index, name in enumerate(expanded):
-                origin[name] = (source, index)
+        for expanding, expanded in state.parameter_expansion.items():
+            for position, name in enumerate(expanded):
+                origin[name] = (expanding, position)
         names = tuple(state.positiontup) if state.positiontup is not None else tuple(state.parameters)
         getters: list[Getter] = []
         for name in names:
@@ -118,12 +124,11 @@ class _Compiled:
                 getters.append(_getter(source, index, processor))
                 continue
             bind = self.compiled.binds.get(name)
-            if bind is None or bind.required or bind.callable is not None:
+            if bind is None or bind.required or bind.callable is not None or name in self.defaulted:
                 # A value SQLAlchemy would compute itself (a column default): not prepared.
                 raise ValueError(f"parameter {source!r} is not among the statement's")
             # A constant of the statement itself (``.values(satisfied=True)``).
-            constant = processor(bind.value) if processor is not None else bind.value
-            getters.append(lambda params, constant=constant: constant)
+            getters.append(_constant(processor(bind.value) if processor is not None else bind.value))
         return _Shape(state.statement, None if state.positiontup is not None else names, tuple(getters))
 
 
@@ -135,7 +140,7 @@ class Prepared:
 
     __slots__ = ("_by_dialect", "statement")
 
-    def __init__(self, statement: Executable) -> None:
+    def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
         self._by_dialect: dict[tuple[str, tuple[str, ...]], _Compiled] = {}
 
