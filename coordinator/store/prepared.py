@@ -101,6 +101,9 @@ class _Compiled:
         self.keys: tuple[str, ...] = ()
         if isinstance(statement, Select):
             self.keys = tuple(statement.selected_columns.keys())
+        self.returns_rows = isinstance(statement, Select) or bool(compiled.effective_returning)
+        """Known here, so the cursor's description (psycopg builds it anew on every
+        read of it: thirty objects for a job row) is never asked for."""
 
     def shape(self, params: Mapping[str, Any]) -> _Shape:
         lengths = tuple(len(params[name]) for name in self.expanding)
@@ -159,7 +162,7 @@ class Prepared:
         shape = compiled.shape(params)
         cursor = _run(conn, shape.sql, shape.bind(params), many=False)
         try:
-            rows = cursor.fetchall() if cursor.description is not None else []
+            rows = cursor.fetchall() if compiled.returns_rows else []
         finally:
             cursor.close()
         return DriverRows(compiled.keys, rows)
@@ -170,7 +173,11 @@ class Prepared:
         if not rows:
             return 0
         shape = self._compiled(conn, rows[0]).shape(rows[0])
-        cursor = _run(conn, shape.sql, [shape.bind(row) for row in rows], many=True)
+        if len(rows) == 1:
+            # One execution: psycopg's executemany would enter and leave a pipeline for it.
+            cursor = _run(conn, shape.sql, shape.bind(rows[0]), many=False)
+        else:
+            cursor = _run(conn, shape.sql, [shape.bind(row) for row in rows], many=True)
         try:
             return int(cursor.rowcount)
         finally:

@@ -1,0 +1,121 @@
+"""CPU per job of the coordinator's store path alone: no gRPC, no streams, no workers.
+
+Runs the writes a job goes through in the coordinator (``JobsService.enqueue_then`` with
+the claim in the enqueue's transaction, then ``WorkerOps.process`` for the start and for
+the result with the next claim) on a scratch database, in two ways:
+
+- **light**: one job at a time, one job per transaction, as at a light load (three write
+  transactions a job);
+- **batched**: ``--batch`` jobs per transaction, as under load (enqueue; then claim,
+  start and result each for the whole batch).
+
+It prints the user and system CPU this thread spent per job, and the wall time. The
+figures isolate what the store and the service layer cost, which ``runwick bench`` mixes
+with gRPC, the event loop and the workers. Speed is measured here, never asserted in the
+test suite.
+
+    python benchmarks/store_path.py                       # SQLite in a temporary folder
+    python benchmarks/store_path.py --database-url postgresql://postgres@127.0.0.1/bench   # emptied first
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.clock import SystemClock
+from coordinator.domain.lifecycle import Report
+from coordinator.domain.records import NewJobSpec, WorkerIdentity
+from coordinator.domain.states import Outcome
+from coordinator.service.batch import WorkerOps
+from coordinator.service.jobs import JobsService
+from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport, WorkBatch
+from coordinator.store import Store
+
+WIRE = "bench.noop"
+QUEUE = "bench-store-path"
+WORKER = WorkerIdentity("bench-worker")
+
+
+class StorePath:
+    def __init__(self, store: Store) -> None:
+        clock, config = SystemClock(), CoordinatorConfig()
+        self.jobs = JobsService(store, clock, config, random.Random(1))
+        self.ops = WorkerOps(store, clock, config, random.Random(1))
+
+    def _claim(self, count: int) -> ClaimRequest:
+        return ClaimRequest(WORKER.worker_id, (QUEUE,), (WIRE,), count, 60_000)
+
+    def light(self, jobs: int) -> None:
+        for _ in range(jobs):
+            _, answers = self.jobs.enqueue_then(
+                [NewJobSpec(WIRE, b"{}", queue=QUEUE)], lambda tx: self.ops.claim_in(tx, [self._claim(1)])
+            )
+            attempt_id = answers.claims[0][0].attempt_id
+            self.ops.process(WorkBatch(starts=[AttemptMessage(attempt_id, WORKER)]))
+            result = ResultReport(attempt_id, Report(Outcome.SUCCEEDED), None, WORKER)
+            self.ops.process(WorkBatch(results=[result], claims=[self._claim(1)]))
+
+    def batched(self, jobs: int, batch: int) -> None:
+        for _ in range(jobs // batch):
+            self.jobs.enqueue([NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(batch)])
+            claimed = self.ops.process(WorkBatch(claims=[self._claim(batch)])).claims[0]
+            self.ops.process(WorkBatch(starts=[AttemptMessage(c.attempt_id, WORKER) for c in claimed]))
+            results = [ResultReport(c.attempt_id, Report(Outcome.SUCCEEDED), None, WORKER) for c in claimed]
+            self.ops.process(WorkBatch(results=results))
+
+
+def measure(run: Callable[[int], None], jobs: int) -> str:
+    run(max(jobs // 10, 1))  # warm: statements compiled, caches filled
+    before, started = resource.getrusage(resource.RUSAGE_THREAD), time.perf_counter()
+    run(jobs)
+    after, wall = resource.getrusage(resource.RUSAGE_THREAD), time.perf_counter() - started
+    user, system = (after.ru_utime - before.ru_utime), (after.ru_stime - before.ru_stime)
+    return (
+        f"user {user / jobs * 1e3:.3f}  system {system / jobs * 1e3:.3f}  "
+        f"wall {wall / jobs * 1e3:.3f} ms per job ({jobs} jobs)"
+    )
+
+
+def _emptied(url: str) -> str:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    return url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--database-url", help="a PostgreSQL database to empty and use (default: a SQLite file)"
+    )
+    parser.add_argument("--light-jobs", type=int, default=500)
+    parser.add_argument("--batched-jobs", type=int, default=5_120)
+    parser.add_argument("--batch", type=int, default=128)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        url = (
+            _emptied(options.database_url)
+            if options.database_url
+            else f"sqlite:///{Path(folder) / 'store.db'}"
+        )
+        store = Store.open(url, create=True)
+        try:
+            path = StorePath(store)
+            print(f"light    {measure(path.light, options.light_jobs)}")
+            print(f"batched  {measure(lambda n: path.batched(n, options.batch), options.batched_jobs)}")
+        finally:
+            store.close()
+
+
+if __name__ == "__main__":
+    main()
