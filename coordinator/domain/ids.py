@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 
 _MAX_MS = (1 << 48) - 1
 # The 8-4-4-4-12 text form only: uuid.UUID alone also takes what int(..., 16) tolerates
@@ -23,7 +22,10 @@ def uuid7(now_ms: int, random_bytes: bytes | None = None) -> str:
     value = bytearray(now_ms.to_bytes(6, "big") + tail)
     value[6] = 0x70 | (value[6] & 0x0F)  # version 7
     value[8] = 0x80 | (value[8] & 0x3F)  # RFC 4122 variant
-    return str(uuid.UUID(bytes=bytes(value)))
+    # The text form, as str(uuid.UUID(bytes=...)) gives it, without the object (a few
+    # of these a job on the writer).
+    text = value.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def parse_id(text: str) -> str | None:
@@ -33,4 +35,4 @@ def parse_id(text: str) -> str | None:
     """
     if not isinstance(text, str) or _CANONICAL.fullmatch(text) is None:
         return None
-    return str(uuid.UUID(text))
+    return text.lower()  # what str(uuid.UUID(text)) gives for the matched form

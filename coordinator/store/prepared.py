@@ -21,6 +21,7 @@ compile time; they go through ``Connection.execute``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -55,18 +56,40 @@ class _Shape:
     """One rendering of a statement: its SQL and how a parameter set becomes the
     driver's (a tuple for positional styles, a dict for named ones)."""
 
-    __slots__ = ("getters", "names", "sql")
+    __slots__ = ("direct", "getters", "names", "sql")
 
-    def __init__(self, sql: str, names: tuple[str, ...] | None, getters: tuple[Getter, ...]) -> None:
+    def __init__(
+        self,
+        sql: str,
+        names: tuple[str, ...] | None,
+        getters: tuple[Getter, ...],
+        direct: Getter | None = None,
+    ) -> None:
         self.sql = sql
         self.names = names
         """The driver's parameter names in order (named styles), or None (positional)."""
         self.getters = getters
+        self.direct = direct
+        """Where every driver parameter is the caller's of the same name, untouched: the
+        whole conversion in one call (a row of a batch goes through it per column)."""
 
     def bind(self, params: Mapping[str, Any]) -> Any:
+        if self.direct is not None:
+            return self.direct(params)
         if self.names is None:
             return tuple([get(params) for get in self.getters])
         return {name: get(params) for name, get in zip(self.names, self.getters, strict=True)}
+
+
+def _direct(names: tuple[str, ...], positional: bool) -> Getter:
+    """``_Shape.direct`` for parameters taken as they are: a tuple of them in order
+    (positional styles), or the caller's mapping itself (named ones)."""
+    if not positional:
+        return lambda params: params
+    if len(names) == 1:
+        name = names[0]
+        return lambda params: (params[name],)
+    return operator.itemgetter(*names)
 
 
 def _getter(source: str, index: int | None, processor: Callable[[Any], Any] | None) -> Getter:
@@ -120,19 +143,24 @@ class _Compiled:
                 origin[name] = (expanding, position)
         names = tuple(state.positiontup) if state.positiontup is not None else tuple(state.parameters)
         getters: list[Getter] = []
+        untouched = True
         for name in names:
             source, index = origin.get(name, (name, None))
             processor = state.processors.get(name)
             if source in params:
                 getters.append(_getter(source, index, processor))
+                untouched = untouched and index is None and processor is None
                 continue
+            untouched = False
             bind = self.compiled.binds.get(name)
             if bind is None or bind.required or bind.callable is not None or name in self.defaulted:
                 # A value SQLAlchemy would compute itself (a column default): not prepared.
                 raise ValueError(f"parameter {source!r} is not among the statement's")
             # A constant of the statement itself (``.values(satisfied=True)``).
             getters.append(_constant(processor(bind.value) if processor is not None else bind.value))
-        return _Shape(state.statement, None if state.positiontup is not None else names, tuple(getters))
+        positional = state.positiontup is not None
+        direct = _direct(names, positional) if untouched and names else None
+        return _Shape(state.statement, None if positional else names, tuple(getters), direct)
 
 
 class Prepared:

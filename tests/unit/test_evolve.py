@@ -120,6 +120,14 @@ def test_a_job_row_loads_as_the_record_it_stores(reverse: bool) -> None:
         assert type(loaded.payload) is bytes and loaded.state is job.state
 
 
+def test_a_loaded_record_is_frozen_and_hashes_as_one_built_by_its_init() -> None:
+    values = _stored_job(JOB)
+    loaded = job_from_row(_Row.of(values, list(values)))
+    assert hash(loaded) == hash(JOB) and loaded == JOB
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.state = JobState.RUNNING  # type: ignore[misc]
+
+
 def test_an_attempt_row_loads_with_its_enums_and_flags() -> None:
     ended = evolve(
         ATTEMPT,
