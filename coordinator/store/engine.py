@@ -19,8 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+
+from coordinator.store.prepared import Prepared
 
 MAX_TIMEOUT_MS = 2**31 - 1
 """PostgreSQL's largest value for its timeouts (an ``int`` of milliseconds)."""
@@ -142,8 +144,10 @@ def _sqlite_engine(url: str, begin: str, timeouts: DatabaseTimeouts) -> Engine:
         cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
         cursor.close()
 
+    begin_statement = Prepared(text(begin))  # every write transaction's first statement
+
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql(begin)
+        begin_statement.execute(connection)
 
     return engine
