@@ -85,3 +85,22 @@ def test_a_queue_whose_registration_rolled_back_is_made_again(harness: Harness) 
         harness.enqueue(queue="rolled-back")
     assert _count(sent, r"FROM queues\s+WHERE") == 1
     assert _counts(harness, "rolled-back") == {JobState.AVAILABLE: 1}
+
+
+def test_a_start_reads_its_attempt_and_job_in_as_few_statements_as_the_engine_allows(
+    harness: Harness,
+) -> None:
+    """SQLite's single writer holds the database from BEGIN IMMEDIATE on, so the attempt
+    is read first and names its job (two reads); PostgreSQL locks the job by the
+    attempt's job ID before it reads the attempt (three), so a result committed on
+    another replica meanwhile is seen (``Tx.attempts_with_their_jobs``)."""
+    claimed = harness.claim_one(harness.enqueue(queue=QUEUE))
+    sender = harness.holder(claimed.attempt_id)  # read before, not counted
+    with sent_statements(executemany=True) as sent:
+        answer = harness.start(claimed.attempt_id, sender)
+    assert answer.granted
+    reads = [sql for sql, _ in sent if re.match(r"\s*SELECT", sql)]
+    postgres = harness.store.postgres
+    assert len(reads) == (3 if postgres else 2), reads
+    assert bool(re.search(r"FOR UPDATE", reads[1])) is postgres  # the job's row, locked there
+    assert harness.job(claimed.job.id).state is JobState.RUNNING
