@@ -52,23 +52,40 @@ class DriverRows:
         return (row[0] for row in self.rows)
 
 
+_MAX_SHAPES = 64
+"""Renderings kept per statement and engine: one per ``IN`` list length seen, so a
+bound keeps a long-running coordinator's memory flat (a rendering dropped is made
+again, as SQLAlchemy's execution made it every time)."""
+
+
+class _Piece:
+    """Where one driver parameter, or an expanded ``IN`` list's run of them, comes from."""
+
+    __slots__ = ("get", "spread")
+
+    def __init__(self, get: Getter, *, spread: bool = False) -> None:
+        self.get = get
+        self.spread = spread
+        """``get`` returns every value of an expanded list, in order."""
+
+
 class _Shape:
     """One rendering of a statement: its SQL and how a parameter set becomes the
     driver's (a tuple for positional styles, a dict for named ones)."""
 
-    __slots__ = ("direct", "getters", "names", "sql")
+    __slots__ = ("direct", "names", "pieces", "sql")
 
     def __init__(
         self,
         sql: str,
         names: tuple[str, ...] | None,
-        getters: tuple[Getter, ...],
+        pieces: tuple[_Piece, ...],
         direct: Getter | None = None,
     ) -> None:
         self.sql = sql
         self.names = names
         """The driver's parameter names in order (named styles), or None (positional)."""
-        self.getters = getters
+        self.pieces = pieces
         self.direct = direct
         """Where every driver parameter is the caller's of the same name, untouched: the
         whole conversion in one call (a row of a batch goes through it per column)."""
@@ -76,9 +93,15 @@ class _Shape:
     def bind(self, params: Mapping[str, Any]) -> Any:
         if self.direct is not None:
             return self.direct(params)
+        values: list[Any] = []
+        for piece in self.pieces:
+            if piece.spread:
+                values.extend(piece.get(params))
+            else:
+                values.append(piece.get(params))
         if self.names is None:
-            return tuple([get(params) for get in self.getters])
-        return {name: get(params) for name, get in zip(self.names, self.getters, strict=True)}
+            return tuple(values)
+        return dict(zip(self.names, values, strict=True))
 
 
 def _direct(names: tuple[str, ...], positional: bool) -> Getter:
@@ -92,16 +115,18 @@ def _direct(names: tuple[str, ...], positional: bool) -> Getter:
     return operator.itemgetter(*names)
 
 
-def _getter(source: str, index: int | None, processor: Callable[[Any], Any] | None) -> Getter:
-    """Reads one driver parameter from a caller's parameter set: ``source``, or its
-    ``index``-th element for an expanded ``IN`` list, through the type's processor."""
-    if index is None:
-        if processor is None:
-            return lambda params: params[source]
-        return lambda params: processor(params[source])
+def _getter(source: str, processor: Callable[[Any], Any] | None) -> Getter:
+    """Reads the caller's parameter ``source`` through its type's processor."""
     if processor is None:
-        return lambda params: params[source][index]
-    return lambda params: processor(params[source][index])
+        return lambda params: params[source]
+    return lambda params: processor(params[source])
+
+
+def _spread(source: str, processor: Callable[[Any], Any] | None) -> Getter:
+    """Reads every value of the caller's list ``source`` (an ``IN`` list)."""
+    if processor is None:
+        return lambda params: params[source]
+    return lambda params: [processor(value) for value in params[source]]
 
 
 def _constant(value: Any) -> Getter:
@@ -132,35 +157,45 @@ class _Compiled:
         lengths = tuple(len(params[name]) for name in self.expanding)
         found = self.shapes.get(lengths)
         if found is None:
+            if len(self.shapes) >= _MAX_SHAPES:
+                self.shapes.clear()
             found = self.shapes[lengths] = self._render(params)
         return found
 
     def _render(self, params: Mapping[str, Any]) -> _Shape:
         state = self.compiled.construct_expanded_state(dict(params))
-        origin: dict[str, tuple[str, int | None]] = {}
+        origin: dict[str, tuple[str, int]] = {}
         for expanding, expanded in state.parameter_expansion.items():
             for position, name in enumerate(expanded):
                 origin[name] = (expanding, position)
         names = tuple(state.positiontup) if state.positiontup is not None else tuple(state.parameters)
-        getters: list[Getter] = []
+        pieces: list[_Piece] = []
         untouched = True
         for name in names:
-            source, index = origin.get(name, (name, None))
             processor = state.processors.get(name)
-            if source in params:
-                getters.append(_getter(source, index, processor))
-                untouched = untouched and index is None and processor is None
+            if name in origin:
+                source, position = origin[name]
+                untouched = False
+                if position == 0:
+                    pieces.append(_Piece(_spread(source, processor), spread=True))
+                elif not (pieces and pieces[-1].spread):
+                    # SQLAlchemy renders an expanded list's values side by side.
+                    raise ValueError(f"the values of {source!r} are not rendered together")
+                continue
+            if name in params:
+                pieces.append(_Piece(_getter(name, processor)))
+                untouched = untouched and processor is None
                 continue
             untouched = False
             bind = self.compiled.binds.get(name)
             if bind is None or bind.required or bind.callable is not None or name in self.defaulted:
                 # A value SQLAlchemy would compute itself (a column default): not prepared.
-                raise ValueError(f"parameter {source!r} is not among the statement's")
+                raise ValueError(f"parameter {name!r} is not among the statement's")
             # A constant of the statement itself (``.values(satisfied=True)``).
-            getters.append(_constant(processor(bind.value) if processor is not None else bind.value))
+            pieces.append(_Piece(_constant(processor(bind.value) if processor is not None else bind.value)))
         positional = state.positiontup is not None
         direct = _direct(names, positional) if untouched and names else None
-        return _Shape(state.statement, None if positional else names, tuple(getters), direct)
+        return _Shape(state.statement, None if positional else names, tuple(pieces), direct)
 
 
 class Prepared:

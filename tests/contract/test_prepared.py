@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from coordinator.store.prepared import Prepared
+from coordinator.store.prepared import _MAX_SHAPES, Prepared
 
 metadata = MetaData()
 items = Table(
@@ -157,3 +157,16 @@ def test_an_insert_missing_a_column_the_statement_would_default_is_refused() -> 
     defaulted.metadata.create_all(engine)
     with engine.connect() as conn, pytest.raises(ValueError, match="not among"):
         Prepared(insert(defaulted)).executemany(conn, [{"id": 1}])
+
+
+def test_renderings_per_list_length_are_bounded_and_stay_right(engine: Engine) -> None:
+    """One rendering per IN-list length seen, at most ``_MAX_SHAPES`` of them kept: a
+    long-running coordinator's memory stays flat, and a dropped one is made again."""
+    by_ids = Prepared(select(items.c.id).where(items.c.id.in_(bindparam("ids", expanding=True))))
+    with engine.begin() as conn:
+        INSERT.executemany(conn, _rows(150))
+        for length in [*range(1, 150), 3, 149]:
+            wanted = [f"id-{i:03}" for i in range(length)]
+            assert sorted(by_ids.execute(conn, {"ids": wanted}).scalars()) == wanted
+        (compiled,) = by_ids._by_dialect.values()
+        assert 0 < len(compiled.shapes) <= _MAX_SHAPES
