@@ -39,6 +39,7 @@ from coordinator.service.batch import WorkerOps
 from coordinator.service.jobs import JobsService
 from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport, WorkBatch
 from coordinator.store import Store
+from coordinator.store.schema import metadata
 
 WIRE = "bench.noop"
 QUEUE = "bench-store-path"
@@ -85,31 +86,27 @@ def measure(run: Callable[[int], None], jobs: int) -> str:
     )
 
 
-def _emptied(url: str) -> str:
-    engine = create_engine(url)
+def _emptied(store: Store) -> None:
+    """A PostgreSQL database the user named loses its Runwick rows (migrated first, so
+    only Runwick's own tables are touched), as benchmarks/dashboard.py empties it."""
+    engine = create_engine(store.url)
     with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        conn.execute(text(f"TRUNCATE {', '.join(table.name for table in metadata.sorted_tables)}"))
     engine.dispose()
-    return url
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--database-url", help="a PostgreSQL database to empty and use (default: a SQLite file)"
-    )
+    parser.add_argument("--database-url", help="a scratch PostgreSQL database (emptied first)")
     parser.add_argument("--light-jobs", type=int, default=500)
     parser.add_argument("--batched-jobs", type=int, default=5_120)
     parser.add_argument("--batch", type=int, default=128)
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        url = (
-            _emptied(options.database_url)
-            if options.database_url
-            else f"sqlite:///{Path(folder) / 'store.db'}"
-        )
-        store = Store.open(url, create=True)
+        store = Store.open(options.database_url or f"sqlite:///{Path(folder) / 'store.db'}", create=True)
         try:
+            if store.postgres:
+                _emptied(store)
             path = StorePath(store)
             print(f"light    {measure(path.light, options.light_jobs)}")
             print(f"batched  {measure(lambda n: path.batched(n, options.batch), options.batched_jobs)}")

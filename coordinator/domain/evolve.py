@@ -32,27 +32,24 @@ def evolve(record: R, **changes: Any) -> R:
     return result
 
 
-def slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """What sets field ``name`` of a new ``cls`` without its ``__init__``: the slot's
-    own descriptor. For records built field by field on the hot path (``evolve``, the
-    store's row loaders); refuses a class whose ``__init__`` does more than set fields."""
-    _check_plain(cls)
-    setter: Callable[[Any, Any], None] = getattr(cls, name).__set__
-    return setter
-
-
-def _check_plain(cls: type) -> None:
+def slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
+    """What sets each field of a new ``cls`` without its ``__init__``: the slots' own
+    descriptors, by field name in field order. For records built field by field on the
+    hot path (``evolve``, the store's row loaders); refuses a class whose ``__init__``
+    does more than set fields."""
     if not dataclasses.is_dataclass(cls) or not hasattr(cls, "__slots__"):
         raise TypeError(f"evolve works on slotted dataclasses, not {cls.__name__}")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__; use dataclasses.replace")
-    if any(not f.init for f in dataclasses.fields(cls)):
+    fields = dataclasses.fields(cls)
+    if any(not f.init for f in fields):
         raise TypeError(f"{cls.__name__} has fields outside __init__; use dataclasses.replace")
+    return {f.name: getattr(cls, f.name).__set__ for f in fields}
 
 
 def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
-    _check_plain(cls)
-    names = tuple(f.name for f in dataclasses.fields(cls))
+    setters = slot_setters(cls)
+    names = tuple(setters)
     # Straight-line code, one line per field (as dataclasses itself generates __init__):
     # every value is copied by position, then the few changed fields are set again. A
     # loop over the fields, or a lookup of each in ``changes``, would cost as much as
@@ -71,7 +68,6 @@ def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
         "        setter(copied, value)",
         "    return copied",
     ]
-    setters = {name: getattr(cls, name).__set__ for name in names}  # the slots' own descriptors
     namespace: dict[str, Any] = {
         "values_of": operator.attrgetter(*names),
         "new": object.__new__,

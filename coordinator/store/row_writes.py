@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    Insert,
     Table,
     TextClause,
     Update,
@@ -58,12 +57,7 @@ class RowUpdate:
 
 
 @functools.cache
-def plain_insert(table: Table) -> Insert:
-    """The INSERT of every row's columns, built once per table."""
-    return insert(table)
-
-
-@functools.cache
 def prepared_insert(table: Table) -> Prepared:
-    """``plain_insert``, run on the driver's cursor (``store.prepared``)."""
-    return Prepared(plain_insert(table))
+    """The INSERT of every row's columns, prepared once per table (``store.prepared``
+    compiles it for the columns each call's rows name)."""
+    return Prepared(insert(table))

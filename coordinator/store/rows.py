@@ -9,7 +9,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from coordinator.domain.access import Scope, format_scopes
-from coordinator.domain.evolve import slot_setter
+from coordinator.domain.evolve import slot_setters
 from coordinator.domain.records import (
     AttemptEnd,
     AttemptRecord,
@@ -27,6 +27,7 @@ R = TypeVar("R")
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(AttemptRecord))
+_QUEUE_FIELDS = tuple(f.name for f in fields(QueueRecord))
 WRITTEN_JOB_FIELDS = tuple(name for name in JOB_FIELDS if name not in ("id", "history_seq", "updated_at_ms"))
 """Fields a change may set; the store itself keeps ``history_seq`` and ``updated_at_ms``."""
 
@@ -100,6 +101,7 @@ _ATTEMPT_CONVERSIONS = {
     "job_state_after": "(None if {0} is None else JobState({0}))",
     "reported": "bool({})",
 }
+_QUEUE_CONVERSIONS = {"paused": "bool({})"}
 _LOADERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], Any]] = {}
 _MAX_LOADERS = 256
 """Column orders are few (one per statement shape); the bound only guards the cache."""
@@ -129,7 +131,8 @@ def _loader(
             "JobState": JobState,
             "Outcome": Outcome,
         }
-        namespace.update({f"set_{i}": slot_setter(cls, name) for i, name in enumerate(names)})
+        setters = slot_setters(cls)
+        namespace.update({f"set_{i}": setters[name] for i, name in enumerate(names)})
         exec("\n".join(lines), namespace)  # generated from the column names alone
         loader = namespace["load"]
         if len(_LOADERS) >= _MAX_LOADERS:
@@ -181,29 +184,12 @@ def attempt_end_params(end: AttemptEnd) -> dict[str, Any]:
 
 
 def queues_from(result: Any) -> Iterator[QueueRecord]:
-    """The queues of a result's rows, taken by position (``result.keys()`` names them)."""
-    position = {name: index for index, name in enumerate(result.keys())}
-    name, paused, limit = position["name"], position["paused"], position["concurrency_limit"]
-    created, updated = position["created_at_ms"], position["updated_at_ms"]
-    for row in result:
-        yield QueueRecord(
-            name=row[name],
-            paused=bool(row[paused]),
-            concurrency_limit=row[limit],
-            created_at_ms=row[created],
-            updated_at_ms=row[updated],
-        )
+    """The queues of a result's rows (its columns named once, not row by row)."""
+    return map(_loader(QueueRecord, _QUEUE_FIELDS, _QUEUE_CONVERSIONS, tuple(result.keys())), result)
 
 
 def queue_from_row(row: Any) -> QueueRecord:
-    values = row._mapping
-    return QueueRecord(
-        name=values["name"],
-        paused=bool(values["paused"]),
-        concurrency_limit=values["concurrency_limit"],
-        created_at_ms=values["created_at_ms"],
-        updated_at_ms=values["updated_at_ms"],
-    )
+    return _loader(QueueRecord, _QUEUE_FIELDS, _QUEUE_CONVERSIONS, tuple(row._fields))(row)
 
 
 def dependency_row(dependency: Dependency) -> dict[str, Any]:

@@ -26,17 +26,16 @@ def chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
 
 
 class Lockable:
-    """A read of the hot path built once, with its locking variant (``FOR UPDATE [SKIP
-    LOCKED]``, for PostgreSQL) built once too: building a statement costs several times
-    what SQLite takes to run it, and the hot path runs a few per job."""
+    """A read of the hot path prepared once (``store.prepared``), with its locking
+    variant (``FOR UPDATE [SKIP LOCKED]``, for PostgreSQL) prepared once too: building
+    a statement costs several times what SQLite takes to run it, and the hot path runs
+    a few per job. ``TxBase._read_locked`` runs the variant the engine needs."""
 
-    __slots__ = ("locked", "plain", "prepared_locked", "prepared_plain")
+    __slots__ = ("locked", "plain")
 
     def __init__(self, query: Select[Any], *, skip_locked: bool = False) -> None:
-        self.plain = query
-        self.locked = query.with_for_update(skip_locked=skip_locked)
-        self.prepared_plain = Prepared(self.plain)
-        self.prepared_locked = Prepared(self.locked)
+        self.plain = Prepared(query)
+        self.locked = Prepared(query.with_for_update(skip_locked=skip_locked))
 
 
 class TxBase:
@@ -60,19 +59,16 @@ class TxBase:
         self._counts: Counter[tuple[str, str]] = Counter()
         """Job count deltas per (queue, state), written once before the commit."""
 
-    def _locked(self, query: Select[Any] | Lockable, skip_locked: bool = False) -> Select[Any]:
-        """``query`` with the lock this engine needs: a prebuilt ``Lockable``'s own
-        variant, or one built now (``FOR UPDATE [SKIP LOCKED]`` on PostgreSQL)."""
-        if isinstance(query, Lockable):
-            return query.locked if self._postgres else query.plain
+    def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
+        """``query`` with the lock this engine needs (``FOR UPDATE [SKIP LOCKED]`` on
+        PostgreSQL); a prebuilt read is a ``Lockable`` instead (``_read_locked``)."""
         if self._postgres:
             return query.with_for_update(skip_locked=skip_locked)
         return query
 
     def _read_locked(self, query: Lockable, params: Mapping[str, Any]) -> DriverRows:
         """Runs a prebuilt read with the lock this engine needs (see ``_locked``)."""
-        prepared = query.prepared_locked if self._postgres else query.prepared_plain
-        return prepared.execute(self._conn, params)
+        return (query.locked if self._postgres else query.plain).execute(self._conn, params)
 
     def _insert_rows(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Inserts ``rows``: one statement of arrays on PostgreSQL when they are many
