@@ -46,7 +46,10 @@ fi
 # The layers are a contract (pyproject.toml [tool.importlinter]): a broken one fails the run.
 .venv/bin/lint-imports --no-cache
 
+# Two pytest-xdist processes by default (RUNWICK_TEST_WORKERS; `-n 0` in the arguments
+# runs in this one). Every test makes its own databases, ports and directories, and each
+# process its own PostgreSQL database, so the processes share nothing.
 # Not exec: the throwaway cluster, if any, is stopped when this shell exits.
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+.venv/bin/python -m pytest -n "${RUNWICK_TEST_WORKERS:-2}" "$@" || status=$?
 exit "$status"
