@@ -20,7 +20,9 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
+from typing import Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -38,6 +40,8 @@ from coordinator.domain.states import JobState, Outcome
 from coordinator.service.effects import Effects
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", Counter, Histogram)
 
 WAIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 """Enqueue-to-start waits: milliseconds when idle workers wait, up to an hour of backlog."""
@@ -77,6 +81,26 @@ class LabelValues:
                 self._admitted.add(value)
                 return value
         return OVERFLOW
+
+
+class _Series(Generic[M]):
+    """A labelled metric's series by their label values, each looked up once:
+    ``labels()`` checks and converts its arguments and takes a lock on every call,
+    which cost more than the increment it was for, several times a job. The values are
+    bounded already (``LabelValues``), so this holds as many series as the metric does;
+    only metrics whose series are never removed go through it."""
+
+    __slots__ = ("_metric", "_series")
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._series: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *labels: str) -> M:
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = self._metric.labels(*labels)
+        return series
 
 
 class CoordinatorMetrics:
@@ -182,6 +206,12 @@ class CoordinatorMetrics:
             buckets=RPC_BUCKETS_S,
             registry=r,
         )
+        self._enqueued = _Series(self.jobs_enqueued)
+        self._completed = _Series(self.jobs_completed)
+        self._waited = _Series(self.job_wait)
+        self._ran = _Series(self.job_run)
+        self._expired = _Series(self.leases_expired)
+        self._abandoned = _Series(self.unstarted_abandonments)
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
@@ -197,28 +227,35 @@ class CoordinatorMetrics:
         return self.queue_label(queue), self.wire_name_label(wire_name)
 
     def enqueued(self, queue: str, wire_name: str) -> None:
-        self.jobs_enqueued.labels(*self._labels(queue, wire_name)).inc()
+        self._enqueued(*self._labels(queue, wire_name)).inc()
+
+    def enqueued_many(self, jobs: Iterable[tuple[str, str]]) -> None:
+        """Counts new jobs given as ``(queue, wire_name)``: one increment per series."""
+        for (queue, wire_name), count in Tally(jobs).items():
+            self._enqueued(*self._labels(queue, wire_name)).inc(count)
 
     def completed(self, queue: str, wire_name: str, state: JobState) -> None:
-        self.jobs_completed.labels(*self._labels(queue, wire_name), state.value).inc()
+        self._completed(*self._labels(queue, wire_name), state.value).inc()
 
     def observe(self, effects: Effects) -> None:
         """Records what one transaction did (a worker batch, an operator action, a
-        maintenance pass)."""
+        maintenance pass): counters once per series, histograms once per value."""
+        labels, waited = self._labels, self._waited
         for started in effects.started:
-            self.job_wait.labels(*self._labels(started.queue, started.wire_name)).observe(
-                started.waited_ms / 1000
-            )
-        for finished in effects.finished:
-            self.completed(finished.queue, finished.wire_name, finished.state)
+            waited(*labels(started.queue, started.wire_name)).observe(started.waited_ms / 1000)
+        finished = Tally((f.queue, f.wire_name, f.state.value) for f in effects.finished)
+        for (queue, wire_name, state), count in finished.items():
+            self._completed(*labels(queue, wire_name), state).inc(count)
         for ended in effects.ended:
-            labels = self._labels(ended.queue, ended.wire_name)
             if ended.ran_ms is not None:
-                self.job_run.labels(*labels, ended.outcome.value).observe(ended.ran_ms / 1000)
+                self._ran(*labels(ended.queue, ended.wire_name), ended.outcome.value).observe(
+                    ended.ran_ms / 1000
+                )
             if ended.lease_lapsed:
-                self.leases_expired.labels(*labels).inc()
+                pair = labels(ended.queue, ended.wire_name)
+                self._expired(*pair).inc()
                 if ended.outcome is Outcome.UNSTARTED_ABANDONED:
-                    self.unstarted_abandonments.labels(*labels).inc()
+                    self._abandoned(*pair).inc()
         stale = effects.stale_result_count()
         if stale:
             self.stale_results.inc(stale)

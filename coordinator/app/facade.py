@@ -353,14 +353,14 @@ class Coordinator:
         if claims is not None:
             self._absorb(claims)
         self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))
-        for spec, item in zip(specs, enqueued, strict=True):
-            if not item.existing:
-                self.metrics.enqueued(spec.queue, spec.wire_name)
-                if item.state.terminal:  # under a parent that failed already (R-15)
-                    self.metrics.completed(spec.queue, spec.wire_name, item.state)
-                elif reserved is None or (spec.run_at_ms is not None and spec.run_at_ms > now):
-                    # (Every session with credit has just claimed: no wake-up is needed.)
-                    self.dispatcher.jobs_available(spec.run_at_ms)
+        created = [(spec, item) for spec, item in zip(specs, enqueued, strict=True) if not item.existing]
+        self.metrics.enqueued_many((spec.queue, spec.wire_name) for spec, _ in created)
+        for spec, item in created:
+            if item.state.terminal:  # under a parent that failed already (R-15)
+                self.metrics.completed(spec.queue, spec.wire_name, item.state)
+            elif reserved is None or (spec.run_at_ms is not None and spec.run_at_ms > now):
+                # (Every session with credit has just claimed: no wake-up is needed.)
+                self.dispatcher.jobs_available(spec.run_at_ms)
         return enqueued
 
     async def get_job(self, job_id: str) -> JobRecord:
@@ -487,10 +487,10 @@ class Coordinator:
 
     def _schedule_fired(self, fired: Fired) -> None:
         """A schedule's new jobs, as ``enqueue`` hands them on: metrics and the dispatcher."""
-        for spec, item in fired.enqueued:
-            if not item.existing:
-                self.metrics.enqueued(spec.queue, spec.wire_name)
-                self.dispatcher.jobs_available(spec.run_at_ms)
+        created = [spec for spec, item in fired.enqueued if not item.existing]
+        self.metrics.enqueued_many((spec.queue, spec.wire_name) for spec in created)
+        for spec in created:
+            self.dispatcher.jobs_available(spec.run_at_ms)
 
     async def create_schedule(self, spec: NewScheduleSpec, actor: Actor) -> ScheduleView:
         return await self.executors.write(self.schedules.create, spec, actor)

@@ -14,7 +14,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
 from coordinator.metrics import OVERFLOW, CoordinatorMetrics, LabelValues
-from coordinator.service.effects import AttemptEnded, JobFinished, RunStarted
+from coordinator.service.effects import AttemptEnded, Effects, JobFinished, RunStarted
 from coordinator.service.work import BatchAnswers, ResultAnswer
 from worker_sdk import configure_logging
 from worker_sdk._logging import JsonFormatter, job_log_context
@@ -116,6 +116,27 @@ def test_queue_and_wire_name_labels_take_a_bounded_number_of_values() -> None:
     metrics.workers([("q1", "q7", "q8")])  # one stream: counted once under the overflow value
     assert value(metrics, "runwick_connected_workers", queue=OVERFLOW) == 1
     assert value(metrics, "runwick_connected_workers", queue="q1") == 1
+
+
+def test_a_transactions_jobs_are_each_counted_once_in_their_bounded_series() -> None:
+    """Counters go up once per series and transaction, by the number of its jobs."""
+    metrics = CoordinatorMetrics(max_label_values=2)
+    metrics.enqueued_many([("q0", "w"), ("q0", "w"), ("q1", "w"), ("q2", "w"), ("q3", "w")])
+    assert value(metrics, "runwick_jobs_enqueued_total", queue="q0", wire_name="w") == 2
+    assert value(metrics, "runwick_jobs_enqueued_total", queue="q1", wire_name="w") == 1
+    assert value(metrics, "runwick_jobs_enqueued_total", queue=OVERFLOW, wire_name="w") == 2
+    finished = [JobFinished(f"j{n}", f"q{n % 4}", "w", JobState.SUCCEEDED) for n in range(8)]
+    metrics.observe(Effects(finished=[*finished, JobFinished("j8", "q0", "w", JobState.FAILED)]))
+    completed = "runwick_jobs_completed_total"
+    assert value(metrics, completed, queue="q0", wire_name="w", outcome="succeeded") == 2
+    assert value(metrics, completed, queue="q1", wire_name="w", outcome="succeeded") == 2
+    assert value(metrics, completed, queue=OVERFLOW, wire_name="w", outcome="succeeded") == 4
+    assert value(metrics, completed, queue="q0", wire_name="w", outcome="failed") == 1
+    metrics.enqueued_many([("q0", "w"), ("q9", "w")])  # the next transaction adds to them
+    assert value(metrics, "runwick_jobs_enqueued_total", queue="q0", wire_name="w") == 3
+    assert value(metrics, "runwick_jobs_enqueued_total", queue=OVERFLOW, wire_name="w") == 3
+    metrics.enqueued_many([])
+    assert len(series(metrics, "runwick_jobs_enqueued_total")) == 3
 
 
 def test_a_label_needs_room_for_one_value() -> None:
