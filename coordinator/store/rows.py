@@ -54,23 +54,22 @@ def job_row(job: JobRecord) -> dict[str, Any]:
     return row
 
 
-def column_value(name: str, value: Any) -> Any:
-    return value.value if name == "state" else value
-
-
 _written_values = operator.attrgetter(*WRITTEN_JOB_FIELDS)
 """Every written field of a job at once (one C call instead of one getattr a field)."""
 
 
 def changed_columns(before: JobRecord, after: JobRecord) -> dict[str, Any]:
-    """The columns ``after`` sets differently from ``before``."""
-    return {
-        name: column_value(name, new)
+    """The columns ``after`` sets differently from ``before`` (the state as its text)."""
+    changed = {
+        name: new
         for name, new, old in zip(
             WRITTEN_JOB_FIELDS, _written_values(after), _written_values(before), strict=True
         )
         if new != old
     }
+    if "state" in changed:
+        changed["state"] = after.state.value
+    return changed
 
 
 def attempt_from_row(row: Any) -> AttemptRecord:
