@@ -59,5 +59,7 @@ class RowUpdate:
 @functools.cache
 def prepared_insert(table: Table) -> Prepared:
     """The INSERT of every row's columns, prepared once per table (``store.prepared``
-    compiles it for the columns each call's rows name)."""
-    return Prepared(insert(table))
+    compiles it for the columns each call's rows name). Inline: no caller wants the
+    keys the database generates, which SQLAlchemy would otherwise ask PostgreSQL to
+    send back for every row (``RETURNING id`` on each count delta and audit event)."""
+    return Prepared(insert(table).inline())

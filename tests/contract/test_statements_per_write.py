@@ -42,6 +42,8 @@ def test_an_enqueue_that_claims_appends_its_count_deltas_once(harness: Harness) 
     assert len(enqueued) == 3 and len(answers.claims[0]) == 2
     # Enqueued (+3 available), then claimed (-2 available, +2 reserved): one statement.
     assert _count(sent, r"INSERT INTO queue_count_deltas") == 1
+    # No insert asks for the keys the database made (PostgreSQL would send one row back each).
+    assert _count(sent, r"^INSERT INTO (?s:.*)RETURNING") == 0
     assert _counts(harness, QUEUE) == {JobState.AVAILABLE: 1, JobState.RESERVED: 2}
 
 
