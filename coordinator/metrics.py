@@ -226,9 +226,6 @@ class CoordinatorMetrics:
     def _labels(self, queue: str, wire_name: str) -> tuple[str, str]:
         return self.queue_label(queue), self.wire_name_label(wire_name)
 
-    def enqueued(self, queue: str, wire_name: str) -> None:
-        self._enqueued(*self._labels(queue, wire_name)).inc()
-
     def enqueued_many(self, jobs: Iterable[tuple[str, str]]) -> None:
         """Counts new jobs given as ``(queue, wire_name)``: one increment per series."""
         for (queue, wire_name), count in Tally(jobs).items():

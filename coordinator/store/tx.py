@@ -305,30 +305,29 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             first, last = job_changes[0].before, job_changes[-1].after
             seq = first.history_seq
             # Each state's text once: a change starts where the one before it ended.
-            from_state = first_state = first.state.value
+            first_state = state = first.state.value
             for change in job_changes:
                 seq += 1
-                to_state = change.after.state.value
+                from_state, state = state, change.after.state.value
                 history.append(
                     {
                         "job_id": first.id,
                         "seq": seq,
                         "at_ms": now_ms,
                         "from_state": from_state,
-                        "to_state": to_state,
+                        "to_state": state,
                         "attempt_id": change.attempt_id,
                         "reason": change.reason,
                     }
                 )
-                from_state = to_state
             values = changed_columns(first, last)
             row = {f"v_{key}": value for key, value in values.items()}
             row.update(v_history_seq=seq, v_updated_at_ms=now_ms, g_id=first.id)
             row.update(g_state=first_state, g_seq=first.history_seq)
             groups.setdefault(tuple(sorted(values)), []).append(row)
-            if from_state != first_state:
+            if state != first_state:  # ``state`` is now the last change's
                 moved[(first.queue, first_state)] -= 1
-                moved[(first.queue, from_state)] += 1
+                moved[(first.queue, state)] += 1
         for columns, rows in groups.items():
             if self._update_rows(_job_update(columns), rows) != len(rows):
                 raise WriteConflict("job changed under a write")

@@ -97,8 +97,7 @@ def series(metrics: CoordinatorMetrics, name: str) -> list[dict[str, str]]:
 
 def test_queue_and_wire_name_labels_take_a_bounded_number_of_values() -> None:
     metrics = CoordinatorMetrics(max_label_values=3)
-    for n in range(10):
-        metrics.enqueued(f"q{n % 5}", f"w{n}")
+    metrics.enqueued_many((f"q{n % 5}", f"w{n}") for n in range(10))
     enqueued = series(metrics, "runwick_jobs_enqueued_total")
     assert {labels["queue"] for labels in enqueued} == {"q0", "q1", "q2", OVERFLOW}
     assert {labels["wire_name"] for labels in enqueued} == {"w0", "w1", "w2", OVERFLOW}
