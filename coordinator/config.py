@@ -24,6 +24,10 @@ class CoordinatorConfig:
     """Address the gRPC server listens on."""
     port: int = 7233
     """gRPC port; 0 picks a free one."""
+    share_port: bool = False
+    """Let other processes of the same user listen on ``port`` too (``SO_REUSEPORT``; the
+    kernel spreads new connections over them): set on every process of ``runwick serve
+    --processes N``. Off, a second server on the port fails to start instead."""
     job_defaults: SettingsLayer = field(default_factory=SettingsLayer)
     """The ``JobDefaults`` precedence level (R-3): over library defaults, under the SDK's."""
     bounds: StoreBounds = field(default_factory=StoreBounds)

@@ -147,7 +147,9 @@ async def serve_grpc(
 def server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
     """The API server's channel options (docs/scaling.md: keepalive, sizes, connection age)."""
     return [
-        ("grpc.so_reuseport", 0),  # a second server on the port must fail, not steal traffic
+        # A second server on the port must fail, not steal traffic, unless it is one of
+        # the processes of one ``serve --processes N`` (``share_port``).
+        ("grpc.so_reuseport", int(config.share_port)),
         # Sized from the bounds (docs/limits.md): a valid request never hits the transport limit
         # before the bound's clear error; one far over it gets RESOURCE_EXHAUSTED.
         ("grpc.max_send_message_length", config.message_limit_bytes()),

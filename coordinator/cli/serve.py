@@ -115,6 +115,14 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default=float(_env("RUNWICK_MAX_CONNECTION_AGE_GRACE_S", "60")),
         help="seconds open streams get after that [RUNWICK_MAX_CONNECTION_AGE_GRACE_S]",
     )
+    serve.add_argument(
+        "--processes",
+        type=_processes,
+        default=_env("RUNWICK_PROCESSES", "1"),
+        metavar="N|auto",
+        help="PostgreSQL: coordinator processes on this host, sharing the gRPC port, so the "
+        "coordinator uses N cores; auto: one per usable core (1 on SQLite) [RUNWICK_PROCESSES]",
+    )
     _database_timeout_flags(serve)
     add_logging_flags(serve)
     _security_flags(serve)
@@ -132,6 +140,15 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "[RUNWICK_MIGRATE_LOCK_TIMEOUT_S]",
     )
     add_logging_flags(migrate)
+
+
+def _processes(text: str) -> int | None:
+    from coordinator.cli.replicas import parse_processes
+
+    try:
+        return parse_processes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _database_flag(parser: argparse.ArgumentParser) -> None:
@@ -261,10 +278,13 @@ def run_serve(options: argparse.Namespace) -> int:
     configure_logging(options.log_level, options.log_format)
     quiet_libraries()
     from coordinator.app import SchemaNotCurrent
+    from coordinator.cli.replicas import process_count, usable_cores
     from coordinator.config import ConfigError, CoordinatorConfig
 
     terminal = sys.stdout.isatty()
     try:
+        url = database_url(options)
+        processes = process_count(options.processes, url, usable_cores())
         bounds = bounds_from_options(options)
         retention = retention_from_options(options)
         config = CoordinatorConfig(
@@ -272,9 +292,10 @@ def run_serve(options: argparse.Namespace) -> int:
             **retention,
             **_security_config(options, terminal=terminal),
             **database_timeouts_config(options),
-            database_url=database_url(options),
+            database_url=url,
             host=options.host,
             port=options.port,
+            share_port=processes > 1,
             maintenance_interval_s=options.maintenance_interval,
             schedule_interval_s=options.schedule_interval,
             schedule_grace_s=options.schedule_grace,
@@ -291,7 +312,12 @@ def run_serve(options: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(
-            _serve_until_signalled(config, json_lines=options.log_format == "json", terminal=terminal)
+            _serve_until_signalled(
+                config,
+                processes,
+                log_settings=(options.log_level, options.log_format),
+                terminal=terminal,
+            )
         )
     except (SchemaNotCurrent, ConfigError) as exc:
         print(f"runwick: {exc}", file=sys.stderr)
@@ -302,21 +328,40 @@ def run_serve(options: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_until_signalled(config: CoordinatorConfig, *, json_lines: bool, terminal: bool) -> None:
+async def _serve_until_signalled(
+    config: CoordinatorConfig, processes: int, *, log_settings: tuple[str, str], terminal: bool
+) -> None:
+    """Runs the coordinator, and with ``processes`` over 1 its replicas on the same port
+    (``cli.replicas``), until SIGTERM or SIGINT; the ready line comes once all listen."""
+    from coordinator.cli.replicas import ReplicaSet
     from coordinator.process import start_coordinator
 
+    json_lines = log_settings[1] == "json"
     running = await start_coordinator(config)
+    replicas = None
+    if processes > 1:
+        replicas = ReplicaSet(config, running.port, processes - 1, *log_settings)
+        try:
+            await replicas.start()
+        except BaseException:
+            await running.stop(grace_s=0)
+            raise
     if terminal:
         announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
+    metrics_ports = [running.metrics_port, *(replicas.metrics_ports if replicas else [])]
+    metrics_text = ", ".join(_port_text(port) for port in metrics_ports)
     _say(
         f"runwick health port {_port_text(running.health_port)}, "
-        f"metrics port {_port_text(running.metrics_port)}, "
+        f"metrics port{'s' if len(metrics_ports) > 1 else ''} {metrics_text}, "
         f"dashboard port {_port_text(running.dashboard_port)}",
         json_lines,
         health_port=running.health_port,
         metrics_port=running.metrics_port,
         dashboard_port=running.dashboard_port,
+        **({"replica_metrics_ports": metrics_ports[1:]} if replicas else {}),
     )
+    if replicas:
+        _say(f"runwick coordinator processes: {processes}", json_lines, processes=processes)
     _say(f"{READY_LINE}{running.target}", json_lines, target=running.target)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -324,7 +369,7 @@ async def _serve_until_signalled(config: CoordinatorConfig, *, json_lines: bool,
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     logging.getLogger("runwick").info("shutting down: draining workers")
-    await running.stop()
+    await asyncio.gather(running.stop(), *([replicas.stop()] if replicas else []))
 
 
 def _port_text(port: int | None) -> str:

@@ -191,3 +191,18 @@ def test_sigterm_stops_what_the_bench_started(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.postgres
+def test_a_run_with_two_coordinator_processes_counts_both() -> None:
+    """``--processes 2``: the coordinator's CPU and memory are its whole process tree's
+    (the first ``serve`` process and its replica), and every job still ran once."""
+    single = bench("--engine", "postgres", "--database-url", ADMIN_URL, "--workers", "2", *SMALL)
+    double = bench(
+        "--engine", "postgres", "--database-url", ADMIN_URL, "--processes", "2", "--workers", "2", *SMALL
+    )
+    _check_figures(double, jobs=300, latency_jobs=20)
+    assert (single["setup"]["processes"], double["setup"]["processes"]) == (None, "2")
+    # Two interpreters resident: well over one's peak (each alone holds tens of MB).
+    assert double["memory"]["coordinator_peak_kb"] > 1.5 * single["memory"]["coordinator_peak_kb"]
+    assert double["cpu"]["seconds"]["coordinator"] > 0

@@ -258,6 +258,10 @@ def test_a_duplicate_a_loss_or_an_early_start_shows_in_the_report() -> None:
         (["--database-url", "sqlite:///x.db"], "SQLite database is always a fresh file"),
         (["--target", "127.0.0.1:1", "--engine", "postgres"], "--target measures a deployment"),
         (["--target", "127.0.0.1:1", "--no-workers"], "--no-workers needs --sink and --queue"),
+        (["--processes", "2"], "--processes over 1 needs --engine postgres"),
+        (["--engine", "postgres", "--processes", "0"], "--processes must be from 1 to 64"),
+        (["--engine", "postgres", "--processes", "x"], "a whole number from 1 to 64 or 'auto'"),
+        (["--target", "127.0.0.1:1", "--processes", "2"], "--target measures a deployment"),
     ],
 )
 def test_bad_flags_exit_2_before_anything_starts(

@@ -105,6 +105,11 @@ def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="--engine postgres: the server to make a scratch database on (dropped afterwards); "
         "default postgresql://postgres@127.0.0.1:5432/postgres",
     )
+    add(
+        "--processes",
+        help="coordinator processes to start (runwick serve --processes: N, or auto); "
+        "default serve's own [RUNWICK_PROCESSES]",
+    )
     add("--work-dir", help="folder for the SQLite file, logs and records (kept); default a temporary one")
     add("--queue", help="queue of the bench's jobs; default runwick-bench-<random>")
     add("--target", help="HOST:PORT of an existing coordinator to measure, instead of starting one")
@@ -161,6 +166,15 @@ def _check(options: argparse.Namespace) -> None:
                 f"{', '.join(given)} need --target (the local coordinator speaks plaintext, without tokens)"
             )
         engine = options.engine or _engine_of(options.database_url)
+        if options.processes is not None:
+            from coordinator.cli.replicas import parse_processes
+
+            try:
+                count = parse_processes(options.processes)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if engine == "sqlite" and count is not None and count > 1:
+                raise UsageError("--processes over 1 needs --engine postgres: SQLite has a single writer")
         if engine == "sqlite" and options.database_url:
             raise UsageError(
                 "--database-url names a PostgreSQL server; the SQLite database is always a fresh file "
@@ -174,9 +188,10 @@ def _check(options: argparse.Namespace) -> None:
         options.key = options.key or env("RUNWICK_KEY")
         if options.tls is None:
             options.tls = env("RUNWICK_TLS", "") not in ("", "0", "false")
-        if options.engine or options.database_url:
+        if options.engine or options.database_url or options.processes:
             raise UsageError(
-                "--engine and --database-url choose a local database; --target measures a deployment"
+                "--engine, --database-url and --processes set up a local coordinator; "
+                "--target measures a deployment"
             )
         if options.no_workers and not (options.sink and options.queue):
             raise UsageError(
@@ -301,7 +316,9 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
     try:
         if options.target is None:
             database = deployment.ScratchDatabase.create(options.engine, options.database_url, folder)
-            coordinator = deployment.start_coordinator(database.url, folder / "coordinator.log")
+            coordinator = deployment.start_coordinator(
+                database.url, folder / "coordinator.log", processes=options.processes
+            )
             target = coordinator.target
             connection = ConnectionOptions(target)
             worker_env = {"RUNWICK_TARGET": target}
@@ -356,6 +373,7 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
             cpu_cores=os.cpu_count(),
             loadavg_1m_before=load,
             database_cpu=database_cpu,
+            processes=options.processes,
         )
         return report.build(
             plan, setup, measured, report.Usage(window, cpu_s, busy, coordinator_peak, worker_peaks)

@@ -163,13 +163,15 @@ class Coordinator:
         return self.process.pid
 
 
-def start_coordinator(database_url: str, log: Path) -> Coordinator:
-    """Starts ``runwick serve`` and waits until it listens (its ready line on stdout)."""
+def start_coordinator(database_url: str, log: Path, *, processes: str | None = None) -> Coordinator:
+    """Starts ``runwick serve`` (``--processes`` when given) and waits until it listens
+    (its ready line on stdout)."""
     argv = [
         *(sys.executable, "-m", "coordinator.cli", "serve", "--database-url", database_url),
         *("--host", "127.0.0.1", "--port", "0", "--health-port", "-1", "--metrics-port", "-1"),
         *("--dashboard-port", "-1"),
         *("--insecure", "--drain-timeout", "5", "--log-level", "WARNING"),
+        *(("--processes", processes) if processes is not None else ()),
     ]
     log_file = log.open("ab")
     process = subprocess.Popen(

@@ -35,6 +35,8 @@ class Setup:
     loadavg_1m_before: float | None
     database_cpu: str
     """Which processes ``database`` counts (or why it is null)."""
+    processes: str | None = None
+    """``--processes`` as given (None: ``runwick serve``'s default)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ def build(plan: Plan, setup: Setup, measured: Measured, usage: Usage) -> dict[st
             "engine": setup.engine,
             "database": setup.database,
             "target": setup.target,
+            "processes": setup.processes,
             "queue": plan.queue,
             "workers": setup.workers,
             "concurrency": setup.concurrency,
