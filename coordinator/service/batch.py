@@ -121,6 +121,12 @@ class _BatchRun:
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
         self._queues: dict[str, QueueRecord] = {}
+        self._exhausted: set[tuple[str, str]] = set()
+        """(queue, wire name) pairs a claim of this batch found nothing more of: the next
+        sessions' claims skip them instead of asking again (at a light load every
+        session with credit claims in the same transaction, and the first takes all
+        there is). Claimable jobs that commit meanwhile wake the dispatcher, which
+        claims again, as if this batch had asked once for all of its sessions."""
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
@@ -305,9 +311,16 @@ class _BatchRun:
         return tuple(free), limited
 
     def _claim_from(self, queues: tuple[str, ...], request: ClaimRequest, limit: int) -> list[Claimed]:
+        exhausted = self._exhausted
+        queues = tuple(q for q in queues if any((q, w) not in exhausted for w in request.wire_names))
+        if not queues:
+            return []
         claimed = []
         lease_until = self.now + request.lease_ms
-        for job in self.tx.claimable(queues, request.wire_names, self.now, limit):
+        found = self.tx.claimable(queues, request.wire_names, self.now, limit)
+        if len(found) < limit:
+            exhausted.update((q, w) for q in queues for w in request.wire_names)
+        for job in found:
             attempt_id = uuid7(self.now)
             updated = self._keep(
                 self.writes.claim(job, attempt_id, request.worker_id, lease_until, request.token_id)

@@ -18,7 +18,7 @@ import pytest
 
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState
-from coordinator.service.work import ClaimRequest
+from coordinator.service.work import ClaimRequest, WorkBatch
 
 from .harness import LEASE_MS, QUEUE, WIRE, WORKER, Harness, sent_statements
 
@@ -106,3 +106,45 @@ def test_a_start_reads_its_attempt_and_job_in_as_few_statements_as_the_engine_al
     assert len(reads) == (3 if postgres else 2), reads
     assert bool(re.search(r"FOR UPDATE", reads[1])) is postgres  # the job's row, locked there
     assert harness.job(claimed.job.id).state is JobState.RUNNING
+
+
+def test_sessions_claiming_in_one_transaction_ask_again_only_where_work_may_be_left(
+    harness: Harness,
+) -> None:
+    """Every session with credit claims in an enqueue's transaction. Once a claim finds
+    fewer jobs than it asked for, the queue has none left for its wire names in this
+    transaction, and the next sessions' claims for them skip the read; a session that
+    takes other wire names still reads, and takes its own job."""
+    other_wire = WIRE + ".other"
+    claims = [
+        ClaimRequest("worker-a", (QUEUE,), (WIRE,), 5, LEASE_MS),
+        ClaimRequest("worker-b", (QUEUE,), (WIRE,), 5, LEASE_MS),
+        ClaimRequest("worker-c", (QUEUE,), (WIRE,), 5, LEASE_MS),
+        ClaimRequest("worker-d", (QUEUE,), (WIRE, other_wire), 5, LEASE_MS),
+    ]
+    specs = [NewJobSpec(WIRE, b"{}", queue=QUEUE), NewJobSpec(other_wire, b"{}", queue=QUEUE)]
+    with sent_statements(executemany=True) as sent:
+        _, answers = harness.jobs.enqueue_then(specs, functools.partial(harness.ops.claim_in, claims=claims))
+    # worker-a asked for five, found one (of its wire name): the queue is empty of WIRE.
+    assert [[c.job.wire_name for c in claimed] for claimed in answers.claims] == [
+        [WIRE],
+        [],
+        [],
+        [other_wire],
+    ]
+    claim_reads = [
+        sql for sql, _ in sent if re.search(r"SELECT jobs\.id(?s:.*)ORDER BY jobs\.priority DESC", sql)
+    ]
+    assert len(claim_reads) == 2  # worker-a's, and worker-d's for the wire name not yet seen empty
+    assert _counts(harness, QUEUE) == {JobState.RESERVED: 2}
+
+
+def test_a_claim_that_filled_its_count_leaves_the_next_session_to_read_again(harness: Harness) -> None:
+    for _ in range(3):
+        harness.enqueue(queue=QUEUE)
+    claims = [
+        ClaimRequest("worker-a", (QUEUE,), (WIRE,), 2, LEASE_MS),
+        ClaimRequest("worker-b", (QUEUE,), (WIRE,), 2, LEASE_MS),
+    ]
+    answers = harness.ops.process(WorkBatch(claims=claims))
+    assert [len(claimed) for claimed in answers.claims] == [2, 1]
