@@ -79,8 +79,9 @@ def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: 
     tx.register_queues({record.queue for record in fresh}, now_ms)
     tx.insert_jobs(fresh, now_ms)
     tx.insert_dependencies(edges)
-    if any(record.state is JobState.AVAILABLE for record in fresh):
-        tx.notify_jobs_available()
+    available = [record.id for record in fresh if record.state is JobState.AVAILABLE]
+    if available:
+        tx.notify_jobs_available(available)
     return [results[job.index] for job in batch]
 
 

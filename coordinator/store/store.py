@@ -209,6 +209,7 @@ class Store:
                 tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
                 yield tx
                 tx.write_counts()
+                tx.send_notification()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
         except DBAPIError as exc:

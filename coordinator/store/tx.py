@@ -88,7 +88,7 @@ _CLAIMABLE_IN_QUEUE = Lockable(
     .limit(bindparam("limit", type_=Integer)),
     skip_locked=True,
 )
-_NOTIFY = text("SELECT pg_notify(:channel, :origin)")
+_NOTIFY = Prepared(text("SELECT pg_notify(:channel, :origin)"))
 
 
 @functools.cache
@@ -213,7 +213,10 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             found.extend(jobs_from(self._read_locked(_CLAIMABLE_IN_QUEUE, params)))
         if len(queues) > 1:
             found.sort(key=_claim_order)
-        return found[:limit]
+        found = found[:limit]
+        # The caller claims every job returned: none of them is left for other replicas.
+        self._to_announce.difference_update(job.id for job in found)
+        return found
 
     def expired_leases(self, now_ms: int, limit: int) -> list[JobRecord]:
         query = (
@@ -246,17 +249,33 @@ class Tx(QueueOps, DependencyOps, AccessOps):
 
     # -- job writes ------------------------------------------------------------------
 
-    def notify_jobs_available(self) -> None:
+    def notify_jobs_available(self, job_ids: Iterable[str] | None = None) -> None:
         """Wakes idle dispatchers on every replica when this transaction commits.
 
-        One NOTIFY per transaction (PostgreSQL folds repeats of the same payload): NOTIFY
-        takes a global lock at commit, so it must never be one per row. Its payload is
-        the store's origin, so the replica that wrote it, which has already woken its
-        own dispatcher, does not claim again for it. No-op on SQLite, which has one
-        coordinator process.
+        ``job_ids``: the jobs this write made claimable, when the caller knows them
+        (an enqueue): if this transaction's own claims take every one of them, no other
+        replica could claim anything and none is woken. None: not known which; the
+        notification is sent. It goes out once, just before the commit
+        (``send_notification``): NOTIFY takes a global lock at commit, so it must never
+        be one per row, and a notification is only delivered at the commit anyway. Its
+        payload is the store's origin, so the replica that wrote it, which has already
+        woken its own dispatcher, does not claim again for it. No-op on SQLite, which
+        has one coordinator process.
         """
-        if self._postgres:
-            self._conn.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL, "origin": self.origin})
+        if not self._postgres:
+            return
+        if job_ids is None:
+            self._notify_anyway = True
+        else:
+            self._to_announce.update(job_ids)
+
+    def send_notification(self) -> None:
+        """Sends the notification asked for (``notify_jobs_available``), if jobs are
+        left to announce; ``Store`` calls it before every commit."""
+        if self._notify_anyway or self._to_announce:
+            _NOTIFY.execute(self._conn, {"channel": NOTIFY_CHANNEL, "origin": self.origin})
+        self._notify_anyway = False
+        self._to_announce.clear()
 
     def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an

@@ -58,6 +58,11 @@ class TxBase:
         """Queues this transaction made sure exist: known to the store once it commits."""
         self._counts: Counter[tuple[str, str]] = Counter()
         """Job count deltas per (queue, state), written once before the commit."""
+        self._to_announce: set[str] = set()
+        """Jobs this transaction made claimable and did not claim itself (PostgreSQL):
+        other replicas are notified of them at the commit (``Tx.send_notification``)."""
+        self._notify_anyway = False
+        """Other replicas are notified at the commit, whatever was claimed."""
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         """``query`` with the lock this engine needs (``FOR UPDATE [SKIP LOCKED]`` on

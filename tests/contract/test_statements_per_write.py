@@ -148,3 +148,33 @@ def test_a_claim_that_filled_its_count_leaves_the_next_session_to_read_again(har
     ]
     answers = harness.ops.process(WorkBatch(claims=claims))
     assert [len(claimed) for claimed in answers.claims] == [2, 1]
+
+
+def _notifications(sent: list[tuple[str, Any]]) -> int:
+    return _count(sent, r"pg_notify")
+
+
+def test_an_enqueue_whose_claims_take_every_new_job_wakes_no_other_replica(harness: Harness) -> None:
+    """PostgreSQL notifies the other replicas of claimable jobs at the commit; when the
+    enqueue's own claims reserved them all, nobody else could claim one, so no
+    notification is sent (SQLite, one process, never sends one)."""
+    claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 5, LEASE_MS)]
+    with sent_statements() as sent:
+        harness.jobs.enqueue_then(
+            [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(2)],
+            functools.partial(harness.ops.claim_in, claims=claims),
+        )
+    assert _notifications(sent) == 0
+    assert _counts(harness, QUEUE) == {JobState.RESERVED: 2}
+
+
+def test_jobs_an_enqueue_left_unclaimed_are_announced_once(harness: Harness) -> None:
+    claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 1, LEASE_MS)]  # one of the two
+    with sent_statements() as sent:
+        harness.jobs.enqueue_then(
+            [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(2)],
+            functools.partial(harness.ops.claim_in, claims=claims),
+        )
+        harness.jobs.enqueue([NewJobSpec(WIRE + ".nobody", b"{}", queue=QUEUE) for _ in range(3)])
+    assert _notifications(sent) == (2 if harness.store.postgres else 0)  # one per transaction
+    assert _counts(harness, QUEUE) == {JobState.RESERVED: 1, JobState.AVAILABLE: 4}
