@@ -349,7 +349,7 @@ class Coordinator:
                 enqueued, claims = await self.executors.write(self.jobs.enqueue_then, list(specs), claim)
         finally:
             if reserved is not None:
-                self.dispatcher.settle_claims(reserved, claims.claims if claims is not None else None)
+                self.dispatcher.settle_claims(reserved, claims)
         if claims is not None:
             self._absorb(claims)
         self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))

@@ -31,7 +31,6 @@ from coordinator.service.executors import Executors
 from coordinator.service.work import (
     AttemptMessage,
     BatchAnswers,
-    Claimed,
     ClaimRequest,
     HeartbeatRequest,
     ResultReport,
@@ -230,24 +229,26 @@ class Dispatcher:
         reservation must end in ``settle_claims``, whatever happened."""
         if self._stopping or self.draining:
             return None
+        self._heard_of_work()
         sessions = [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
         if not sessions:
             return None
         return ReservedClaims(sessions, [_reserve(s) for s in sessions])
 
-    def settle_claims(self, reserved: ReservedClaims, claims: list[list[Claimed]] | None) -> None:
-        """Hands out what the enqueue claimed (``claims``, one list per request; None when
-        its transaction failed) and gives back the credit it did not use."""
-        if claims is None:
-            claims = [[] for _ in reserved.requests]
+    def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
+        """Hands out what the enqueue claimed (``answers``: its claims, one list per
+        request; None when its transaction failed) and gives back the credit it did not
+        use."""
+        if answers is None:
+            answers = BatchAnswers(claims=[[] for _ in reserved.requests])
             self._claim_needed = True  # nothing was claimed: the loop tries again
             self._wake.set()
-        self._hand_out(reserved.sessions, reserved.requests, claims)
+        self._hand_out(reserved.sessions, reserved.requests, answers)
         if any(session in self._retiring for session in reserved.sessions):
             self._wake.set()  # a stream that waited for this delivery to end can end now
 
     def _hand_out(
-        self, sessions: list[WorkerSession], requests: list[ClaimRequest], claims: list[list[Claimed]]
+        self, sessions: list[WorkerSession], requests: list[ClaimRequest], answers: BatchAnswers
     ) -> None:
         """Delivers claims made for reserved credit and gives back the credit not used.
         A session whose claim took all it could (all it asked for, or ``max_claim_batch``,
@@ -257,7 +258,8 @@ class Dispatcher:
         of its own.)"""
         refill = False
         bounds = self.config.bounds
-        for session, request, claimed in zip(sessions, requests, claims, strict=True):
+        drained = answers.drained or [False] * len(requests)
+        for session, request, claimed, empty in zip(sessions, requests, answers.claims, drained, strict=True):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
             if claimed and session in self.sessions:
@@ -265,6 +267,7 @@ class Dispatcher:
             took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
             missed_work = session.claim_may_be_stale
             session.claim_may_be_stale = False
+            session.drained = empty and not missed_work
             refill = refill or ((took_all_it_could or missed_work) and session.credit > 0)
         if refill:
             self._claim_needed = True
@@ -310,7 +313,7 @@ class Dispatcher:
             log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
             for session in routes.sessions():
                 session.close()
-            self._hand_out(routes.claims, batch.claims, [[] for _ in batch.claims])
+            self._hand_out(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
             self._deliver(answers, routes, batch.claims)
@@ -351,17 +354,27 @@ class Dispatcher:
         self._retiring = [s for s in self._retiring if s.reserved]
         if self._claim_needed and not self._stopping:
             self._claim_needed = False
-            work_arrived, self._work_arrived = self._work_arrived, False
+            if self._work_arrived:
+                self._work_arrived = False
+                self._heard_of_work()
             for session in self.sessions:
-                if work_arrived and session.reserved:
-                    # Its claim in flight may have read before this wake-up's work committed
-                    # (PostgreSQL writes batches and enqueues at once): not a lost wake-up.
-                    session.claim_may_be_stale = True
-                if session.credit > 0 and not session.draining and session.wire_names:
+                # A drained session claims again when work is heard of, not merely because
+                # a run ended and gave its credit back: at a light load, that would be a
+                # claim (and its credit set aside) after every result.
+                if session.credit > 0 and not session.draining and session.wire_names and not session.drained:
                     # Set aside until delivered: an enqueue's claims must not spend it too.
                     batch.claims.append(_reserve(session))
                     routes.claims.append(session)
         return batch, routes
+
+    def _heard_of_work(self) -> None:
+        """Jobs may have become claimable: every session may claim again, and one whose
+        claim is out may have read before that work committed (PostgreSQL writes batches
+        and enqueues at once), so it claims again once the credit is back."""
+        for session in self.sessions:
+            session.drained = False
+            if session.reserved:
+                session.claim_may_be_stale = True
 
     def _deliver(self, answers: BatchAnswers, routes: _Routes, batch_claims: list[ClaimRequest]) -> None:
         for session, start in zip(routes.starts, answers.starts, strict=True):
@@ -375,7 +388,7 @@ class Dispatcher:
         if routes.claims:
             self.claim_rounds += 1
         self.on_effects(answers)
-        self._hand_out(routes.claims, batch_claims, answers.claims)
+        self._hand_out(routes.claims, batch_claims, answers)
 
     # -- management -----------------------------------------------------------------
 

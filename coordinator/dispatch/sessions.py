@@ -88,6 +88,10 @@ class WorkerSession:
     claim_may_be_stale: bool = False
     """Work became claimable while this session's credit was out in a claim, which may
     have read before that work committed: once the credit is back, it claims again."""
+    drained: bool = False
+    """Its last claim found its queues empty (``BatchAnswers.drained``) and no work was
+    heard of since: credit coming back alone (a run ended) does not make it claim again.
+    Any news of work clears it (``Dispatcher``)."""
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)

@@ -151,7 +151,10 @@ class _BatchRun:
             self.writes.flush()  # claims read the database: it must see this batch's releases
         # R-17: the controls of every queue asked for, read once (limited ones locked).
         self._queues = self.tx.queue_controls(q for request in batch.claims for q in request.queues)
-        self.answers.claims = [self._claim(request) for request in batch.claims]
+        for request in batch.claims:
+            claimed, drained = self._claim(request)
+            self.answers.claims.append(claimed)
+            self.answers.drained.append(drained)
         self.writes.flush()
         return self.answers
 
@@ -278,10 +281,12 @@ class _BatchRun:
         )
         return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
 
-    def _claim(self, request: ClaimRequest) -> list[Claimed]:
+    def _claim(self, request: ClaimRequest) -> tuple[list[Claimed], bool]:
+        """The jobs claimed for ``request``, and whether its queues are drained of its
+        wire names (``BatchAnswers.drained``)."""
         limit = self.tx.bounds.clamp_claim_batch(request.count)  # docs/limits.md: clamp silently
         if limit <= 0 or not request.wire_names:
-            return []
+            return [], False
         claimed: list[Claimed] = []
         free, limited = self._open_queues(request.queues)
         if free:
@@ -289,10 +294,13 @@ class _BatchRun:
         for queue, room in limited.items():
             if len(claimed) < limit and room > 0:
                 claimed += self._claim_from((queue,), request, min(room, limit - len(claimed)))
+        # A paused queue or a limit may hold jobs back that a later claim gets, and a
+        # claim that took all it could may have left more.
+        drained = len(free) == len(request.queues) and len(claimed) < limit
         outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
         if outputs:
             claimed = [evolve(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
-        return claimed
+        return claimed, drained
 
     def _open_queues(self, names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
         """R-17: the queues a claim may take from — those without a limit, and for each

@@ -114,6 +114,10 @@ class BatchAnswers(Effects):
     heartbeats: list[HeartbeatAnswer] = field(default_factory=list)
     results: list[ResultAnswer] = field(default_factory=list)
     claims: list[list[Claimed]] = field(default_factory=list)
+    drained: list[bool] = field(default_factory=list)
+    """For each claim, whether it found its queues empty of its wire names: fewer jobs
+    than it could take, none held back by a paused queue or a concurrency limit. Its
+    worker needs no claim again until work is heard of (``Dispatcher``)."""
 
     @property
     def lost(self) -> list[set[str]]:

@@ -46,3 +46,51 @@ async def test_a_job_at_light_load_costs_three_write_transactions(database_url: 
             written = len(transactions) - before
     # Under four per job, whatever background work (about one transaction in 2 s) falls in.
     assert 3 * JOBS <= written < 4 * JOBS, f"{written} transactions for {JOBS} jobs"
+
+
+async def test_idle_workers_whose_queue_ran_dry_claim_again_only_with_new_work(database_url: str) -> None:
+    """Three workers wait on an empty queue. A run that ends gives its credit back, and
+    that alone makes no claim: the worker's last claim found the queue empty and no work
+    was heard of since. Each enqueue then finds every idle worker's credit free and
+    claims in its own transaction, never in a claim transaction of its own."""
+    async with coordinator_without_wake_ups(database_url) as running:
+        workers = [Worker(running.target, concurrency=2) for _ in range(3)]
+        for worker in workers:
+
+            @worker.handler(Task)
+            async def run(payload: Task, ctx: JobContext) -> None:
+                return None
+
+        async with AsyncClient(running.target) as client, workers[0], workers[1], workers[2]:
+            dispatcher = running.app.dispatcher
+            await eventually(lambda: len(dispatcher.sessions) == 3, what="three sessions")
+            await eventually(
+                lambda: all(s.drained and not s.reserved for s in dispatcher.sessions) or None,
+                what="every worker's first claim to find the queue empty",
+            )
+            rounds = dispatcher.claim_rounds
+            for number in range(JOBS):
+                job_id = await client.enqueue(Task(f"dry-{number}", 0))
+                info = await client.wait(job_id, timedelta(seconds=10))
+                assert info.state is JobState.SUCCEEDED
+            # Their results were written without a claim; the enqueues claimed for them.
+            assert dispatcher.claim_rounds == rounds
+
+
+async def test_a_run_that_frees_a_limited_queue_lets_its_worker_claim_the_next_job(database_url: str) -> None:
+    """A concurrency limit, not an empty queue, held jobs back: the claim is not drained,
+    so the credit a run gives back claims again at once (no wake-up would come)."""
+    async with coordinator_without_wake_ups(database_url) as running:
+        worker = Worker(running.target, concurrency=3)
+
+        @worker.handler(Task)
+        async def run(payload: Task, ctx: JobContext) -> None:
+            return None
+
+        async with AsyncClient(running.target) as client:
+            job_ids = await client.enqueue_many([Task(f"limited-{n}", 0) for n in range(3)])
+            await client.set_queue_limit("default", 1)
+            async with worker:
+                for job_id in job_ids:
+                    info = await client.wait(job_id, timedelta(seconds=10))
+                    assert info.state is JobState.SUCCEEDED
