@@ -46,7 +46,7 @@ from coordinator.store.schema import (
     transitions,
 )
 from coordinator.store.tx_access import AccessOps
-from coordinator.store.tx_base import Lockable, chunks
+from coordinator.store.tx_base import IN_CHUNK, Lockable, chunks
 from coordinator.store.tx_dependencies import DependencyOps
 from coordinator.store.tx_queues import QueueOps
 
@@ -72,6 +72,18 @@ _JOBS_BY_IDS = Lockable(
 _ATTEMPTS_BY_IDS = Prepared(select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True))))
 _ATTEMPTS_JOB_IDS = Prepared(
     select(attempts.c.job_id).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+)
+_JOBS_OF_ATTEMPTS = Prepared(
+    # PostgreSQL only: the attempts' jobs, locked in id order, in one statement. ARRAY()
+    # runs the attempts' lookup once, first (an InitPlan), and the jobs are then found by
+    # their primary key; a join or ``IN (SELECT ...)`` was planned as a merge join walking
+    # the jobs' primary key from the oldest job.
+    select(jobs)
+    .where(
+        text("jobs.id = ANY(ARRAY(SELECT attempts.job_id FROM attempts WHERE attempts.id = ANY(:ids)))")
+    )
+    .order_by(jobs.c.id)
+    .with_for_update()
 )
 _CLAIMABLE_IN_QUEUE = Lockable(
     select(jobs)
@@ -151,23 +163,24 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         lock means a batch on another replica that ended one of them has committed by then
         and is seen, where reading them first could see it open and its job already ended.
 
-        Three reads by key (job IDs, locked jobs, attempts). Asked as one statement
-        (``jobs.id IN (SELECT job_id ...)``), PostgreSQL merge-joined it: a walk of the
-        jobs' primary key from the oldest job to the newest one asked for, which is
-        every finished job before them.
-
-        On SQLite, whose single writer holds the database from the transaction's first
-        statement (``BEGIN IMMEDIATE``), nothing can commit between two reads, so the
-        attempts are read first and name their jobs: two reads instead of three."""
+        Two reads by key on each engine. On PostgreSQL the jobs are found and locked
+        through their attempts in one statement (``_JOBS_OF_ATTEMPTS``), then the
+        attempts are read. On SQLite, whose single writer holds the database from the
+        transaction's first statement (``BEGIN IMMEDIATE``), nothing can commit between
+        two reads, so the attempts are read first and name their jobs."""
         ordered = sorted(set(attempt_ids))
         if not self._postgres:
             found = self.attempts_by_ids(ordered)
             return found, self.jobs_by_ids(attempt.job_id for attempt in found.values())
-        job_ids: set[str] = set()
-        for chunk in chunks(ordered):
-            job_ids.update(_ATTEMPTS_JOB_IDS.execute(self._conn, {"ids": chunk}).scalars())
-        locked = self.jobs_by_ids(job_ids)  # before the attempts are read (see above)
-        return self.attempts_by_ids(ordered), locked
+        if len(ordered) <= IN_CHUNK:
+            rows = _JOBS_OF_ATTEMPTS.execute(self._conn, {"ids": ordered})
+            locked = {job.id: job for job in jobs_from(rows)}
+        else:  # locked in one id order across chunks, so concurrent batches cannot deadlock
+            job_ids: set[str] = set()
+            for chunk in chunks(ordered):
+                job_ids.update(_ATTEMPTS_JOB_IDS.execute(self._conn, {"ids": chunk}).scalars())
+            locked = self.jobs_by_ids(job_ids)
+        return self.attempts_by_ids(ordered), locked  # the attempts after the lock (see above)
 
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
         ordered = sorted(set(keys))

@@ -16,13 +16,13 @@ from coordinator.store import pg_arrays
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.row_writes import RowUpdate, prepared_insert
 
-_IN_CHUNK = 1_000
+IN_CHUNK = 1_000
 """Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
 
 
 def chunks(values: Sequence[str]) -> Iterator[Sequence[str]]:
-    for start in range(0, len(values), _IN_CHUNK):
-        yield values[start : start + _IN_CHUNK]
+    for start in range(0, len(values), IN_CHUNK):
+        yield values[start : start + IN_CHUNK]
 
 
 class Lockable:
