@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,7 +171,9 @@ class Dispatcher:
         self._wake.set()
 
     def result(self, session: WorkerSession, report: ResultReport) -> None:
-        self._batch.results.append(dataclasses.replace(report, sender=session.identity))
+        self._batch.results.append(
+            ResultReport(report.attempt_id, report.report, report.output, session.identity)
+        )
         self._routes.results.append(session)
         self._wake.set()
 

@@ -8,6 +8,7 @@ many assignments ride in one message.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
@@ -96,9 +97,10 @@ class WorkerSession:
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)
 
-    @property
+    @functools.cached_property
     def identity(self) -> WorkerIdentity:
-        """Who this stream's messages come from: only it may act on the attempts it claims."""
+        """Who this stream's messages come from: only it may act on the attempts it claims.
+        (Its worker ID and token are fixed for the stream's life: made once.)"""
         return WorkerIdentity(self.worker_id, self.token_id, self.token_queues)
 
     def deliver(self, delivery: Delivery) -> None:

@@ -79,9 +79,7 @@ _JOBS_OF_ATTEMPTS = Prepared(
     # their primary key; a join or ``IN (SELECT ...)`` was planned as a merge join walking
     # the jobs' primary key from the oldest job.
     select(jobs)
-    .where(
-        text("jobs.id = ANY(ARRAY(SELECT attempts.job_id FROM attempts WHERE attempts.id = ANY(:ids)))")
-    )
+    .where(text("jobs.id = ANY(ARRAY(SELECT attempts.job_id FROM attempts WHERE attempts.id = ANY(:ids)))"))
     .order_by(jobs.c.id)
     .with_for_update()
 )
