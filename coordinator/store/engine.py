@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from coordinator.store.pg_cursor import OneSyncPerStatementCursor
 from coordinator.store.prepared import Prepared
 
 MAX_TIMEOUT_MS = 2**31 - 1
@@ -108,7 +109,8 @@ def _pg_engine(url: str, timeouts: DatabaseTimeouts, *, pool_size: int, pre_ping
         max_overflow=pool_size,
         pool_pre_ping=pre_ping,
         hide_parameters=True,
-        connect_args={"options": _pg_options(url, timeouts)},
+        # executemany without pipeline mode, which would disarm the idle timeout (pg_cursor).
+        connect_args={"options": _pg_options(url, timeouts), "cursor_factory": OneSyncPerStatementCursor},
     )
 
 

@@ -1,10 +1,11 @@
 """PostgreSQL: a batch's rows in one statement, sent as one array per column and unpacked
 by ``unnest``, instead of one execution per row.
 
-psycopg's ``executemany`` pipelines one execution per row: the server parses, plans and
-runs each, and the driver handles each one's result in Python (about 20 us a row on
-the coordinator's side alone). A worker batch writes several rows per job (its update,
-its transition, its attempt), so that was most of a PostgreSQL batch's time. One
+``executemany`` is one execution per row: the server parses, plans and runs each, and
+the driver handles each one's result in Python (about 20 us a row on the coordinator's
+side alone), each its own round trip (``store.pg_cursor`` says why). A worker batch
+writes several rows per job (its update, its transition, its attempt), so that was most
+of a PostgreSQL batch's time. One
 statement per table does the same writes; an update's row count still tells whether
 every row's guard held (``row_writes.RowUpdate``). SQLite keeps ``executemany``, which
 its driver runs in C.
@@ -22,22 +23,26 @@ from typing import Any
 from sqlalchemy import Connection, Table, TextClause, text
 from sqlalchemy.dialects import postgresql
 
+from coordinator.store.prepared import Prepared
 from coordinator.store.row_writes import RowUpdate
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 MIN_ROWS = 8
-"""Fewer rows go through ``executemany`` instead: a statement over ``unnest`` costs the
-server a join that a plain update by primary key does not, which for the one or two rows
-of a batch at light load was more than the executions it saves (PostgreSQL's CPU per job
-at 100 jobs/s rose from 3.7 to 4.1-4.8 ms with arrays for every batch)."""
+"""Updates of fewer rows go through ``executemany`` instead: a statement over ``unnest``
+costs the server a join that a plain update by primary key does not, which for the one
+or two rows of a batch at light load was more than the executions it saves
+(PostgreSQL's CPU per job at 100 jobs/s rose from 3.7 to 4.1-4.8 ms with arrays for
+every batch). Inserts join nothing: two rows or more go as arrays (``MIN_INSERT_ROWS``),
+one round trip where ``executemany`` now takes one per row (``store.pg_cursor``)."""
+MIN_INSERT_ROWS = 2
 
 
 def insert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Inserts ``rows`` (each with the same columns) in one statement."""
     if rows:
         columns = tuple(rows[0])
-        conn.execute(_insert_statement(table, columns), _arrays(columns, rows))
+        _insert_statement(table, columns).executemany(conn, [_arrays(columns, rows)])
 
 
 def update(conn: Connection, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> int:
@@ -46,7 +51,7 @@ def update(conn: Connection, row_update: RowUpdate, rows: Sequence[Mapping[str, 
     if not rows:
         return 0
     names = [param for param, _ in (*row_update.keys, *row_update.values)]
-    return conn.execute(_update_statement(row_update), _arrays(names, rows)).rowcount
+    return _update_statement(row_update).executemany(conn, [_arrays(names, rows)])
 
 
 def _arrays(names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -62,13 +67,17 @@ def _unnest(table: Table, params: Sequence[tuple[str, str]]) -> str:
 
 
 @functools.cache
-def _insert_statement(table: Table, columns: tuple[str, ...]) -> TextClause:
+def _insert_statement(table: Table, columns: tuple[str, ...]) -> Prepared:
     source = _unnest(table, [(column, column) for column in columns])
-    return text(f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {source}")
+    return Prepared(text(f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {source}"))
 
 
 @functools.cache
-def _update_statement(row_update: RowUpdate) -> TextClause:
+def _update_statement(row_update: RowUpdate) -> Prepared:
+    return Prepared(_update_text(row_update))
+
+
+def _update_text(row_update: RowUpdate) -> TextClause:
     table = row_update.table
     assignments = ", ".join(f"{column} = v.{param}" for param, column in row_update.values)
     matches = [f"{table.name}.{column} = v.{param}" for param, column in row_update.keys]

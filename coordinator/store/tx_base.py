@@ -80,7 +80,7 @@ class TxBase:
         (``pg_arrays``), the driver's ``executemany`` otherwise."""
         if not rows:
             return
-        if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
+        if self._postgres and len(rows) >= pg_arrays.MIN_INSERT_ROWS:
             pg_arrays.insert(self._conn, table, rows)
         else:
             prepared_insert(table).executemany(self._conn, rows)

@@ -48,8 +48,8 @@ def _jobs(count: int = 3) -> list[JobRecord]:
     return [bare, full, empty, *plain][:count]
 
 
-# A batch of a few rows goes through executemany on both engines; from MIN_ROWS on,
-# PostgreSQL sends arrays.
+# A batch of a few rows goes through executemany on SQLite, and for updates on PostgreSQL
+# too; from MIN_ROWS on (inserts: MIN_INSERT_ROWS), PostgreSQL sends arrays.
 SIZES = pytest.mark.parametrize("count", [3, pg_arrays.MIN_ROWS], ids=["few rows", "many rows"])
 
 
@@ -60,7 +60,7 @@ def test_every_column_type_is_written_as_given(store: Store, count: int) -> None
         store.transact(lambda tx: tx.insert_jobs(written, NOW_MS), what="a test")
     assert [store.get_job(job.id) for job in written] == written
     inserts = [sql for sql, _ in sent if sql.startswith("INSERT INTO jobs")]
-    arrays = store.postgres and count >= pg_arrays.MIN_ROWS
+    arrays = store.postgres and count >= pg_arrays.MIN_INSERT_ROWS
     assert len(inserts) == 1  # one statement for all the rows, on either engine
     assert ("unnest(" in inserts[0]) is arrays
 

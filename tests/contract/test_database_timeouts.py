@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import bindparam, text, update
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
@@ -26,6 +26,8 @@ from coordinator.errors import Unavailable
 from coordinator.service.work import AttemptMessage, WorkBatch
 from coordinator.store import DatabaseTimeouts, Store, StoreError
 from coordinator.store.engine import create_read_engine, create_write_engine
+from coordinator.store.prepared import Prepared
+from coordinator.store.schema import jobs
 from tests.support import wait_until
 
 from .harness import WIRE, Harness
@@ -131,6 +133,39 @@ def test_a_replica_frozen_in_a_transaction_loses_its_locks_and_expiry_recovers_t
     assert (job.state, job.current_attempt_id) == (JobState.SCHEDULED, None)
     [attempt] = healthy.attempts(job_id)
     assert attempt.id == attempt_id and attempt.outcome is not None
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("how", ["prepared", "sqlalchemy"])
+def test_a_replica_frozen_after_a_write_of_several_rows_still_loses_its_locks(
+    replicas: tuple[Store, Harness], how: str
+) -> None:
+    """The same, frozen right after a statement run for several parameter sets
+    (``executemany``, through the hot path's prepared statements or SQLAlchemy): psycopg
+    would run it in pipeline mode, after which the server no longer ends the idle session
+    (``store.pg_cursor``); the job must still be recovered."""
+    stalling, healthy = replicas
+    job_id, attempt_id = _running_job(healthy)
+    healthy.clock.advance(LEASE_MS)
+    stamp = update(jobs).where(jobs.c.id == bindparam("job"), jobs.c.queue == bindparam("b_queue"))
+
+    with pytest.raises(StoreError), stalling.write() as tx:
+        assert job_id in tx.jobs_by_ids([job_id])  # FOR UPDATE: the row is locked
+        params = [{"job": job_id, "b_queue": "none"}, {"job": "no-such-job", "b_queue": "none"}]
+        if how == "prepared":
+            assert Prepared(stamp.values(updated_at_ms=0)).executemany(tx._conn, params) == 0
+        else:
+            tx._conn.execute(stamp.values(updated_at_ms=0), params)
+
+        def recovered() -> bool:
+            healthy.ops.expire_leases()
+            return healthy.job(job_id).state is not JobState.RUNNING
+
+        wait_until(recovered, timeout=15, interval=0.1, what="lease expiry to recover the held job")
+
+    job = healthy.job(job_id)
+    assert (job.state, job.current_attempt_id) == (JobState.SCHEDULED, None)
+    assert healthy.attempts(job_id)[0].id == attempt_id
 
 
 @pytest.mark.postgres
