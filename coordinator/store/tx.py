@@ -293,6 +293,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         idempotency key is taken."""
         if not new_jobs:
             return
+        self._inserted_jobs.update(job.id for job in new_jobs)
         try:
             self._insert_rows(jobs, [job_row(job) for job in new_jobs])
         except IntegrityError as exc:

@@ -58,6 +58,10 @@ class TxBase:
         """Queues this transaction made sure exist: known to the store once it commits."""
         self._counts: Counter[tuple[str, str]] = Counter()
         """Job count deltas per (queue, state), written once before the commit."""
+        self._inserted_jobs: set[str] = set()
+        self._inserted_with_parents: set[str] = set()
+        """Jobs this transaction inserted, and those of them it gave parents: a job gets
+        its parents only when it is inserted, so the others have none."""
         self._to_announce: set[str] = set()
         """Jobs this transaction made claimable and did not claim itself (PostgreSQL):
         other replicas are notified of them at the commit (``Tx.send_notification``)."""

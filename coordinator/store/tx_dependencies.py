@@ -46,6 +46,7 @@ class DependencyOps(TxBase):
     # -- dependencies (R-15, R-16) ----------------------------------------------------------
 
     def insert_dependencies(self, rows: Sequence[Dependency]) -> None:
+        self._inserted_with_parents.update(row.child_id for row in rows)
         if rows:
             self._conn.execute(_INSERT_DEPENDENCIES, [dependency_row(row) for row in rows])
 
@@ -90,9 +91,12 @@ class DependencyOps(TxBase):
         return found
 
     def parent_outputs(self, child_ids: Iterable[str]) -> dict[str, dict[str, bytes]]:
-        """The outputs of the parents of each of ``child_ids`` (R-16), for their claims."""
+        """The outputs of the parents of each of ``child_ids`` (R-16), for their claims.
+        Jobs this transaction inserted without parents are not asked about: an enqueue
+        that claims its own new jobs reads nothing here."""
         found: dict[str, dict[str, bytes]] = {}
-        for chunk in chunks(sorted(set(child_ids))):
+        orphans = self._inserted_jobs - self._inserted_with_parents
+        for chunk in chunks(sorted(set(child_ids) - orphans)):
             for child_id, parent_id, output in _PARENT_OUTPUTS.execute(self._conn, {"child_ids": chunk}):
                 found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
         return found

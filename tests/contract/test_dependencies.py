@@ -5,6 +5,9 @@ dependents re-opens them; a batch can declare a whole workflow at once."""
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
@@ -15,8 +18,9 @@ from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from coordinator.service.manage import ManagementService
+from coordinator.service.work import BatchAnswers, ClaimRequest
 
-from .harness import SECOND, WIRE, Harness
+from .harness import SECOND, WIRE, Harness, sent_statements
 
 OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
 
@@ -234,3 +238,30 @@ def _result(harness: Harness, attempt_id: str, outcome: Outcome):  # type: ignor
     from coordinator.service.work import ResultReport, WorkBatch
 
     return WorkBatch(results=[ResultReport(attempt_id, Report(outcome), sender=harness.holder(attempt_id))])
+
+
+def test_an_enqueue_claiming_its_own_new_jobs_reads_parent_outputs_only_for_children(
+    harness: Harness,
+) -> None:
+    """R-16 in an enqueue's own transaction: a new child of a parent that already
+    succeeded is claimed with the parent's output; new jobs without parents need no
+    read of any (a job gets its parents only when it is inserted)."""
+    done = harness.enqueue(queue="ready")
+    _succeed(harness, done, b"out")
+    claims = [ClaimRequest("w", ("ready",), (WIRE,), 5, 60_000)]
+
+    def enqueue(specs: list[NewJobSpec]) -> tuple[list[Any], BatchAnswers]:
+        return harness.jobs.enqueue_then(specs, functools.partial(harness.ops.claim_in, claims=claims))
+
+    with sent_statements() as sent:
+        _, answers = enqueue([NewJobSpec(WIRE, b"", queue="ready") for _ in range(2)])
+    assert [dict(c.parent_outputs) for c in answers.claims[0]] == [{}, {}]
+    assert not [sql for sql, _ in sent if "dependencies.parent_output" in sql]
+
+    with sent_statements() as sent:
+        [child, _], answers = enqueue(
+            [NewJobSpec(WIRE, b"", queue="ready", parent_ids=(done,)), NewJobSpec(WIRE, b"", queue="ready")]
+        )
+    outputs = {c.job.id: dict(c.parent_outputs) for c in answers.claims[0]}
+    assert outputs[child.job_id] == {done: b"out"} and len(outputs) == 2
+    assert len([sql for sql, _ in sent if "dependencies.parent_output" in sql]) == 1
