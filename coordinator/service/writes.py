@@ -93,9 +93,18 @@ class JobWrites:
         ``parent_failed`` (``end_job`` again), and theirs in the next round."""
         while self._ended:
             ended, self._ended = self._ended, {}
-            children = self.tx.waiting_children(ended)
+            # The parents first: the parent rows are locked (this transaction ended them),
+            # so no child of theirs can be added meanwhile, and most ends have none.
+            parents = self.tx.parents_with_children(ended)
+            if not parents:
+                continue
+            children = self.tx.waiting_children(parents)
             self.tx.satisfy_dependencies(
-                {job_id: job.output for job_id, job in ended.items() if job.state is JobState.SUCCEEDED}
+                {
+                    job_id: ended[job_id].output
+                    for job_id in parents
+                    if ended[job_id].state is JobState.SUCCEEDED
+                }
             )
             candidates: dict[str, JobRecord] = {}
             for parent_id, stored in children.items():

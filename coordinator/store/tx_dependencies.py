@@ -61,21 +61,22 @@ class DependencyOps(TxBase):
                 found.setdefault(parent_id, []).append(child)
         return found
 
-    def satisfy_dependencies(self, outputs: Mapping[str, bytes | None]) -> None:
-        """Records that each parent of ``outputs`` succeeded, with its output, on every
-        child's row. One read finds the few parents that have children, so a batch of
-        successes without dependents costs one statement, not one update per job."""
-        parents = self._parents_with_children(outputs)
-        if parents:
-            _SATISFY.executemany(
-                self._conn, [{"p": parent_id, "o": outputs[parent_id]} for parent_id in parents]
-            )
-
-    def _parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
+    def parents_with_children(self, parent_ids: Iterable[str]) -> list[str]:
+        """Those of ``parent_ids`` that any child depends on, in ID order: one read for
+        all the jobs a transaction ended, so ends without dependents (most) cost nothing
+        more."""
         found: set[str] = set()
         for chunk in chunks(sorted(set(parent_ids))):
             found.update(_PARENTS_WITH_CHILDREN.execute(self._conn, {"parent_ids": chunk}).scalars())
         return sorted(found)
+
+    def satisfy_dependencies(self, outputs: Mapping[str, bytes | None]) -> None:
+        """Records that each parent of ``outputs`` (parents with children) succeeded,
+        with its output, on every child's row."""
+        if outputs:
+            _SATISFY.executemany(
+                self._conn, [{"p": parent_id, "o": output} for parent_id, output in outputs.items()]
+            )
 
     def unsatisfied_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
         """For each of ``child_ids`` that has any, its parents that have not succeeded."""

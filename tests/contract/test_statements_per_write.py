@@ -194,3 +194,14 @@ def test_a_batch_over_one_statements_worth_of_attempts_finds_and_locks_every_job
     answers = harness.ops.process(WorkBatch(starts=starts))
     assert len(answers.starts) == total and all(answer.granted for answer in answers.starts)
     assert _counts(harness, QUEUE) == {JobState.RUNNING: total}
+
+
+def test_a_result_of_a_job_without_children_reads_the_dependencies_once(harness: Harness) -> None:
+    """Ending a job reads which of the ended jobs have children; only for those are the
+    waiting children read and the outputs recorded (R-15, R-16)."""
+    claimed = harness.run(harness.enqueue(queue=QUEUE))
+    sender = harness.holder(claimed.attempt_id)  # read before, not counted
+    with sent_statements(executemany=True) as sent:
+        assert harness.report(claimed.attempt_id, sender=sender).accepted
+    dependency_statements = [sql for sql, _ in sent if "dependencies" in sql]
+    assert len(dependency_statements) == 1 and "DISTINCT" in dependency_statements[0]
