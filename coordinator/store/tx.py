@@ -167,6 +167,8 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         transaction's first statement (``BEGIN IMMEDIATE``), nothing can commit between
         two reads, so the attempts are read first and name their jobs."""
         ordered = sorted(set(attempt_ids))
+        if not ordered:  # a batch of claims only (an enqueue's): nothing to read
+            return {}, {}
         if not self._postgres:
             found = self.attempts_by_ids(ordered)
             return found, self.jobs_by_ids(attempt.job_id for attempt in found.values())

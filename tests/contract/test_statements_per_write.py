@@ -205,3 +205,17 @@ def test_a_result_of_a_job_without_children_reads_the_dependencies_once(harness:
         assert harness.report(claimed.attempt_id, sender=sender).accepted
     dependency_statements = [sql for sql, _ in sent if "dependencies" in sql]
     assert len(dependency_statements) == 1 and "DISTINCT" in dependency_statements[0]
+
+
+def test_a_batch_of_claims_only_reads_no_attempts(harness: Harness) -> None:
+    """An enqueue's claims (or a batch with nothing but claims) name no attempt: no
+    attempt or job is read for them before the claim's own reads."""
+    harness.enqueue(queue=QUEUE)
+    with sent_statements() as sent:
+        [claimed] = harness.ops.process(
+            WorkBatch(claims=[ClaimRequest(WORKER, (QUEUE,), (WIRE,), 1, LEASE_MS)])
+        ).claims
+    assert len(claimed) == 1
+    assert not [sql for sql, _ in sent if "attempts.id" in sql and sql.lstrip().startswith("SELECT")]
+    reads = [sql for sql, _ in sent if sql.lstrip().startswith("SELECT")]
+    assert "queues" in reads[0]  # the claim's own first read: the queue's controls
