@@ -168,14 +168,16 @@ class ReplicaSet:
         theirs.close()
         try:
             said = await asyncio.to_thread(_first_word, ours, START_TIMEOUT_S)
+            if said is None or said[0] != "ready":
+                why = said[1] if said is not None else f"no answer within {START_TIMEOUT_S:.0f} s"
+                raise OSError(f"replica {index} of the coordinator did not start: {why}")
+        except BaseException:
+            # Failed, or cancelled while starting (a stop meanwhile): not left running unlisted.
+            process.kill()
+            await asyncio.to_thread(process.join, 5)
+            raise
         finally:
             ours.close()
-        if said is None or said[0] != "ready":
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await asyncio.to_thread(process.join, 5)
-            why = said[1] if said is not None else f"no answer within {START_TIMEOUT_S:.0f} s"
-            raise OSError(f"replica {index} of the coordinator did not start: {why}")
         log.info("replica %d listening (pid %d)", index, process.pid)
         metrics_port = said[1]
         return _Replica(index, process, metrics_port if isinstance(metrics_port, int) else None)
@@ -222,8 +224,7 @@ class ReplicaSet:
                 await self._watcher
         for replica in self.replicas:
             if replica.process.is_alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(replica.process.pid or 0, signal.SIGTERM)
+                replica.process.terminate()  # SIGTERM
         await asyncio.gather(*(asyncio.to_thread(self._reap, replica) for replica in self.replicas))
 
     def _reap(self, replica: _Replica) -> None:

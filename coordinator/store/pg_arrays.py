@@ -5,10 +5,9 @@ by ``unnest``, instead of one execution per row.
 the driver handles each one's result in Python (about 20 us a row on the coordinator's
 side alone), each its own round trip (``store.pg_cursor`` says why). A worker batch
 writes several rows per job (its update, its transition, its attempt), so that was most
-of a PostgreSQL batch's time. One
-statement per table does the same writes; an update's row count still tells whether
-every row's guard held (``row_writes.RowUpdate``). SQLite keeps ``executemany``, which
-its driver runs in C.
+of a PostgreSQL batch's time. One statement per table does the same writes; an update's
+row count still tells whether every row's guard held (``row_writes.RowUpdate``). SQLite
+keeps ``executemany``, which its driver runs in C.
 
 Statements are built once per table and column set, with every column's type cast from
 the schema, so the arrays' element types never depend on what Python values hold.
@@ -20,7 +19,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, TextClause, text
+from sqlalchemy import Connection, Table, text
 from sqlalchemy.dialects import postgresql
 
 from coordinator.store.prepared import Prepared
@@ -74,14 +73,11 @@ def _insert_statement(table: Table, columns: tuple[str, ...]) -> Prepared:
 
 @functools.cache
 def _update_statement(row_update: RowUpdate) -> Prepared:
-    return Prepared(_update_text(row_update))
-
-
-def _update_text(row_update: RowUpdate) -> TextClause:
     table = row_update.table
     assignments = ", ".join(f"{column} = v.{param}" for param, column in row_update.values)
     matches = [f"{table.name}.{column} = v.{param}" for param, column in row_update.keys]
     if row_update.condition:
         matches.append(row_update.condition)
     source = _unnest(table, [*row_update.keys, *row_update.values])
-    return text(f"UPDATE {table.name} SET {assignments} FROM {source} WHERE {' AND '.join(matches)}")
+    where = " AND ".join(matches)
+    return Prepared(text(f"UPDATE {table.name} SET {assignments} FROM {source} WHERE {where}"))

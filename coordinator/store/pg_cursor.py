@@ -6,7 +6,7 @@ and does not arm ``idle_in_transaction_session_timeout`` again (seen on PostgreS
 ``pg_stat_activity`` shows the session idle in its transaction, and nothing ends it). A
 coordinator frozen (SIGSTOP, a paused VM) right after any multi-row write of a
 transaction would so hold its row locks for good, which the timeout exists to prevent
-(``store.engine``, docs/scaling.md). Every connection the store opens uses this cursor:
+(``store.engine``; README.md, "Timeouts"). Every connection the store opens uses this cursor:
 its ``executemany`` runs ``execute`` per parameter set, each ending with its own Sync, so
 the timeout holds between any two statements. Writes of many rows go out as one
 statement of arrays instead (``store.pg_arrays``), so this costs round trips only for a

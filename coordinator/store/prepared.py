@@ -237,7 +237,7 @@ class Prepared:
             return 0
         shape = self._compiled(conn, rows[0]).shape(rows[0])
         if len(rows) == 1:
-            # One execution: psycopg's executemany would enter and leave a pipeline for it.
+            # One execution: no executemany (a loop on PostgreSQL, ``store.pg_cursor``) for it.
             cursor = _run(conn, shape.sql, shape.bind(rows[0]), many=False)
         else:
             cursor = _run(conn, shape.sql, [shape.bind(row) for row in rows], many=True)

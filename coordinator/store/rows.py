@@ -89,9 +89,11 @@ def attempts_from(result: Any) -> Iterator[AttemptRecord]:
 # read them, so each (record, column order) gets a loader generated once that takes
 # the values by position and converts the few columns that need it.
 
+_JOB_STATES = {state.value: state for state in JobState}
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+"""Enum members by stored value: an Enum's own call by value costs several times a dict
+lookup, once per row (the database only holds values the store wrote)."""
 _JOB_CONVERSIONS = {
-    # By value from a dict: an Enum's own call by value costs several times as much,
-    # once per row (the database only holds values the store wrote).
     "state": "JOB_STATES[{}]",
     "payload": "bytes({})",
     "output": "(None if {0} is None else bytes({0}))",
@@ -129,8 +131,8 @@ def _loader(
         namespace: dict[str, Any] = {
             "cls": cls,
             "new": object.__new__,
-            "JOB_STATES": {state.value: state for state in JobState},
-            "OUTCOMES": {outcome.value: outcome for outcome in Outcome},
+            "JOB_STATES": _JOB_STATES,
+            "OUTCOMES": _OUTCOMES,
         }
         setters = slot_setters(cls)
         namespace.update({f"set_{i}": setters[name] for i, name in enumerate(names)})
