@@ -1,83 +1,84 @@
-"""PostgreSQL: a batch's rows in one statement, sent as one array per column and unpacked
-by ``unnest``, instead of one execution per row.
+"""PostgreSQL: the SQL of a write of many rows as one statement, its rows sent as one
+array per column and unpacked by ``unnest``, instead of one execution per row.
 
-``executemany`` is one execution per row: the server parses, plans and runs each, and
-the driver handles each one's result in Python (about 20 us a row on the coordinator's
-side alone), each its own round trip (``store.pg_cursor`` says why). A worker batch
-writes several rows per job (its update, its transition, its attempt), so that was most
-of a PostgreSQL batch's time. One statement per table does the same writes; an update's
-row count still tells whether every row's guard held (``row_writes.RowUpdate``). SQLite
+One execution per row would make the server parse, plan and run each, and the driver
+handle each one's result in Python (about 20 us a row on the coordinator's side alone),
+each its own round trip (``store.pg_cursor`` says why). A worker batch writes several
+rows per job (its update, its transition, its attempt), so that was most of a
+PostgreSQL batch's time. One statement per table does the same writes; an update's row
+count still tells whether every row's guard held (``row_writes.RowUpdate``). SQLite
 keeps ``executemany``, which its driver runs in C.
 
-Statements are built once per table and column set, with every column's type cast from
-the schema, so the arrays' element types never depend on what Python values hold.
+Every column's type is cast from the schema, so the parameters' types never depend on
+what Python values hold. Each builder takes a ``prefix`` for its parameter names, so that
+several writes can share one statement (``store.pg_held``).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, text
+from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql
 
-from coordinator.store.prepared import Prepared
 from coordinator.store.row_writes import RowUpdate
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 MIN_ROWS = 8
-"""Updates of fewer rows go through ``executemany`` instead: a statement over ``unnest``
-costs the server a join that a plain update by primary key does not, which for the one
-or two rows of a batch at light load was more than the executions it saves
-(PostgreSQL's CPU per job at 100 jobs/s rose from 3.7 to 4.1-4.8 ms with arrays for
-every batch). Inserts join nothing: two rows or more go as arrays (``MIN_INSERT_ROWS``),
-one round trip where ``executemany`` now takes one per row (``store.pg_cursor``)."""
-MIN_INSERT_ROWS = 2
+"""Updates of fewer rows go as one plain update by primary key per row instead
+(``row_update_sql``): a statement over ``unnest`` costs the server a join that a plain
+update does not, which for the one or two rows of a batch at light load was more than
+the executions it saves (PostgreSQL's CPU per job at 100 jobs/s rose from 3.7 to 4.1-4.8
+ms with arrays for every batch). Inserts join nothing: they always go as arrays."""
 
 
-def insert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Inserts ``rows`` (each with the same columns) in one statement."""
-    if rows:
-        columns = tuple(rows[0])
-        _insert_statement(table, columns).executemany(conn, [_arrays(columns, rows)])
+def arrays(prefix: str, names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The parameters of ``insert_sql``/``update_sql``: one list per name, in row order."""
+    return {f"{prefix}{name}": [row[name] for row in rows] for name in names}
 
 
-def update(conn: Connection, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Runs ``row_update`` for every entry of ``rows`` in one statement; returns how many
-    rows matched."""
-    if not rows:
-        return 0
-    names = [param for param, _ in (*row_update.keys, *row_update.values)]
-    return _update_statement(row_update).executemany(conn, [_arrays(names, rows)])
+def insert_sql(table: Table, columns: Sequence[str], prefix: str) -> str:
+    """``INSERT`` of rows given as one array per column (parameters ``<prefix><column>``)."""
+    source = _unnest(table, [(column, column) for column in columns], prefix)
+    return f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {source}"
 
 
-def _arrays(names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    return {name: [row[name] for row in rows] for name in names}
-
-
-def _unnest(table: Table, params: Sequence[tuple[str, str]]) -> str:
-    """``unnest(CAST(:p AS <column type>[]), ...) AS v(p, ...)`` for (param, column) pairs."""
-    arrays = ", ".join(
-        f"CAST(:{param} AS {table.c[column].type.compile(dialect=_DIALECT)}[])" for param, column in params
-    )
-    return f"unnest({arrays}) AS v({', '.join(param for param, _ in params)})"
-
-
-@functools.cache
-def _insert_statement(table: Table, columns: tuple[str, ...]) -> Prepared:
-    source = _unnest(table, [(column, column) for column in columns])
-    return Prepared(text(f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {source}"))
-
-
-@functools.cache
-def _update_statement(row_update: RowUpdate) -> Prepared:
+def update_sql(row_update: RowUpdate, prefix: str) -> str:
+    """``row_update`` for rows given as one array per parameter, ``RETURNING 1`` per row
+    it changed."""
     table = row_update.table
     assignments = ", ".join(f"{column} = v.{param}" for param, column in row_update.values)
     matches = [f"{table.name}.{column} = v.{param}" for param, column in row_update.keys]
     if row_update.condition:
         matches.append(row_update.condition)
-    source = _unnest(table, [*row_update.keys, *row_update.values])
+    source = _unnest(table, [*row_update.keys, *row_update.values], prefix)
     where = " AND ".join(matches)
-    return Prepared(text(f"UPDATE {table.name} SET {assignments} FROM {source} WHERE {where}"))
+    return f"UPDATE {table.name} SET {assignments} FROM {source} WHERE {where} RETURNING 1"
+
+
+def row_update_sql(row_update: RowUpdate, prefix: str) -> str:
+    """``row_update`` for one row (parameters ``<prefix><param>``), ``RETURNING 1`` if it
+    changed it."""
+    table = row_update.table
+    values = [f"{column} = {_cast(table, column, prefix + p)}" for p, column in row_update.values]
+    matches = [f"{table.name}.{column} = {_cast(table, column, prefix + p)}" for p, column in row_update.keys]
+    if row_update.condition:
+        matches.append(row_update.condition)
+    return f"UPDATE {table.name} SET {', '.join(values)} WHERE {' AND '.join(matches)} RETURNING 1"
+
+
+def _type(table: Table, column: str) -> str:
+    return str(table.c[column].type.compile(dialect=_DIALECT))
+
+
+def _cast(table: Table, column: str, param: str) -> str:
+    return f"CAST(%({param})s AS {_type(table, column)})"
+
+
+def _unnest(table: Table, params: Sequence[tuple[str, str]], prefix: str) -> str:
+    """``unnest(CAST(%(<prefix>p)s AS <column type>[]), ...) AS v(p, ...)`` for (param,
+    column) pairs: the driver's own placeholders (``store.pg_held`` runs the SQL as it is)."""
+    unpacked = ", ".join(f"CAST(%({prefix}{param})s AS {_type(table, column)}[])" for param, column in params)
+    return f"unnest({unpacked}) AS v({', '.join(param for param, _ in params)})"

@@ -247,6 +247,16 @@ class Prepared:
             cursor.close()
 
 
+def run_sql(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    """Runs ``sql``, already written in the driver's parameter style, once, as a
+    ``Prepared`` statement runs (listeners first, driver errors wrapped); its rows."""
+    cursor = _run(conn, sql, params, many=False)
+    try:
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
 def _run(conn: Connection, sql: str, parameters: Any, *, many: bool) -> Any:
     """Hands ``sql`` to a new cursor of the connection's driver connection, as
     ``Connection.execute`` would: listeners first, driver errors wrapped."""

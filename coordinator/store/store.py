@@ -208,8 +208,7 @@ class Store:
             with self._write_engine.connect() as conn, conn.begin():
                 tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
                 yield tx
-                tx.write_counts()
-                tx.send_notification()
+                tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
         except DBAPIError as exc:

@@ -23,7 +23,7 @@ from coordinator.domain.records import (
     WorkerIdentity,
 )
 from coordinator.domain.states import LEASED_STATES, JobState
-from coordinator.store.errors import DuplicateKey, WriteConflict
+from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import Prepared
 from coordinator.store.purge import purge_jobs
 from coordinator.store.row_writes import RowUpdate
@@ -98,7 +98,6 @@ _CLAIMABLE_IN_QUEUE = Lockable(
     .limit(bindparam("limit", type_=Integer)),
     skip_locked=True,
 )
-_NOTIFY = Prepared(text("SELECT pg_notify(:channel, :origin)"))
 
 
 @functools.cache
@@ -284,47 +283,55 @@ class Tx(QueueOps, DependencyOps, AccessOps):
 
     def send_notification(self) -> None:
         """Sends the notification asked for (``notify_jobs_available``), if jobs are
-        left to announce; ``Store`` calls it before every commit."""
-        if self._notify_anyway or self._to_announce:
-            _NOTIFY.execute(self._conn, {"channel": NOTIFY_CHANNEL, "origin": self.origin})
+        left to announce, with the writes still held (``before_commit``)."""
+        if self._held is not None and (self._notify_anyway or self._to_announce):
+            self._held.notify(NOTIFY_CHANNEL, self.origin)
         self._notify_anyway = False
         self._to_announce.clear()
+
+    def before_commit(self) -> None:
+        """What goes out just before the commit (``Store`` calls it): the count deltas,
+        the notification and every write still held, in one statement on PostgreSQL."""
+        self.write_counts()
+        self.send_notification()
+        self._send_held()
 
     def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an
         idempotency key is taken."""
         if not new_jobs:
             return
+        self._send_held()  # an error of an earlier write is not a taken key
         self._inserted_jobs.update(job.id for job in new_jobs)
+        first_transitions = [
+            {
+                "job_id": job.id,
+                "seq": job.history_seq,
+                "at_ms": now_ms,
+                "from_state": None,
+                "to_state": job.state.value,
+                "attempt_id": None,
+                "reason": "enqueued",
+            }
+            for job in new_jobs
+        ]
         try:
             self._insert_rows(jobs, [job_row(job) for job in new_jobs])
+            self._insert_rows(transitions, first_transitions)
+            self._send_held()  # now, so that a taken key is told apart (one statement for both)
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
         self.count_jobs(Counter((job.queue, job.state.value) for job in new_jobs))
-        self._insert_rows(
-            transitions,
-            [
-                {
-                    "job_id": job.id,
-                    "seq": job.history_seq,
-                    "at_ms": now_ms,
-                    "from_state": None,
-                    "to_state": job.state.value,
-                    "attempt_id": None,
-                    "reason": "enqueued",
-                }
-                for job in new_jobs
-            ],
-        )
 
     def apply(self, changes: Sequence[JobChange], now_ms: int) -> None:
         """Writes the changes, each job guarded by the state and history sequence its
         first change was read with (R-11), and records one transition per change.
 
         Several changes to one job are folded into one UPDATE; updates that set the
-        same columns go out as one executemany. Raises WriteConflict when any guard
-        fails; the caller's transaction then rolls back whole.
+        same columns go out together. Raises WriteConflict when any guard fails (on
+        PostgreSQL when the held writes go out, ``store.pg_held``); the caller's
+        transaction then rolls back whole.
         """
         if not changes:
             return
@@ -362,8 +369,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 moved[(first.queue, first_state)] -= 1
                 moved[(first.queue, state)] += 1
         for columns, rows in groups.items():
-            if self._update_rows(_job_update(columns), rows) != len(rows):
-                raise WriteConflict("job changed under a write")
+            self._update_rows(_job_update(columns), rows, conflict="job changed under a write")
         self.count_jobs(moved)
         self._insert_rows(transitions, history)
         keep = self.bounds.max_history_per_job
@@ -380,10 +386,10 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         self._insert_rows(attempts, [new_attempt_row(a) for a in new_attempts])
 
     def finish_attempts(self, ends: Sequence[AttemptEnd]) -> None:
-        """Records attempts' ends; raises WriteConflict if any already has an outcome."""
+        """Records attempts' ends; raises WriteConflict if any already has an outcome (on
+        PostgreSQL when the held writes go out)."""
         params = [attempt_end_params(end) for end in ends]
-        if self._update_rows(_FINISH_ATTEMPT, params) != len(params):
-            raise WriteConflict("attempt already has an outcome")
+        self._update_rows(_FINISH_ATTEMPT, params, conflict="attempt already has an outcome")
 
     def mark_started(self, started: Sequence[tuple[str, int]], now_ms: int) -> None:
         """Records the start of each ``(attempt_id, execution_number)``."""

@@ -1,6 +1,7 @@
 """What every part of a write transaction shares: the connection, the engine kind, the
-bounds, and row locking (``FOR UPDATE [SKIP LOCKED]`` on PostgreSQL; SQLite has a single
-writer, so it needs none)."""
+bounds, row locking (``FOR UPDATE [SKIP LOCKED]`` on PostgreSQL; SQLite has a single
+writer, so it needs none), and the writes of many rows (held back and sent together on
+PostgreSQL, ``store.pg_held``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 from sqlalchemy import Connection, Select, Table
 
 from coordinator.domain.bounds import StoreBounds
-from coordinator.store import pg_arrays
+from coordinator.store.errors import WriteConflict
+from coordinator.store.pg_held import HeldWrites
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.row_writes import RowUpdate, prepared_insert
 
@@ -47,7 +49,10 @@ class TxBase:
         known_queues: AbstractSet[str] = frozenset(),
         origin: str = "",
     ) -> None:
-        self._conn = conn
+        self._connection = conn
+        self._held = HeldWrites() if postgres else None
+        """PostgreSQL: the writes not sent yet; they go out before anything else runs on
+        the connection (``_conn``)."""
         self._postgres = postgres
         self.bounds = bounds
         self._known_queues = known_queues
@@ -68,6 +73,20 @@ class TxBase:
         self._notify_anyway = False
         """Other replicas are notified at the commit, whatever was claimed."""
 
+    @property
+    def _conn(self) -> Connection:
+        """The transaction's connection, for a statement to run on now: on PostgreSQL
+        the held writes are sent first, so that whatever runs next sees them."""
+        if self._held:
+            self._held.send(self._connection)
+        return self._connection
+
+    def _send_held(self) -> None:
+        """Sends the held writes now (PostgreSQL): before the commit, or so that an
+        error of the last one held is raised here."""
+        if self._held:
+            self._held.send(self._connection)
+
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         """``query`` with the lock this engine needs (``FOR UPDATE [SKIP LOCKED]`` on
         PostgreSQL); a prebuilt read is a ``Lockable`` instead (``_read_locked``)."""
@@ -80,24 +99,33 @@ class TxBase:
         return (query.locked if self._postgres else query.plain).execute(self._conn, params)
 
     def _insert_rows(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Inserts ``rows``: one statement of arrays on PostgreSQL when they are many
-        (``pg_arrays``), the driver's ``executemany`` otherwise."""
+        """Inserts ``rows`` (each with the same columns): held on PostgreSQL (sent with
+        the next statement, ``store.pg_held``), the driver's ``executemany`` on SQLite."""
         if not rows:
             return
-        if self._postgres and len(rows) >= pg_arrays.MIN_INSERT_ROWS:
-            pg_arrays.insert(self._conn, table, rows)
+        if self._held is not None:
+            self._held.insert(table, rows)
         else:
-            prepared_insert(table).executemany(self._conn, rows)
+            prepared_insert(table).executemany(self._connection, rows)
 
-    def _update_rows(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Runs ``row_update`` for every row; returns how many rows matched: one statement
-        of arrays on PostgreSQL when the rows are many, else the driver runs the prepared
-        statement per row and reports the total."""
+    def _update_rows(
+        self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]], *, conflict: str | None = None
+    ) -> None:
+        """Runs ``row_update`` for every row (held on PostgreSQL, see ``_insert_rows``).
+        With ``conflict``, every row must match, or the write raises
+        ``WriteConflict(conflict)``: at once on SQLite, when the held writes go out on
+        PostgreSQL (before the commit either way, so the transaction rolls back whole)."""
         if not rows:
-            return 0
-        if self._postgres and len(rows) >= pg_arrays.MIN_ROWS:
-            return pg_arrays.update(self._conn, row_update, rows)
+            return
+        if self._held is not None:
+            if self._held.holds_any(row_update, rows):
+                self._held.send(self._connection)  # one statement cannot change a row twice
+            self._held.update(row_update, rows, conflict)
+            return
         prepared = row_update.prepared
-        if self._conn.dialect.supports_sane_multi_rowcount or len(rows) == 1:
-            return prepared.executemany(self._conn, rows)
-        return sum(prepared.executemany(self._conn, [row]) for row in rows)
+        if self._connection.dialect.supports_sane_multi_rowcount or len(rows) == 1:
+            matched = prepared.executemany(self._connection, rows)
+        else:
+            matched = sum(prepared.executemany(self._connection, [row]) for row in rows)
+        if conflict is not None and matched != len(rows):
+            raise WriteConflict(conflict)

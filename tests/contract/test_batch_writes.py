@@ -1,6 +1,7 @@
-"""A batch's rows go out as one statement per table on PostgreSQL (``store.pg_arrays``)
-and through the driver's ``executemany`` on SQLite: on both, every column type comes
-back as written, and a guarded update with one stale row changes no row at all."""
+"""A batch's rows go out as arrays in one statement on PostgreSQL (``store.pg_arrays``,
+``store.pg_held``) and through the driver's ``executemany`` on SQLite: on both, every
+column type comes back as written, and a guarded update with one stale row changes no
+row at all."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def _jobs(count: int = 3) -> list[JobRecord]:
     return [bare, full, empty, *plain][:count]
 
 
-# A batch of a few rows goes through executemany on SQLite, and for updates on PostgreSQL
-# too; from MIN_ROWS on (inserts: MIN_INSERT_ROWS), PostgreSQL sends arrays.
+# A batch goes through executemany on SQLite. On PostgreSQL inserts always go as arrays,
+# updates from MIN_ROWS on (below it, one plain update per row, in the same statement).
 SIZES = pytest.mark.parametrize("count", [3, pg_arrays.MIN_ROWS], ids=["few rows", "many rows"])
 
 
@@ -59,10 +60,11 @@ def test_every_column_type_is_written_as_given(store: Store, count: int) -> None
     with sent_statements(executemany=True) as sent:
         store.transact(lambda tx: tx.insert_jobs(written, NOW_MS), what="a test")
     assert [store.get_job(job.id) for job in written] == written
-    inserts = [sql for sql, _ in sent if sql.startswith("INSERT INTO jobs")]
-    arrays = store.postgres and count >= pg_arrays.MIN_INSERT_ROWS
+    inserts = [sql for sql, _ in sent if "INSERT INTO jobs" in sql]
     assert len(inserts) == 1  # one statement for all the rows, on either engine
-    assert ("unnest(" in inserts[0]) is arrays
+    # PostgreSQL: arrays, and the first transitions in the same statement.
+    assert ("unnest(" in inserts[0]) is store.postgres
+    assert ("INSERT INTO transitions" in inserts[0]) is store.postgres
 
 
 @SIZES

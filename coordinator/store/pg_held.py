@@ -1,0 +1,138 @@
+"""PostgreSQL: a transaction's writes held back and sent together, as one statement.
+
+At a light load a job's three transactions made about 27 round trips to PostgreSQL, and
+most were writes nothing in between reads: an update of the job, its transition, its
+attempt, the queue's count deltas, the notification. Each round trip is a wake-up of the
+server and of the writer thread. So a transaction's writes are held until something else
+must run on its connection (a read, a write whose error must be told apart, the commit;
+``TxBase._conn``) and then go out together, each a data-modifying ``WITH`` part of one
+statement::
+
+    WITH w0 AS (UPDATE jobs SET ... WHERE jobs.id = ... RETURNING 1),
+         w1 AS (INSERT INTO transitions (...) SELECT * FROM unnest(...) AS v(...))
+    SELECT (SELECT count(*) FROM w0)
+
+One statement is one Sync: unlike psycopg's pipeline mode (``store.pg_cursor``), it
+leaves ``idle_in_transaction_session_timeout`` armed between any two statements.
+
+What holding changes, and why it is safe:
+
+- The parts of one statement run on one snapshot and do not see each other's changes.
+  An update of a row that a held update already changes sends the held writes first
+  (``HeldWrites.holds_any``); inserts are new rows. Foreign keys are checked when the
+  whole statement has run, so an attempt may go with its job's update.
+- A guarded update's row count is checked when the writes go out: a failed guard raises
+  ``WriteConflict`` then instead of at the call, still before the commit, and the
+  transaction rolls back whole, as it did.
+- An error of a held write (a lost connection, a constraint) surfaces at the statement
+  that sends it. A write whose error the caller tells apart (a taken idempotency key)
+  sends at once (``TxBase._send_held``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table
+
+from coordinator.store import pg_arrays
+from coordinator.store.errors import WriteConflict
+from coordinator.store.prepared import run_sql
+from coordinator.store.row_writes import RowUpdate
+
+_Part = tuple[Any, ...]
+"""One held write's shape: ("insert", table, columns), ("arrays", row_update) or
+("rows", row_update, row count); with the notification, a statement's shape."""
+
+
+class HeldWrites:
+    """The writes of one transaction not sent yet (see above)."""
+
+    __slots__ = ("_checks", "_notify", "_params", "_parts", "_updated")
+
+    def __init__(self) -> None:
+        self._parts: list[_Part] = []
+        self._params: dict[str, Any] = {}
+        self._checks: list[tuple[int, str | None]] = []
+        """Per held update, in order: the rows it must change, and the conflict's text
+        (None: its count is not checked)."""
+        self._updated: set[tuple[str, Any]] = set()
+        """(table, first key) of every row a held update changes."""
+        self._notify: tuple[str, str] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._parts) or self._notify is not None
+
+    def insert(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Holds the insert of ``rows`` (each with the same columns)."""
+        columns = tuple(rows[0])
+        self._params.update(pg_arrays.arrays(f"w{len(self._parts)}_", columns, rows))
+        self._parts.append(("insert", table, columns))
+
+    def holds_any(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether a held update already changes one of ``rows`` (found by their first
+        key, the row's identity): then the held writes must go out before this one."""
+        if not self._updated:
+            return False
+        table, key = row_update.table.name, row_update.keys[0][0]
+        return any((table, row[key]) in self._updated for row in rows)
+
+    def update(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]], conflict: str | None) -> None:
+        """Holds ``row_update`` of ``rows``; with ``conflict``, sending it raises
+        ``WriteConflict(conflict)`` unless every row matched. The caller has made sure no
+        held update changes the same rows (``holds_any``)."""
+        index = len(self._parts)
+        table, key = row_update.table.name, row_update.keys[0][0]
+        self._updated.update((table, row[key]) for row in rows)
+        names = [param for param, _ in (*row_update.keys, *row_update.values)]
+        if len(rows) >= pg_arrays.MIN_ROWS:
+            self._params.update(pg_arrays.arrays(f"w{index}_", names, rows))
+            self._parts.append(("arrays", row_update))
+        else:
+            for number, row in enumerate(rows):
+                prefix = f"w{index}_{number}_"
+                self._params.update({prefix + name: row[name] for name in names})
+            self._parts.append(("rows", row_update, len(rows)))
+        self._checks.append((len(rows), conflict))
+
+    def notify(self, channel: str, payload: str) -> None:
+        """Sends ``pg_notify(channel, payload)`` with the held writes."""
+        self._notify = (channel, payload)
+
+    def send(self, conn: Connection) -> None:
+        """Sends every held write (and the notification) as one statement, and checks the
+        guarded updates' row counts."""
+        parts, params, checks, notify = tuple(self._parts), self._params, self._checks, self._notify
+        self._parts, self._params, self._checks, self._updated, self._notify = [], {}, [], set(), None
+        if notify is not None:
+            params["notify_channel"], params["notify_payload"] = notify
+        (counts,) = run_sql(conn, _statement(parts, notify is not None), params)
+        for count, (expected, conflict) in zip(counts, checks, strict=False):
+            if conflict is not None and count != expected:
+                raise WriteConflict(conflict)
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(parts: tuple[_Part, ...], notify: bool) -> str:
+    """The SQL of held writes of these shapes: a ``WITH`` part per write (per row for an
+    update of a few rows), and one row of each update's count, then the notification.
+    Shapes are few (one per kind of transaction), so each is built once."""
+    ctes: list[str] = []
+    columns: list[str] = []
+    for index, part in enumerate(parts):
+        name = f"w{index}"
+        if part[0] == "insert":
+            ctes.append(f"{name} AS ({pg_arrays.insert_sql(part[1], part[2], name + '_')})")
+        elif part[0] == "arrays":
+            ctes.append(f"{name} AS ({pg_arrays.update_sql(part[1], name + '_')})")
+            columns.append(f"(SELECT count(*) FROM {name})")
+        else:
+            names = [f"{name}_{number}" for number in range(part[2])]
+            ctes += [f"{row} AS ({pg_arrays.row_update_sql(part[1], row + '_')})" for row in names]
+            columns.append(" + ".join(f"(SELECT count(*) FROM {row})" for row in names))
+    if notify:
+        columns.append("pg_notify(CAST(%(notify_channel)s AS TEXT), CAST(%(notify_payload)s AS TEXT))")
+    head = f"WITH {', '.join(ctes)} " if ctes else ""
+    return f"{head}SELECT {', '.join(columns) or '0'}"

@@ -1,0 +1,145 @@
+"""A transaction's writes on PostgreSQL are held and sent together, as one statement,
+before whatever runs next on its connection (``store.pg_held``); SQLite sends each at
+once. On both engines: a read after a write sees it, a row changed twice in one
+transaction gets both changes, a failed guard or a failing held write rolls the whole
+transaction back, and a taken idempotency key is still told apart from other errors.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from coordinator.domain.changes import JobChange
+from coordinator.domain.evolve import evolve
+from coordinator.domain.records import NewAttempt
+from coordinator.domain.states import JobState
+from coordinator.store import DuplicateKey, StoreError, Tx, WriteConflict
+from tests.unit.domain_doubles import JOB_RECORD
+
+from .harness import QUEUE, Harness, sent_statements
+
+NOW_MS = 5_000
+
+
+def _writes(sent: list[tuple[str, Any]]) -> list[str]:
+    return [sql for sql, _ in sent if not re.match(r"\s*SELECT", sql)]
+
+
+def _job(number: int, **fields: Any) -> Any:
+    fields.setdefault("idempotency_key", None)
+    return evolve(JOB_RECORD, id=f"0190f0a0-0000-7000-8000-{number:012x}", **fields)
+
+
+def test_a_start_sends_every_write_in_one_statement_after_its_reads(harness: Harness) -> None:
+    claimed = harness.claim_one(harness.enqueue(queue=QUEUE))
+    sender = harness.holder(claimed.attempt_id)
+    with sent_statements(executemany=True) as sent:
+        assert harness.start(claimed.attempt_id, sender).granted
+    if harness.store.postgres:
+        # The job's lock, the attempt, then the job's update, its transition, the
+        # attempt's start and the count deltas together.
+        assert len(sent) == 3, [sql for sql, _ in sent]
+        (written,) = [sql for sql, _ in sent if sql.startswith("WITH")]
+        writes = ("UPDATE jobs", "INSERT INTO transitions", "UPDATE attempts", "queue_count_deltas")
+        assert all(write in written for write in writes), written
+    else:
+        assert len(_writes(sent)) >= 4  # each write on its own: no round trip to save
+    assert harness.job(claimed.job.id).state is JobState.RUNNING
+    assert harness.transitions(claimed.job.id)[-1]["to_state"] is JobState.RUNNING
+
+
+def test_an_enqueue_sends_its_rows_in_one_statement_and_the_rest_with_the_commit(harness: Harness) -> None:
+    harness.enqueue(queue=QUEUE)  # the queue exists: it is not looked up again
+    with sent_statements(executemany=True) as sent:
+        job_id = harness.enqueue(queue=QUEUE)
+    if harness.store.postgres:
+        # The job and its first transition; then the count deltas and the notification.
+        assert len(sent) == 2, [sql for sql, _ in sent]
+        assert "INSERT INTO jobs" in sent[0][0] and "INSERT INTO transitions" in sent[0][0]
+        assert "queue_count_deltas" in sent[1][0] and "pg_notify" in sent[1][0]
+    assert harness.job(job_id).state is JobState.AVAILABLE
+    assert len(harness.transitions(job_id)) == 1
+
+
+def test_a_read_in_the_transaction_sees_the_writes_before_it(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    before = harness.job(job_id)
+
+    def cancel_then_read(tx: Tx) -> JobState:
+        tx.apply([JobChange(before, evolve(before, state=JobState.CANCELLED), reason="test")], NOW_MS)
+        return tx.jobs_by_ids([job_id])[job_id].state
+
+    assert harness.store.transact(cancel_then_read, what="a test") is JobState.CANCELLED
+    assert harness.job(job_id).state is JobState.CANCELLED
+
+
+def test_a_job_changed_twice_in_one_transaction_gets_both_changes(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    first = harness.job(job_id)
+    paused = evolve(first, priority=7, history_seq=first.history_seq + 1)
+
+    def twice(tx: Tx) -> None:
+        tx.apply([JobChange(first, evolve(first, priority=7), reason="first")], NOW_MS)
+        # Guarded by the first change's result: held together with it, the second
+        # update would not see it and would match no row.
+        tx.apply([JobChange(paused, evolve(paused, state=JobState.CANCELLED), reason="second")], NOW_MS)
+
+    with sent_statements(executemany=True) as sent:
+        harness.store.transact(twice, what="a test")
+    job = harness.job(job_id)
+    assert (job.priority, job.state, job.history_seq) == (7, JobState.CANCELLED, first.history_seq + 2)
+    assert [t["reason"] for t in harness.transitions(job_id)][-2:] == ["first", "second"]
+    if harness.store.postgres:
+        assert len([sql for sql, _ in sent if "UPDATE jobs" in sql]) == 2  # the first went out first
+
+
+def test_a_failed_guard_rolls_back_every_write_held_with_it(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    current = harness.job(job_id)
+    stale = evolve(current, history_seq=current.history_seq + 3)
+    other = _job(0x501, queue=QUEUE)
+
+    def mixed(tx: Tx) -> None:
+        tx.insert_jobs([other], NOW_MS)
+        tx.insert_attempts([NewAttempt("attempt-held", job_id, current.generation, "w", NOW_MS)])
+        tx.apply([JobChange(stale, evolve(stale, state=JobState.CANCELLED), reason="stale")], NOW_MS)
+
+    with pytest.raises(WriteConflict):
+        harness.store.transact(mixed, what="a test")
+    assert harness.store.get_job(other.id) is None
+    assert harness.attempts(job_id) == []
+    assert harness.job(job_id) == current
+
+
+def test_a_held_write_that_fails_fails_the_transaction_and_writes_nothing(harness: Harness) -> None:
+    other = _job(0x502, queue=QUEUE)
+
+    def orphan_attempt(tx: Tx) -> None:
+        tx.insert_jobs([other], NOW_MS)
+        # No such job: the foreign key fails, when the held writes go out on PostgreSQL.
+        tx.insert_attempts([NewAttempt("attempt-orphan", "no-such-job", 1, "w", NOW_MS)])
+
+    with pytest.raises(StoreError) as raised:
+        harness.store.transact(orphan_attempt, what="a test")
+    assert not isinstance(raised.value, (WriteConflict, DuplicateKey))  # not retried as one
+    assert harness.store.get_job(other.id) is None
+
+
+def test_a_taken_idempotency_key_is_a_duplicate_key_with_writes_held_before_it(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    current = harness.job(job_id)
+    keyed = _job(0x503, queue=QUEUE, idempotency_key="taken")
+    harness.store.transact(lambda tx: tx.insert_jobs([keyed], NOW_MS), what="a test")
+    again = _job(0x504, queue=QUEUE, idempotency_key="taken")
+
+    def held_then_taken(tx: Tx) -> None:
+        tx.apply([JobChange(current, evolve(current, priority=3), reason="held")], NOW_MS)
+        tx.insert_jobs([again], NOW_MS)
+
+    with pytest.raises(DuplicateKey):
+        harness.store.transact(held_then_taken, what="a test")
+    assert harness.store.get_job(again.id) is None
+    assert harness.job(job_id).priority == current.priority
