@@ -18,7 +18,7 @@ import pytest
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import OffsetClock
 from coordinator.process import RunningCoordinator, start_coordinator
-from tests.support import WorkerProcess, reap, start_worker
+from tests.support import WorkerProcess, eventually_async, reap, start_worker
 from worker_sdk import AsyncClient
 
 WORKER_APP = "tests.integration.worker_app:worker"
@@ -37,6 +37,22 @@ class Coordinator:
         """Moves the coordinator's time forward and runs lease expiry and promotion."""
         self.clock.offset_ms += ms
         await self.running.run_maintenance()
+
+    async def lapse_first_lease(self, client: AsyncClient, job_id: str, lease_ms: int) -> None:
+        """Jumps past the lease of the job's first attempt, as often as it takes expiry
+        to end that attempt.
+
+        One jump is not always enough with a real worker process: a heartbeat it sent
+        just before it gave the run up (or died) can still be in the coordinator's next
+        batch, which then renews the lease from the jumped time, or holds the job's row
+        while expiry passes over locked rows.
+        """
+
+        async def first_attempt_ended() -> bool:
+            await self.jump(lease_ms + 1)
+            return (await client.attempts(job_id))[0].outcome is not None
+
+        await eventually_async(first_attempt_ended, what="lease expiry ended the first attempt")
 
     def connected_workers(self) -> set[str]:
         return {session.worker_id for session in self.running.app.dispatcher.sessions}

@@ -115,7 +115,7 @@ async def test_r7_handler_ignoring_cancellation_is_recovered_after_the_lease_lap
 
     # The worker stopped renewing the lease and wrote no result: the job is still running.
     assert (await client.get(job_id)).state is JobState.RUNNING
-    await coordinator.jump(10_001)
+    await coordinator.lapse_first_lease(client, job_id, lease_ms=10_000)
     info = await client.wait(job_id, WAIT)
 
     assert info.state is JobState.SUCCEEDED
@@ -139,7 +139,7 @@ async def test_r5_kill_9_during_a_run_reruns_after_the_lease_charging_one_execut
     started.unlink()
     release.write_text("go")
     assert (await client.get(job_id)).state is JobState.RUNNING
-    await coordinator.jump(5_001)
+    await coordinator.lapse_first_lease(client, job_id, lease_ms=5_000)
     spawn_worker(coordinator.target)
 
     info = await client.wait(job_id, WAIT)
