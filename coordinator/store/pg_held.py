@@ -18,9 +18,9 @@ leaves ``idle_in_transaction_session_timeout`` armed between any two statements.
 What holding changes, and why it is safe:
 
 - The parts of one statement run on one snapshot and do not see each other's changes.
-  An update of a row that a held update already changes sends the held writes first
-  (``HeldWrites.holds_any``); inserts are new rows. Foreign keys are checked when the
-  whole statement has run, so an attempt may go with its job's update.
+  An update of a row that a held write already inserts or changes sends the held writes
+  first (``HeldWrites.holds_any``). Foreign keys are checked when the whole statement
+  has run, so an attempt may go with its job's update.
 - A guarded update's row count is checked when the writes go out: a failed guard raises
   ``WriteConflict`` then instead of at the call, still before the commit, and the
   transaction rolls back whole, as it did.
@@ -50,7 +50,7 @@ _Part = tuple[Any, ...]
 class HeldWrites:
     """The writes of one transaction not sent yet (see above)."""
 
-    __slots__ = ("_checks", "_notify", "_params", "_parts", "_updated")
+    __slots__ = ("_checks", "_inserted", "_notify", "_params", "_parts", "_written")
 
     def __init__(self) -> None:
         self._parts: list[_Part] = []
@@ -58,8 +58,11 @@ class HeldWrites:
         self._checks: list[tuple[int, str | None]] = []
         """Per held update, in order: the rows it must change, and the conflict's text
         (None: its count is not checked)."""
-        self._updated: set[tuple[str, Any]] = set()
-        """(table, first key) of every row a held update changes."""
+        self._written: set[tuple[str, str, Any]] = set()
+        """(table, column, value) of every row a held write inserts or changes: the first
+        primary key column of an inserted row, the first key column of an updated one."""
+        self._inserted: set[str] = set()
+        """The tables a held write inserts into."""
         self._notify: tuple[str, str] | None = None
 
     def __bool__(self) -> bool:
@@ -70,22 +73,32 @@ class HeldWrites:
         columns = tuple(rows[0])
         self._params.update(pg_arrays.arrays(f"w{len(self._parts)}_", columns, rows))
         self._parts.append(("insert", table, columns))
+        key = _first_primary_key(table)
+        if key in columns:  # else the database numbers the rows: no later update names them
+            self._written.update((table.name, key, row[key]) for row in rows)
+        self._inserted.add(table.name)
 
     def holds_any(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether a held update already changes one of ``rows`` (found by their first
-        key, the row's identity): then the held writes must go out before this one."""
-        if not self._updated:
+        """Whether a held write already inserts or changes one of ``rows`` (found by
+        their first key): then the held writes must go out before this update, which
+        would not see them. An update found by another column than the table's first
+        primary key column cannot be matched with inserted rows: any held insert into its
+        table goes out first."""
+        if not self._written:
             return False
-        table, key = row_update.table.name, row_update.keys[0][0]
-        return any((table, row[key]) in self._updated for row in rows)
+        table = row_update.table
+        param, column = row_update.keys[0]
+        if table.name in self._inserted and column != _first_primary_key(table):
+            return True
+        return any((table.name, column, row[param]) in self._written for row in rows)
 
     def update(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]], conflict: str | None) -> None:
         """Holds ``row_update`` of ``rows``; with ``conflict``, sending it raises
         ``WriteConflict(conflict)`` unless every row matched. The caller has made sure no
         held update changes the same rows (``holds_any``)."""
         index = len(self._parts)
-        table, key = row_update.table.name, row_update.keys[0][0]
-        self._updated.update((table, row[key]) for row in rows)
+        table, (param, column) = row_update.table.name, row_update.keys[0]
+        self._written.update((table, column, row[param]) for row in rows)
         names = [param for param, _ in (*row_update.keys, *row_update.values)]
         if len(rows) >= pg_arrays.MIN_ROWS:
             self._params.update(pg_arrays.arrays(f"w{index}_", names, rows))
@@ -105,13 +118,19 @@ class HeldWrites:
         """Sends every held write (and the notification) as one statement, and checks the
         guarded updates' row counts."""
         parts, params, checks, notify = tuple(self._parts), self._params, self._checks, self._notify
-        self._parts, self._params, self._checks, self._updated, self._notify = [], {}, [], set(), None
+        self._parts, self._params, self._checks, self._notify = [], {}, [], None
+        self._written, self._inserted = set(), set()
         if notify is not None:
             params["notify_channel"], params["notify_payload"] = notify
         (counts,) = run_sql(conn, _statement(parts, notify is not None), params)
         for count, (expected, conflict) in zip(counts, checks, strict=False):
             if conflict is not None and count != expected:
                 raise WriteConflict(conflict)
+
+
+@functools.cache
+def _first_primary_key(table: Table) -> str:
+    return next(iter(table.primary_key.columns)).name
 
 
 @functools.lru_cache(maxsize=256)

@@ -143,3 +143,21 @@ def test_a_taken_idempotency_key_is_a_duplicate_key_with_writes_held_before_it(h
         harness.store.transact(held_then_taken, what="a test")
     assert harness.store.get_job(again.id) is None
     assert harness.job(job_id).priority == current.priority
+
+
+def test_a_row_inserted_and_then_updated_in_one_transaction_gets_the_update(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    job = harness.job(job_id)
+
+    def insert_then_start(tx: Tx) -> None:
+        tx.insert_attempts([NewAttempt("attempt-fresh", job_id, job.generation, "w", NOW_MS)])
+        # Held together with its insert, the update would not see the new row.
+        tx.mark_started([("attempt-fresh", 1)], NOW_MS)
+
+    with sent_statements(executemany=True) as sent:
+        harness.store.transact(insert_then_start, what="a test")
+    [attempt] = harness.attempts(job_id)
+    assert (attempt.started_at_ms, attempt.execution_number) == (NOW_MS, 1)
+    if harness.store.postgres:
+        assert len([sql for sql, _ in sent if "INSERT INTO attempts" in sql]) == 1
+        assert not any("INSERT INTO attempts" in sql and "UPDATE attempts" in sql for sql, _ in sent)
