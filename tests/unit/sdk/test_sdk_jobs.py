@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -76,6 +77,39 @@ def test_nested_dataclasses_round_trip() -> None:
     mail = SendMail("a@example.com", Address("Zürich", ["Bahnhofstrasse 1"]))
     spec, data = encode_payload(mail)
     assert decode_payload(spec, data, spec.version) == mail
+
+
+def test_a_payload_type_is_resolved_once_for_all_its_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    @job("tests.resolved_once")
+    @dataclass
+    class Ship:
+        to: Address
+
+    resolved: list[type] = []
+    get_type_hints = typing.get_type_hints
+
+    def counting(cls: type, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        resolved.append(cls)
+        return get_type_hints(cls, *args, **kwargs)
+
+    monkeypatch.setattr(typing, "get_type_hints", counting)
+    payloads = [Ship(Address(f"city {n}", [f"line {n}"])) for n in range(3)]
+    decoded = [decode_payload(*encode_payload(payload), 1) for payload in payloads]
+    assert decoded == payloads  # the nested dataclass is still built at every decode
+    assert resolved.count(Ship) == 1
+    assert resolved.count(Address) <= 1  # another test may have decoded an Address first
+
+
+def test_a_payload_type_whose_annotations_do_not_resolve_is_undecodable_every_time() -> None:
+    @job("tests.unresolvable")
+    @dataclass
+    class Broken:
+        part: NoSuchType  # type: ignore[name-defined]  # noqa: F821
+
+    spec, data = spec_of(Broken), b'{"part": {}}'
+    for _ in range(2):  # not remembered as having no nested dataclasses
+        with pytest.raises(PayloadUndecodable, match="does not fit"):
+            decode_payload(spec, data, 1)
 
 
 def test_values_json_cannot_hold_are_rejected_at_encoding() -> None:
