@@ -319,10 +319,10 @@ class Engine:
             max_output_bytes=self._config.max_output_bytes,
             executor=self._executor,
         )
-        metrics = self._metrics
-        labels = (assignment.queue, assignment.wire_name)
-        if metrics is not None:
-            metrics.in_flight.labels(*labels).inc()
+        in_flight = None
+        if self._metrics is not None:
+            in_flight = self._metrics.run_in_flight(assignment.queue, assignment.wire_name)
+            in_flight.inc()
         started = asyncio.get_running_loop().time()
         # Every log line of the run (middleware, handler threads too) names its job.
         with job_log_context(
@@ -337,15 +337,14 @@ class Engine:
                 logger.error("pipeline failed for attempt %s (%s)", run.attempt_id, type(error).__name__)
                 report = _report_exception(error)
             finally:
-                if metrics is not None:
-                    metrics.in_flight.labels(*labels).dec()
+                if in_flight is not None:
+                    in_flight.dec()
         if run.lost:
             report = None
-        if metrics is not None:
+        if self._metrics is not None:
             outcome = NO_RESULT if report is None else report.outcome.value
-            metrics.jobs.labels(*labels, outcome).inc()
             elapsed = asyncio.get_running_loop().time() - started
-            metrics.handler_duration.labels(*labels, outcome).observe(elapsed)
+            self._metrics.run_finished(assignment.queue, assignment.wire_name, outcome, elapsed)
         self._finish(run, report)
 
     def _finish(self, run: Run, report: RunReport | None) -> None:

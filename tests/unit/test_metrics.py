@@ -171,6 +171,34 @@ def test_sdk_metrics_are_shared_per_registry_default_the_global_one() -> None:
     assert WorkerMetrics.for_registry() is WorkerMetrics.for_registry(REGISTRY)
 
 
+def test_sdk_run_metrics_count_every_run_through_series_looked_up_once() -> None:
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    in_flight = metrics.run_in_flight("mail", "mail.send")
+    assert metrics.run_in_flight("mail", "mail.send") is in_flight
+    in_flight.inc()
+    in_flight.inc()
+    in_flight.dec()
+    metrics.run_finished("mail", "mail.send", "succeeded", 0.25)
+    metrics.run_finished("mail", "mail.send", "succeeded", 0.5)
+    metrics.run_finished("mail", "mail.send", "no_result", 30.0)
+    metrics.run_finished("jobs", "report.build", "succeeded", 1.0)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("runwick_worker_jobs_in_flight", **MAIL) == 1
+    assert sample("runwick_worker_jobs_total", **MAIL, outcome="succeeded") == 2
+    assert sample("runwick_worker_jobs_total", **MAIL, outcome="no_result") == 1
+    report = {"queue": "jobs", "wire_name": "report.build"}
+    assert sample("runwick_worker_jobs_total", **report, outcome="succeeded") == 1
+    duration = "runwick_worker_handler_duration_seconds"
+    assert sample(f"{duration}_sum", **MAIL, outcome="succeeded") == 0.75
+    assert sample(f"{duration}_count", **MAIL, outcome="no_result") == 1
+    assert sample(f"{duration}_bucket", **MAIL, outcome="no_result", le="10.0") == 0
+    assert sample(f"{duration}_bucket", **MAIL, outcome="no_result", le="30.0") == 1
+
+
 def test_json_lines_carry_the_run_context_and_extra_fields() -> None:
     formatter = JsonFormatter()
     record = logging.LogRecord("app", logging.INFO, __file__, 1, "charged %s", ("order-1",), None)
