@@ -116,13 +116,20 @@ class JobContext:
 
     async def wait_cancelled(self) -> None:
         """Returns once the run is cancelled (at once if it already is)."""
+        await self._cancelled_future()
+
+    def _cancelled_future(self) -> asyncio.Future[None]:
+        """A future of the running loop that is done once the run is cancelled (done
+        already if it is). For the pipeline, which waits on it beside the handler's
+        task without a task of its own for ``wait_cancelled``."""
         loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         with self._lock:
             if self._flag.is_set():
-                return
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append((loop, waiter))
-        await waiter
+                waiter.set_result(None)
+            else:
+                self._waiters.append((loop, waiter))
+        return waiter
 
     def raise_if_cancelled(self) -> None:
         """Raises ``JobCancelled`` when the run was cancelled; otherwise does nothing."""

@@ -106,10 +106,11 @@ async def execute(run: PipelineRun) -> RunReport | None:
         return _report_for_cause(run, ctx.cancel_cause)
     finish = _Finish()
     work = asyncio.ensure_future(_guarded_chain(run, finish))
-    waiter = asyncio.ensure_future(ctx.wait_cancelled())
+    waiter = ctx._cancelled_future()
     try:
         timeout_s = None if run.execution_timeout is None else run.execution_timeout.total_seconds()
-        await asyncio.wait({work, waiter}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {work, waiter}
+        await asyncio.wait(either, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
             if ctx._cancel(CAUSE_TIMEOUT):
                 logger.info("job %s attempt %s hit its execution timeout", ctx.job_id, ctx.attempt_id)

@@ -316,3 +316,21 @@ async def test_user_cancel_is_cancelled() -> None:
 
     run = await run_handler(cooperative, BuildReport("x"), cancel_after=timedelta(milliseconds=20))
     assert (run.outcome, run.error_code, run.cancel_cause) == (Outcome.CANCELLED, "cancelled", "cancelled")
+
+
+async def test_wait_cancelled_returns_at_once_once_cancelled_and_wakes_every_waiter() -> None:
+    ctx = JobContext(
+        job_id="j",
+        attempt_id="a",
+        wire_name="reports.build",
+        queue="q",
+        execution_number=1,
+        max_executions=1,
+        generation=1,
+    )
+    waiting = [asyncio.ensure_future(ctx.wait_cancelled()) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert not any(waiter.done() for waiter in waiting)
+    ctx._cancel("cancelled")
+    await asyncio.wait_for(asyncio.gather(*waiting), timeout=1)
+    await asyncio.wait_for(ctx.wait_cancelled(), timeout=1)  # cancelled already: no wait
