@@ -90,12 +90,10 @@ class WorkerMetrics:
         key = (queue, wire_name, outcome)
         series = self._finished_series.get(key)
         if series is None:
-            series = self._finished_series[key] = (
-                self.jobs.labels(*key),
-                self.handler_duration.labels(*key),
-            )
-        series[0].inc()
-        series[1].observe(elapsed_s)
+            series = self._finished_series[key] = (self.jobs.labels(*key), self.handler_duration.labels(*key))
+        finished, duration = series
+        finished.inc()
+        duration.observe(elapsed_s)
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None = None) -> WorkerMetrics:

@@ -50,7 +50,7 @@ _Part = tuple[Any, ...]
 class HeldWrites:
     """The writes of one transaction not sent yet (see above)."""
 
-    __slots__ = ("_checks", "_inserted", "_notify", "_params", "_parts", "_written")
+    __slots__ = ("_checks", "_notify", "_params", "_parts", "_written")
 
     def __init__(self) -> None:
         self._parts: list[_Part] = []
@@ -61,8 +61,6 @@ class HeldWrites:
         self._written: set[tuple[str, str, Any]] = set()
         """(table, column, value) of every row a held write inserts or changes: the first
         primary key column of an inserted row, the first key column of an updated one."""
-        self._inserted: set[str] = set()
-        """The tables a held write inserts into."""
         self._notify: tuple[str, str] | None = None
 
     def __bool__(self) -> bool:
@@ -76,7 +74,6 @@ class HeldWrites:
         key = _first_primary_key(table)
         if key in columns:  # else the database numbers the rows: no later update names them
             self._written.update((table.name, key, row[key]) for row in rows)
-        self._inserted.add(table.name)
 
     def holds_any(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> bool:
         """Whether a held write already inserts or changes one of ``rows`` (found by
@@ -88,7 +85,9 @@ class HeldWrites:
             return False
         table = row_update.table
         param, column = row_update.keys[0]
-        if table.name in self._inserted and column != _first_primary_key(table):
+        if column != _first_primary_key(table) and any(
+            part[0] == "insert" and part[1] is table for part in self._parts
+        ):
             return True
         return any((table.name, column, row[param]) in self._written for row in rows)
 
@@ -118,8 +117,7 @@ class HeldWrites:
         """Sends every held write (and the notification) as one statement, and checks the
         guarded updates' row counts."""
         parts, params, checks, notify = tuple(self._parts), self._params, self._checks, self._notify
-        self._parts, self._params, self._checks, self._notify = [], {}, [], None
-        self._written, self._inserted = set(), set()
+        self._parts, self._params, self._checks, self._written, self._notify = [], {}, [], set(), None
         if notify is not None:
             params["notify_channel"], params["notify_payload"] = notify
         (counts,) = run_sql(conn, _statement(parts, notify is not None), params)

@@ -17,6 +17,9 @@ from coordinator.domain.evolve import evolve
 from coordinator.domain.records import NewAttempt
 from coordinator.domain.states import JobState
 from coordinator.store import DuplicateKey, StoreError, Tx, WriteConflict
+from coordinator.store.pg_held import HeldWrites
+from coordinator.store.row_writes import RowUpdate
+from coordinator.store.schema import attempts, jobs
 from tests.unit.domain_doubles import JOB_RECORD
 
 from .harness import QUEUE, Harness, sent_statements
@@ -161,3 +164,19 @@ def test_a_row_inserted_and_then_updated_in_one_transaction_gets_the_update(harn
     if harness.store.postgres:
         assert len([sql for sql, _ in sent if "INSERT INTO attempts" in sql]) == 1
         assert not any("INSERT INTO attempts" in sql and "UPDATE attempts" in sql for sql, _ in sent)
+
+
+def test_an_update_found_by_another_column_than_the_key_goes_after_held_inserts_into_its_table() -> None:
+    held = HeldWrites()
+    by_id = RowUpdate(attempts, (("g_id", "id"),), (("v_n", "execution_number"),))
+    by_job = RowUpdate(attempts, (("g_job", "job_id"),), (("v_n", "execution_number"),))
+    assert not held.holds_any(by_job, [{"g_job": "j1", "v_n": 1}])
+    held.insert(attempts, [{"id": "a1", "job_id": "j1"}])
+    # By the primary key, only the row inserted is known to be held.
+    assert held.holds_any(by_id, [{"g_id": "a1", "v_n": 1}])
+    assert not held.holds_any(by_id, [{"g_id": "a2", "v_n": 1}])
+    # By another column, any inserted row of the table may be the one.
+    assert held.holds_any(by_job, [{"g_job": "j2", "v_n": 1}])
+    assert not held.holds_any(
+        RowUpdate(jobs, (("g_id", "id"),), (("v_p", "priority"),)), [{"g_id": "a1", "v_p": 1}]
+    )

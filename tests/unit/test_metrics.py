@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -171,9 +172,17 @@ def test_sdk_metrics_are_shared_per_registry_default_the_global_one() -> None:
     assert WorkerMetrics.for_registry() is WorkerMetrics.for_registry(REGISTRY)
 
 
-def test_sdk_run_metrics_count_every_run_through_series_looked_up_once() -> None:
+def test_sdk_run_metrics_count_runs_through_series_looked_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = CollectorRegistry()
     metrics = WorkerMetrics(registry)
+    looked_up: list[tuple[str, ...]] = []
+    for metric in (metrics.in_flight, metrics.jobs, metrics.handler_duration):
+
+        def counting(*labels: str, _labels: Any = metric.labels, _name: str = metric._name) -> Any:
+            looked_up.append((_name, *labels))
+            return _labels(*labels)
+
+        monkeypatch.setattr(metric, "labels", counting)
     in_flight = metrics.run_in_flight("mail", "mail.send")
     assert metrics.run_in_flight("mail", "mail.send") is in_flight
     in_flight.inc()
@@ -197,6 +206,7 @@ def test_sdk_run_metrics_count_every_run_through_series_looked_up_once() -> None
     assert sample(f"{duration}_count", **MAIL, outcome="no_result") == 1
     assert sample(f"{duration}_bucket", **MAIL, outcome="no_result", le="10.0") == 0
     assert sample(f"{duration}_bucket", **MAIL, outcome="no_result", le="30.0") == 1
+    assert len(looked_up) == len(set(looked_up)) == 7  # 1 gauge series, 3 x (counter, histogram)
 
 
 def test_json_lines_carry_the_run_context_and_extra_fields() -> None:
