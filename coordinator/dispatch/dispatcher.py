@@ -105,6 +105,11 @@ class Dispatcher:
             raise ValueError(f"batches_in_flight must be 1 or more, got {batches_in_flight}")
         self.batches_in_flight = batches_in_flight
         self._in_flight: set[asyncio.Task[None]] = set()
+        """Batches handed to the writer whose answers are not delivered yet."""
+        self._writing = 0
+        """Of those, the ones the writer has not answered yet: a slot frees when the
+        writer answers, before the answers are delivered."""
+        self._slot_freed = asyncio.Event()
         self.process = process
         self.config = config
         self.clock = clock
@@ -287,16 +292,15 @@ class Dispatcher:
                 else:
                     await asyncio.sleep(0)  # the other streams' messages read in the same wake-up
                 # A slot first: what arrives meanwhile joins the batch taken next.
-                while len(self._in_flight) >= self.batches_in_flight:
-                    await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
+                while self._writing >= self.batches_in_flight:
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
                 batch, routes = self._take()
                 if routes.retiring or self._stopping:
                     # A stream ends only after everything written for it was delivered.
                     await self._settle_in_flight()
                 if batch:
-                    written = asyncio.create_task(self._write(batch, routes))
-                    self._in_flight.add(written)
-                    written.add_done_callback(self._in_flight.discard)
+                    written = self._launch(batch, routes)
                     if routes.retiring:
                         await asyncio.wait({written})
                 self._close_retired(routes)
@@ -305,9 +309,34 @@ class Dispatcher:
         finally:
             await self._settle_in_flight()
 
-    async def _write(self, batch: WorkBatch, routes: _Routes) -> None:
+    def _launch(self, batch: WorkBatch, routes: _Routes) -> asyncio.Task[None]:
+        """Hands ``batch`` to the writer now, and delivers its answers once written."""
+        self._writing += 1
+        written = asyncio.create_task(
+            self._write(self.executors.submit_write(self.process, batch), batch, routes)
+        )
+        self._in_flight.add(written)
+        written.add_done_callback(self._in_flight.discard)
+        return written
+
+    def _launch_next(self) -> None:
+        """Under load the next batch's messages are already waiting when the writer
+        answers: it gets them at once, before this loop delivers the answers and frames
+        what they carry (a millisecond or more of the loop's time, in which the writer
+        would sit idle). Streams retiring and a stop go through ``run`` instead, which
+        waits for what is in flight first."""
+        if not self._batch or self._stopping or self._retiring or self._writing >= self.batches_in_flight:
+            return
+        batch, routes = self._take()
+        self._launch(batch, routes)
+
+    async def _write(self, pending: asyncio.Future[BatchAnswers], batch: WorkBatch, routes: _Routes) -> None:
         try:
-            answers = await self.executors.write(self.process, batch)
+            try:
+                answers = await pending
+            finally:
+                self._writing -= 1
+                self._slot_freed.set()
         except Exception:
             # The store failed: nothing of the batch was written. Closing the streams
             # makes their workers reconnect and resend what is unacknowledged.
@@ -317,6 +346,7 @@ class Dispatcher:
             self._hand_out(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
+            self._launch_next()
             self._deliver(answers, routes, batch.claims)
 
     async def _settle_in_flight(self) -> None:

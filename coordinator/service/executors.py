@@ -33,6 +33,12 @@ class Executors:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.writer, functools.partial(function, *args, **kwargs))
 
+    def submit_write(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
+        """Hands ``function`` to the writer now (``write`` does so only once awaited); the
+        future resolves with its result on the running loop."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self.writer, functools.partial(function, *args, **kwargs))
+
     async def read(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.reader, functools.partial(function, *args, **kwargs))

@@ -97,9 +97,17 @@ Index(
 # The jobs of one type, newest first (a list filtered by wire name); IDs and wire names
 # never change, so jobs' updates never touch it.
 Index("ix_jobs_wire_name_id", jobs.c.wire_name, jobs.c.id)
-# R-17: each queue's reserved and running jobs (a limited queue's claims count them) and
-# its oldest due job, without a scan of the table.
-Index("ix_jobs_queue_state", jobs.c.queue, jobs.c.state)
+# R-17: each queue's reserved and running jobs (a limited queue's claims count them),
+# without a scan of the table. Partial: a job outside the leased states never enters it,
+# so most state changes do not touch it (an index of every job's queue and state cost each
+# state change a rewrite of its entry).
+Index(
+    "ix_jobs_queue_leased",
+    jobs.c.queue,
+    jobs.c.state,
+    sqlite_where=text(_LEASED),
+    postgresql_where=text(_LEASED),
+)
 Index(
     "ix_jobs_due",
     jobs.c.queue,

@@ -7,15 +7,22 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import bindparam, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from coordinator.domain.records import QueueRecord
-from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.domain.states import JobState
 from coordinator.store.prepared import Prepared
 from coordinator.store.rows import queue_from_row, queues_from
-from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queue_finished, queues
+from coordinator.store.schema import (
+    LEASED_PREDICATE,
+    jobs,
+    queue_count_deltas,
+    queue_counts,
+    queue_finished,
+    queues,
+)
 from coordinator.store.tx_base import TxBase
 
 # Statements of every claim and every write, built once (see ``tx_base.Lockable``).
@@ -182,7 +189,9 @@ class QueueOps(TxBase):
         """Jobs of ``queue`` reserved or running, counted up to ``cap``."""
         inner = (
             select(literal(1))
-            .where(jobs.c.queue == queue, jobs.c.state.in_([s.value for s in LEASED_STATES]))
+            # The predicate as text, word for word: only then may a planner use the partial
+            # index of leased jobs (bound parameters imply nothing).
+            .where(jobs.c.queue == queue, text(LEASED_PREDICATE))
             .limit(cap)
             .subquery()
         )

@@ -23,11 +23,15 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.states import Outcome
+from coordinator.service.queues import QueueService
 
 from .harness import LEASE_MS, QUEUE, Harness, sent_statements
 
 OTHER_QUEUE = "other"
+OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
 
 
 def job_selects(sent: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -136,3 +140,29 @@ def test_maintenance_walks_its_index(mostly_finished: Harness, operation: str) -
     assert selects, sent
     for sql, params in selects:
         assert_uses_index(mostly_finished, sql, params)
+
+
+def test_a_limited_queue_counts_its_leased_jobs_from_their_partial_index(mostly_finished: Harness) -> None:
+    """R-17: a claim from a queue with a concurrency limit counts the queue's reserved and
+    running jobs first; that count reads the partial index of leased jobs, never the
+    queue's ended jobs."""
+    QueueService(mostly_finished.store, mostly_finished.clock, CoordinatorConfig()).set_limit(
+        QUEUE, 5, OPERATOR
+    )
+    with sent_statements() as sent:
+        claimed = mostly_finished.claim(3)
+    assert len(claimed) == 3  # one of the queue's jobs runs already: room for four more
+    counts = [(sql, params) for sql, params in job_selects(sent) if "count(" in sql.lower()]
+    assert len(counts) == 1, sent
+    sql, params = counts[0]
+    assert_uses_index(mostly_finished, sql, params)
+    if mostly_finished.store.postgres:
+        assert [
+            n for n in postgres_plan(mostly_finished.store.url, sql, params) if "ix_jobs_queue_leased" in n
+        ]
+    else:
+        assert [
+            line
+            for line in sqlite_plan(mostly_finished.store.url, sql, params)
+            if "ix_jobs_queue_leased" in line
+        ]

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,42 @@ async def test_one_in_flight_writes_one_batch_at_a_time(executors: Executors) ->
         assert process.started == [["a-1"], ["a-2"]] and process.most_running == 1
         process.open(1)
         assert await _next(session) == StartAnswer("a-2", True, 1)
+
+
+async def test_messages_waiting_go_to_the_writer_before_the_answers_ahead_of_them_are_delivered(
+    executors: Executors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the next batch's messages wait while a batch is written: the writer
+    gets them as soon as it answers, not after the loop has delivered (and framed) that
+    batch's answers, time in which the writer would sit idle."""
+    process, dispatcher, session = _one_stream(executors, 1)
+    events: list[str] = []
+    submit = executors.submit_write
+
+    def logged_submit(function: Any, batch: WorkBatch) -> Any:
+        events.append("written " + " ".join(m.attempt_id for m in batch.starts))
+        return submit(function, batch)
+
+    deliver = session.deliver
+
+    def logged_deliver(item: Any) -> None:
+        events.append(f"delivered {item.attempt_id}")
+        deliver(item)
+
+    monkeypatch.setattr(executors, "submit_write", logged_submit)
+    monkeypatch.setattr(session, "deliver", logged_deliver)
+    async with _running(dispatcher, process):
+        session.start("a-1")
+        await process.wait_for_batches(1)
+        session.start("a-2")
+        session.start("a-3")
+        process.open(0)
+        await process.wait_for_batches(1)
+        process.open(1)
+        assert [await _next(session) for _ in range(3)] == [
+            StartAnswer(a, True, 1) for a in ("a-1", "a-2", "a-3")
+        ]
+    assert events == ["written a-1", "written a-2 a-3", "delivered a-1", "delivered a-2", "delivered a-3"]
 
 
 async def test_a_retired_stream_ends_only_after_the_batches_in_flight_for_it(executors: Executors) -> None:
