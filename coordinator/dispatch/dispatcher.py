@@ -312,12 +312,18 @@ class Dispatcher:
     def _launch(self, batch: WorkBatch, routes: _Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""
         self._writing += 1
-        written = asyncio.create_task(
-            self._write(self.executors.submit_write(self.process, batch), batch, routes)
-        )
+        pending = self.executors.submit_write(self.process, batch)
+        # Registered before ``_write`` awaits it, so it runs first: the slot is free by
+        # the time ``_write`` looks for the next batch, whatever the batch's outcome.
+        pending.add_done_callback(self._writer_answered)
+        written = asyncio.create_task(self._write(pending, batch, routes))
         self._in_flight.add(written)
         written.add_done_callback(self._in_flight.discard)
         return written
+
+    def _writer_answered(self, _: asyncio.Future[BatchAnswers]) -> None:
+        self._writing -= 1
+        self._slot_freed.set()
 
     def _launch_next(self) -> None:
         """Under load the next batch's messages are already waiting when the writer
@@ -332,11 +338,7 @@ class Dispatcher:
 
     async def _write(self, pending: asyncio.Future[BatchAnswers], batch: WorkBatch, routes: _Routes) -> None:
         try:
-            try:
-                answers = await pending
-            finally:
-                self._writing -= 1
-                self._slot_freed.set()
+            answers = await pending
         except Exception:
             # The store failed: nothing of the batch was written. Closing the streams
             # makes their workers reconnect and resend what is unacknowledged.

@@ -30,8 +30,7 @@ class Executors:
 
     async def write(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Runs ``function`` on the writer and waits for it without blocking the loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.writer, functools.partial(function, *args, **kwargs))
+        return await self.submit_write(function, *args, **kwargs)
 
     def submit_write(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
         """Hands ``function`` to the writer now (``write`` does so only once awaited); the

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
+from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.ids import parse_id
 from coordinator.domain.lifecycle import Report
@@ -48,6 +49,8 @@ WORKER = "worker-1"
 SECOND = 1_000
 LEASE_MS = 60 * SECOND
 SEED = 20_260_101
+OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
+"""An operator with the manage scope, for the management calls tests make."""
 
 
 def r2_range(run_number: int, initial_ms: int, max_ms: int) -> tuple[int, int]:

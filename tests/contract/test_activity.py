@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.activity import MINUTE_MS
 from coordinator.domain.records import LeaseHolder
 from coordinator.domain.states import JobState, Outcome
@@ -17,9 +16,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
 from coordinator.store.tx_queues import FINISHED_MINUTES_KEPT_MS
 
-from .harness import Harness
-
-OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
+from .harness import OPERATOR, Harness
 
 
 def _services(harness: Harness) -> tuple[QueueService, ActivityService]:

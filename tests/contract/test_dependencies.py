@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.ids import uuid7
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState, Outcome
@@ -20,9 +19,7 @@ from coordinator.errors import AlreadyExists, FailedPrecondition, InvalidArgumen
 from coordinator.service.manage import ManagementService
 from coordinator.service.work import BatchAnswers, ClaimRequest
 
-from .harness import SECOND, WIRE, Harness, sent_statements
-
-OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
+from .harness import OPERATOR, SECOND, WIRE, Harness, sent_statements
 
 
 def _succeed(harness: Harness, job_id: str, output: bytes) -> None:

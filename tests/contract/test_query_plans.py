@@ -24,14 +24,12 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.states import Outcome
 from coordinator.service.queues import QueueService
 
-from .harness import LEASE_MS, QUEUE, Harness, sent_statements
+from .harness import LEASE_MS, OPERATOR, QUEUE, Harness, sent_statements
 
 OTHER_QUEUE = "other"
-OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
 
 
 def job_selects(sent: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -93,16 +91,18 @@ def _nodes(node: dict[str, Any]) -> Iterator[str]:
         yield from _nodes(child)
 
 
-def assert_uses_index(harness: Harness, sql: str, params: Any) -> None:
+def assert_uses_index(harness: Harness, sql: str, params: Any) -> list[str]:
+    """Fails unless the plan of ``sql`` reads ``jobs`` through an index; returns the plan."""
     if harness.store.postgres:
         nodes = postgres_plan(harness.store.url, sql, params)
         assert not [n for n in nodes if n.startswith("Seq Scan on jobs")], (sql, nodes)
         assert [n for n in nodes if "ix_jobs_" in n], (sql, nodes)
-    else:
-        lines = sqlite_plan(harness.store.url, sql, params)
-        assert not [line for line in lines if re.match(r"SCAN jobs\b(?! USING)", line)], (sql, lines)
-        assert not [line for line in lines if "TEMP B-TREE" in line], (sql, lines)
-        assert [line for line in lines if "jobs USING" in line and "INDEX" in line], (sql, lines)
+        return nodes
+    lines = sqlite_plan(harness.store.url, sql, params)
+    assert not [line for line in lines if re.match(r"SCAN jobs\b(?! USING)", line)], (sql, lines)
+    assert not [line for line in lines if "TEMP B-TREE" in line], (sql, lines)
+    assert [line for line in lines if "jobs USING" in line and "INDEX" in line], (sql, lines)
+    return lines
 
 
 @pytest.fixture
@@ -154,15 +154,5 @@ def test_a_limited_queue_counts_its_leased_jobs_from_their_partial_index(mostly_
     assert len(claimed) == 3  # one of the queue's jobs runs already: room for four more
     counts = [(sql, params) for sql, params in job_selects(sent) if "count(" in sql.lower()]
     assert len(counts) == 1, sent
-    sql, params = counts[0]
-    assert_uses_index(mostly_finished, sql, params)
-    if mostly_finished.store.postgres:
-        assert [
-            n for n in postgres_plan(mostly_finished.store.url, sql, params) if "ix_jobs_queue_leased" in n
-        ]
-    else:
-        assert [
-            line
-            for line in sqlite_plan(mostly_finished.store.url, sql, params)
-            if "ix_jobs_queue_leased" in line
-        ]
+    plan = assert_uses_index(mostly_finished, *counts[0])
+    assert [line for line in plan if "ix_jobs_queue_leased" in line], plan

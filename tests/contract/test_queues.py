@@ -10,16 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument, NotFound
 from coordinator.service.queues import QueueService
 from coordinator.service.work import ClaimRequest, WorkBatch
 from coordinator.store import Store
 
-from .harness import LEASE_MS, WIRE, Harness
-
-OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
+from .harness import LEASE_MS, OPERATOR, WIRE, Harness
 
 
 def _queues(harness: Harness, **config: object) -> QueueService:

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from coordinator.domain import changes
-from coordinator.domain.access import Actor, Principal, Scope
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import WorkerIdentity
 from coordinator.domain.settings import SettingsLayer
@@ -20,9 +19,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.work import ResultReport, WorkBatch
 from coordinator.service.writes import JobWrites
 
-from .harness import LEASE_MS, QUEUE, WIRE, WORKER, Harness
-
-OPERATOR = Actor(Principal("0123456789abcdef", "ops", frozenset({Scope.MANAGE})), "test")
+from .harness import LEASE_MS, OPERATOR, QUEUE, WIRE, WORKER, Harness
 
 
 def _finished(effects: Effects) -> list[JobFinished]:
