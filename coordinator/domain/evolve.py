@@ -1,24 +1,31 @@
 """Copies of frozen records with some fields changed, fast enough for the hot path.
 
 ``dataclasses.replace`` looks up the fields and calls the generated ``__init__`` with
-keywords, which on a frozen class sets every field through ``object.__setattr__`` again:
-on a 30-field job record, several copies a job, that was a fifth of the writer's time.
-The copier made here for each record class takes every value with one C-level
-``attrgetter`` call and sets the fields through the slots' own descriptors. No record
-of ours has a ``__post_init__`` or a field outside ``__init__``: the copier refuses such
-classes rather than skip what they do.
+keywords, and a frozen class's ``__init__`` sets every field through
+``object.__setattr__``: on a 30-field job record, several copies and row loads a job,
+that was a large share of the writer's time. Setting the slots through their own
+descriptors (``member.__set__``) halved it, but each is still a call through a method
+wrapper.
+
+So each record class gets a *draft*: a plain class with exactly the record's slots. A
+new record is filled in as a draft, with ordinary attribute stores (which the
+interpreter specializes), and then becomes the record class by ``__class__``
+assignment, which Python allows between classes of the same layout. From then on it is
+an ordinary frozen record: equal to, and hashing as, one built by its ``__init__``. No
+record of ours has a ``__post_init__`` or a field outside ``__init__``; the drafts
+refuse such classes rather than skip what they do.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 R = TypeVar("R")
 
 _copiers: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
+_drafts: dict[type, type] = {}
 
 
 def evolve(record: R, **changes: Any) -> R:
@@ -32,51 +39,60 @@ def evolve(record: R, **changes: Any) -> R:
     return result
 
 
-def slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
-    """What sets each field of a new ``cls`` without its ``__init__``: the slots' own
-    descriptors, by field name in field order. For records built field by field on the
-    hot path (``evolve``, the store's row loaders); refuses a class whose ``__init__``
-    does more than set fields."""
-    if not dataclasses.is_dataclass(cls) or not hasattr(cls, "__slots__"):
+def draft_class(cls: type) -> type:
+    """The draft of the record class ``cls``: a plain class with the same slots, whose
+    instances may be filled in and then given ``cls`` as their class (``new.__class__ =
+    cls``). For records built field by field on the hot path (``evolve``, the store's
+    row loaders); refuses a class whose ``__init__`` does more than set fields."""
+    draft = _drafts.get(cls)
+    if draft is None:
+        draft = _drafts[cls] = _make_draft(cls)
+    return draft
+
+
+def _make_draft(cls: type) -> type:
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         raise TypeError(f"evolve works on slotted dataclasses, not {cls.__name__}")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__; use dataclasses.replace")
     fields = dataclasses.fields(cls)
     if any(not f.init for f in fields):
         raise TypeError(f"{cls.__name__} has fields outside __init__; use dataclasses.replace")
-    return {f.name: getattr(cls, f.name).__set__ for f in fields}
+    names = tuple(f.name for f in fields)
+    if cls.__bases__ != (object,) or tuple(cls.__dict__["__slots__"]) != names:
+        raise TypeError(f"{cls.__name__} must have its fields as its only slots, on object alone")
+    draft = type(f"{cls.__name__}Draft", (), {"__slots__": names, "__module__": cls.__module__})
+    try:
+        probe: Any = object.__new__(draft)
+        probe.__class__ = cls  # the layouts must match, checked once here
+    except TypeError as exc:
+        raise TypeError(f"{cls.__name__} cannot be drafted: {exc}") from exc
+    return draft
 
 
 def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
-    setters = slot_setters(cls)
-    names = tuple(setters)
+    draft = draft_class(cls)
+    names: tuple[str, ...] = draft.__dict__["__slots__"]
     # Straight-line code, one line per field (as dataclasses itself generates __init__):
-    # every value is copied by position, then the few changed fields are set again. A
-    # loop over the fields, or a lookup of each in ``changes``, would cost as much as
-    # the copy.
-    lines = [
-        "def copy(record, changes):",
-        "    values = (values_of(record),)" if len(names) == 1 else "    values = values_of(record)",
-        "    copied = new(cls)",
-    ]
-    lines += [f"    set_{i}(copied, values[{i}])" for i in range(len(names))]
+    # every value is copied, then the few changed fields are set again. A loop over the
+    # fields, or a lookup of each in ``changes``, would cost as much as the copy.
+    lines = ["def copy(record, changes):", "    copied = new(Draft)"]
+    lines += [f"    copied.{name} = record.{name}" for name in names]
     lines += [
         "    for name, value in changes.items():",
-        "        setter = setters.get(name)",
-        "        if setter is None:",
+        "        if name not in fields:",
         "            unknown(name)",
-        "        setter(copied, value)",
+        "        setattr(copied, name, value)",
+        "    copied.__class__ = cls",
         "    return copied",
     ]
     namespace: dict[str, Any] = {
-        "values_of": operator.attrgetter(*names),
         "new": object.__new__,
+        "Draft": draft,
         "cls": cls,
-        "setters": setters,
+        "fields": frozenset(names),
         "unknown": lambda name: _unknown(cls, name),
     }
-    for i, name in enumerate(names):
-        namespace[f"set_{i}"] = setters[name]
     exec("\n".join(lines), namespace)  # generated from the field names alone
     copy: Callable[[Any, dict[str, Any]], Any] = namespace["copy"]
     return copy

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from coordinator.domain.backoff import RandomSource, retry_delay_ms, unstarted_delay_ms
-from coordinator.domain.settings import JobSettings
 from coordinator.domain.states import (
     CODE_CANCELLED,
     CODE_NEGATIVE_RETRY_DELAY,
@@ -29,23 +29,48 @@ from worker_sdk.grammar import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """What the lifecycle needs to know of a job."""
+class JobView(Protocol):
+    """What the lifecycle needs to know of a job: a ``JobRecord`` as read is one. A
+    protocol, not a value of its own, so the hot path hands the decisions the record it
+    holds instead of building a copy of these fields a job."""
 
-    state: JobState
-    settings: JobSettings
-    executions: int
-    """Started runs in the current generation."""
-    unstarted_streak: int
-    """Consecutive claims whose lease lapsed before start (R-4)."""
-    current_attempt_id: str | None
-    cancel_requested: bool = False
-    """A user cancelled the job while it ran (R-8): any end short of success cancels it."""
-    generation: int = 1
-    """Starts at 1; each manual retry starts the next (R-9)."""
-    lease_expires_at_ms: int | None = None
-    """When the current claim's lease lapses (R-4, R-10)."""
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def executions(self) -> int:
+        """Started runs in the current generation."""
+
+    @property
+    def unstarted_streak(self) -> int:
+        """Consecutive claims whose lease lapsed before start (R-4)."""
+
+    @property
+    def current_attempt_id(self) -> str | None: ...
+    @property
+    def cancel_requested(self) -> bool:
+        """A user cancelled the job while it ran (R-8): any end short of success cancels it."""
+
+    @property
+    def generation(self) -> int:
+        """Starts at 1; each manual retry starts the next (R-9)."""
+
+    @property
+    def lease_expires_at_ms(self) -> int | None:
+        """When the current claim's lease lapses (R-4, R-10)."""
+
+    # The job's settings, as ``JobSettings`` names them (copied onto it at enqueue).
+    @property
+    def max_executions(self) -> int: ...
+    @property
+    def retry_initial_delay_ms(self) -> int: ...
+    @property
+    def retry_max_delay_ms(self) -> int: ...
+    @property
+    def max_unstarted_abandonments(self) -> int: ...
+    @property
+    def unstarted_initial_delay_ms(self) -> int: ...
+    @property
+    def unstarted_max_delay_ms(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +129,7 @@ def decide_start(job: JobView, attempt_id: str, now_ms: int | None = None) -> St
         return StartDecision(False, reason=f"job is {job.state.value}")
     if now_ms is not None and job.lease_expires_at_ms is not None and job.lease_expires_at_ms <= now_ms:
         return StartDecision(False, reason="lease lapsed")
-    if job.executions >= job.settings.max_executions:
+    if job.executions >= job.max_executions:
         return StartDecision(False, reason="execution budget spent")
     return StartDecision(True, execution_number=job.executions + 1)
 
@@ -146,11 +171,11 @@ def decide_result(
                 message=message,
                 detail=detail,
             )
-        delay = min(report.explicit_retry_delay_ms, job.settings.retry_max_delay_ms)
+        delay = min(report.explicit_retry_delay_ms, job.retry_max_delay_ms)
         return _retry_or_fail(job, outcome, code, now_ms, delay, message, detail)
     if outcome in RETRYABLE_OUTCOMES:
         delay = retry_delay_ms(
-            max(job.executions, 1), job.settings.retry_initial_delay_ms, job.settings.retry_max_delay_ms, rng
+            max(job.executions, 1), job.retry_initial_delay_ms, job.retry_max_delay_ms, rng
         )
         return _retry_or_fail(job, outcome, code, now_ms, delay, message, detail)
     return Decision(outcome, JobState.FAILED, code, message=message, detail=detail)
@@ -172,16 +197,14 @@ def decide_lease_expiry(job: JobView, now_ms: int, rng: RandomSource) -> Decisio
                 unstarted_streak=streak,
                 job_error_code=CODE_CANCELLED,
             )
-        if streak >= job.settings.max_unstarted_abandonments:
+        if streak >= job.max_unstarted_abandonments:
             return Decision(
                 Outcome.UNSTARTED_ABANDONED,
                 JobState.FAILED,
                 CODE_RESERVATION_ABANDONMENT_EXHAUSTED,
                 unstarted_streak=streak,
             )
-        delay = unstarted_delay_ms(
-            streak, job.settings.unstarted_initial_delay_ms, job.settings.unstarted_max_delay_ms
-        )
+        delay = unstarted_delay_ms(streak, job.unstarted_initial_delay_ms, job.unstarted_max_delay_ms)
         return Decision(
             Outcome.UNSTARTED_ABANDONED,
             JobState.SCHEDULED,
@@ -255,7 +278,7 @@ def _retry_or_fail(
     job: JobView, outcome: Outcome, code: str, now_ms: int, delay_ms: int, message: str, detail: str
 ) -> Decision:
     """R-1: retry while the budget lasts; the last allowed execution fails the job."""
-    if job.executions >= job.settings.max_executions:
+    if job.executions >= job.max_executions:
         return Decision(outcome, JobState.FAILED, code, message=message, detail=detail)
     return Decision(
         outcome,

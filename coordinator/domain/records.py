@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coordinator.domain.access import Scope
-from coordinator.domain.lifecycle import JobView
 from coordinator.domain.settings import JobSettings, SettingsLayer
 from coordinator.domain.states import JobState, Outcome
 
@@ -63,18 +62,6 @@ class JobRecord:
             max_unstarted_abandonments=self.max_unstarted_abandonments,
             unstarted_initial_delay_ms=self.unstarted_initial_delay_ms,
             unstarted_max_delay_ms=self.unstarted_max_delay_ms,
-        )
-
-    def view(self) -> JobView:
-        return JobView(
-            state=self.state,
-            settings=self.settings,
-            executions=self.executions,
-            unstarted_streak=self.unstarted_streak,
-            current_attempt_id=self.current_attempt_id,
-            cancel_requested=self.cancel_requested,
-            generation=self.generation,
-            lease_expires_at_ms=self.lease_expires_at_ms,
         )
 
 

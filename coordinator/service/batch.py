@@ -80,7 +80,7 @@ class WorkerOps:
             run = _BatchRun(tx, self, self.clock.now_ms())
             expired = tx.expired_leases(run.now, self.config.maintenance_batch)
             for job in expired:
-                decision = decide_lease_expiry(job.view(), run.now, self.rng)
+                decision = decide_lease_expiry(job, run.now, self.rng)
                 run.writes.end_attempt(job, decision, reported=False, lease_lapsed=True)
             run.writes.flush()
             run.answers.maintenance_left = bool(expired) or tx.any_leased()
@@ -181,7 +181,7 @@ class _BatchRun:
         job = self._current(release.attempt_id)
         if job is None or job.state is not JobState.RESERVED:
             return  # already recovered: nothing to give back
-        self._keep(self.writes.end_attempt(job, decide_release(job.view(), self.now), reported=True))
+        self._keep(self.writes.end_attempt(job, decide_release(job, self.now), reported=True))
 
     def _start(self, start: AttemptMessage) -> StartAnswer:
         attempt_id = start.attempt_id
@@ -199,7 +199,7 @@ class _BatchRun:
             return StartAnswer(attempt_id, False, reason="attempt already ended")
         if job is None:
             return StartAnswer(attempt_id, False, reason="superseded attempt")
-        decision = decide_start(job.view(), attempt_id, self.now)
+        decision = decide_start(job, attempt_id, self.now)
         if not decision.granted:
             return StartAnswer(attempt_id, False, reason=decision.reason)
         self._keep(self.writes.start(job, attempt_id, decision.execution_number))
@@ -259,7 +259,7 @@ class _BatchRun:
             )
         report = _without_nul(result.report)
         decision = decide_result(
-            job.view(),
+            job,
             report,
             self.now,
             bounds.max_failure_detail_bytes,

@@ -46,7 +46,7 @@ class ManagementService:
         """``cancel`` inside the caller's transaction (a bulk cancel's batch names its
         filter as ``bulk``, for the audit event). A refusal raises before any write."""
         job = _locked_job(tx, job_id)
-        decision = decide_cancel(job.view())
+        decision = decide_cancel(job)
         if decision.action is CancelAction.REFUSE:
             raise FailedPrecondition(f"job {job_id}: {decision.reason}", reason="WRONG_STATE")
         now = self.clock.now_ms()
@@ -101,7 +101,7 @@ class ManagementService:
         """``retry`` inside the caller's transaction (see ``cancel_in``). A refusal raises
         before any write."""
         job = _locked_job(tx, job_id)
-        decision = decide_manual_retry(job.view())
+        decision = decide_manual_retry(job)
         if not decision.allowed:
             raise FailedPrecondition(f"job {job_id}: {decision.reason}", reason="WRONG_STATE")
         now = self.clock.now_ms()

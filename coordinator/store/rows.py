@@ -9,7 +9,7 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from coordinator.domain.access import Scope, format_scopes
-from coordinator.domain.evolve import slot_setters
+from coordinator.domain.evolve import draft_class
 from coordinator.domain.records import (
     AttemptEnd,
     AttemptRecord,
@@ -121,21 +121,20 @@ def _loader(
         if missing:
             raise KeyError(f"the row lacks {cls.__name__} columns {missing}")
         # Records are frozen: their __init__ sets each field through object.__setattr__,
-        # which on a 30-field job row cost more than reading it. The loader makes the
-        # object and fills the slots through their own descriptors instead, as
-        # ``domain.evolve`` copies (it keeps the same checks: slots, no __post_init__).
+        # which on a 30-field job row cost more than reading it. The loader fills in the
+        # record's draft and makes it the record, as ``domain.evolve`` copies (with the
+        # same checks: slots, no __post_init__).
         values = [conversions.get(name, "{}").format(f"row[{position[name]}]") for name in names]
-        lines = ["def load(row):", "    record = new(cls)"]
-        lines += [f"    set_{i}(record, {value})" for i, value in enumerate(values)]
-        lines.append("    return record")
+        lines = ["def load(row):", "    record = new(Draft)"]
+        lines += [f"    record.{name} = {value}" for name, value in zip(names, values, strict=True)]
+        lines += ["    record.__class__ = cls", "    return record"]
         namespace: dict[str, Any] = {
             "cls": cls,
+            "Draft": draft_class(cls),
             "new": object.__new__,
             "JOB_STATES": _JOB_STATES,
             "OUTCOMES": _OUTCOMES,
         }
-        setters = slot_setters(cls)
-        namespace.update({f"set_{i}": setters[name] for i, name in enumerate(names)})
         exec("\n".join(lines), namespace)  # generated from the column names alone
         loader = namespace["load"]
         if len(_LOADERS) >= _MAX_LOADERS:

@@ -1,11 +1,12 @@
-"""Test doubles for the pure domain: stub random sources and a JobView builder.
+"""Test doubles for the pure domain: stub random sources and a builder of jobs as the lifecycle sees them.
 
 Test modules import this by its bare name (pytest puts this directory on ``sys.path``).
 """
 
 from __future__ import annotations
 
-from coordinator.domain.lifecycle import JobView
+import dataclasses
+
 from coordinator.domain.records import AttemptRecord, JobRecord
 from coordinator.domain.settings import JobSettings
 from coordinator.domain.states import JobState
@@ -48,15 +49,18 @@ def job_view(
     current_attempt_id: str | None = ATTEMPT_ID,
     cancel_requested: bool = False,
     **settings: int | None,
-) -> JobView:
-    """A JobView; settings fields may be passed as keywords (``max_executions=5``)."""
-    return JobView(
+) -> JobRecord:
+    """A job as the lifecycle sees it (``JOB_RECORD`` with these fields); settings
+    fields may be passed as keywords (``max_executions=5``), the rest are the defaults."""
+    valid = JobSettings(**settings).validate()  # type: ignore[arg-type]
+    return dataclasses.replace(
+        JOB_RECORD,
         state=state,
-        settings=JobSettings(**settings).validate(),  # type: ignore[arg-type]
         executions=executions,
         unstarted_streak=unstarted_streak,
         current_attempt_id=current_attempt_id,
         cancel_requested=cancel_requested,
+        **{field.name: getattr(valid, field.name) for field in dataclasses.fields(JobSettings)},
     )
 
 

@@ -14,7 +14,7 @@ from domain_doubles import JOB_RECORD as JOB
 
 from coordinator.domain.evolve import evolve
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import JobRecord, WorkerIdentity
+from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.work import Claimed
 from coordinator.store.rows import attempt_from_row, job_from_row, job_row
@@ -80,10 +80,30 @@ def test_evolve_refuses_classes_it_would_copy_wrongly() -> None:
             if self.a < 0:
                 raise ValueError("negative")
 
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Derived(_Base):
+        b: int
+
     with pytest.raises(TypeError, match="slotted"):
         evolve(Unslotted(1), a=2)
     with pytest.raises(TypeError, match="__post_init__"):
         evolve(Checked(1), a=-1)
+    with pytest.raises(TypeError, match="its only slots"):
+        evolve(Derived(1, 2), b=3)  # the draft would lack the base's slot
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Base:
+    a: int
+
+
+def test_copies_and_loaded_rows_are_of_the_record_class_itself() -> None:
+    """They are filled in as drafts and then become records: nothing of the draft
+    class may remain visible."""
+    values = _stored_job(JOB)
+    for record in (evolve(JOB, priority=9), evolve(ATTEMPT), job_from_row(_Row.of(values, list(values)))):
+        assert type(record) in (JobRecord, AttemptRecord)
+        assert dataclasses.is_dataclass(record) and dataclasses.asdict(record)
 
 
 class _Row(tuple[Any, ...]):

@@ -10,7 +10,6 @@ from domain_doubles import ATTEMPT_ID, NOW_MS, EndOfRange, NoRandom, job_view
 
 from coordinator.domain.lifecycle import (
     Decision,
-    JobView,
     Report,
     StartDecision,
     decide_lease_expiry,
@@ -18,13 +17,14 @@ from coordinator.domain.lifecycle import (
     decide_result,
     decide_start,
 )
+from coordinator.domain.records import JobRecord
 from coordinator.domain.states import JobState, Outcome, can_transition
 
 SECOND = 1_000
 DETAIL_CAP = 16_384
 
 
-def _lapse_until_failed(job: JobView, rng: NoRandom, limit: int = 1_000) -> list[Decision]:
+def _lapse_until_failed(job: JobRecord, rng: NoRandom, limit: int = 1_000) -> list[Decision]:
     """Lets reserved claims of ``job`` lapse one after the other, feeding the streak back."""
     decisions: list[Decision] = []
     for _ in range(limit):

@@ -8,7 +8,6 @@ import pytest
 from domain_doubles import ATTEMPT_ID, NOW_MS, OTHER_ATTEMPT_ID, EndOfRange, job_view
 
 from coordinator.domain.lifecycle import (
-    JobView,
     Report,
     StartDecision,
     decide_release,
@@ -16,6 +15,7 @@ from coordinator.domain.lifecycle import (
     decide_start,
     initial_state,
 )
+from coordinator.domain.records import JobRecord
 from coordinator.domain.states import JobState, Outcome, can_transition
 
 DETAIL_CAP = 16_384
@@ -72,7 +72,7 @@ def test_r1_a_superseded_attempt_is_refused_even_with_budget_and_the_right_state
     assert decide_start(job, OTHER_ATTEMPT_ID).granted
 
 
-def _run_until_terminal(job: JobView, report: Report, rng: EndOfRange) -> tuple[int, JobView, JobState]:
+def _run_until_terminal(job: JobRecord, report: Report, rng: EndOfRange) -> tuple[int, JobRecord, JobState]:
     """Drives claim -> start -> report until the job ends, as the service would.
 
     Returns the number of granted starts, the last view and the final state.
