@@ -24,17 +24,21 @@ from typing import Any, TypeVar
 
 R = TypeVar("R")
 
-_copiers: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
+_copiers: dict[tuple[type, tuple[str, ...]], Callable[[Any, dict[str, Any]], Any]] = {}
+_MAX_COPIERS = 512
+"""One copier per record class and set of changed names (a few per call site)."""
 _drafts: dict[type, type] = {}
 
 
 def evolve(record: R, **changes: Any) -> R:
     """``record`` with ``changes`` applied, like ``dataclasses.replace``: raises
     TypeError for a name that is not one of the record's fields."""
-    cls = type(record)
-    copier = _copiers.get(cls)
+    key = (type(record), tuple(changes))
+    copier = _copiers.get(key)
     if copier is None:
-        copier = _copiers[cls] = _copier(cls)
+        if len(_copiers) >= _MAX_COPIERS:
+            _copiers.clear()
+        copier = _copiers[key] = _copier(*key)
     result: R = copier(record, changes)
     return result
 
@@ -70,29 +74,22 @@ def _make_draft(cls: type) -> type:
     return draft
 
 
-def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
+def _copier(cls: type, changed: tuple[str, ...]) -> Callable[[Any, dict[str, Any]], Any]:
     draft = draft_class(cls)
     names: tuple[str, ...] = draft.__dict__["__slots__"]
+    for name in changed:
+        if name not in names:
+            _unknown(cls, name)
     # Straight-line code, one line per field (as dataclasses itself generates __init__):
-    # every value is copied, then the few changed fields are set again. A loop over the
-    # fields, or a lookup of each in ``changes``, would cost as much as the copy.
+    # the changed fields from ``changes``, every other one from the record. A loop over
+    # the fields, or a lookup of each in ``changes``, would cost as much as the copy.
     lines = ["def copy(record, changes):", "    copied = new(Draft)"]
-    lines += [f"    copied.{name} = record.{name}" for name in names]
     lines += [
-        "    for name, value in changes.items():",
-        "        if name not in fields:",
-        "            unknown(name)",
-        "        setattr(copied, name, value)",
-        "    copied.__class__ = cls",
-        "    return copied",
+        f"    copied.{name} = changes[{name!r}]" if name in changed else f"    copied.{name} = record.{name}"
+        for name in names
     ]
-    namespace: dict[str, Any] = {
-        "new": object.__new__,
-        "Draft": draft,
-        "cls": cls,
-        "fields": frozenset(names),
-        "unknown": lambda name: _unknown(cls, name),
-    }
+    lines += ["    copied.__class__ = cls", "    return copied"]
+    namespace: dict[str, Any] = {"new": object.__new__, "Draft": draft, "cls": cls}
     exec("\n".join(lines), namespace)  # generated from the field names alone
     copy: Callable[[Any, dict[str, Any]], Any] = namespace["copy"]
     return copy

@@ -17,7 +17,13 @@ from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.work import Claimed
-from coordinator.store.rows import attempt_from_row, job_from_row, job_row
+from coordinator.store.rows import (
+    WRITTEN_JOB_FIELDS,
+    attempt_from_row,
+    changed_columns,
+    job_from_row,
+    job_row,
+)
 
 
 def test_evolve_changes_what_is_named_and_copies_the_rest() -> None:
@@ -185,3 +191,17 @@ def _other_value(value: Any) -> Any:
     if isinstance(value, str):
         return value + "-changed"
     return "set"  # a None field: any value does
+
+
+@pytest.mark.parametrize("name", WRITTEN_JOB_FIELDS)
+def test_changed_columns_name_each_written_field_that_differs(name: str) -> None:
+    value = _other_value(getattr(JOB, name))
+    expected = value.value if isinstance(value, JobState) else value
+    assert changed_columns(JOB, evolve(JOB, **{name: value})) == {name: expected}
+
+
+def test_changed_columns_ignore_equal_values_and_the_fields_the_store_keeps() -> None:
+    equal = evolve(JOB, payload=bytes(bytearray(JOB.payload)), queue="".join(JOB.queue))
+    assert equal.payload is not JOB.payload
+    assert changed_columns(JOB, equal) == {}
+    assert changed_columns(JOB, evolve(JOB, history_seq=9, updated_at_ms=9)) == {}
