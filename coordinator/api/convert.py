@@ -28,6 +28,12 @@ def timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def set_timestamp(target: Timestamp, ms: int) -> None:
+    """Sets a message's Timestamp field in place (assigning a built one would copy it)."""
+    target.seconds = ms // 1000
+    target.nanos = (ms % 1000) * 1_000_000
+
+
 def duration(ms: int) -> Duration:
     # Duration needs seconds and nanos of the same sign.
     seconds = int(ms / 1000)

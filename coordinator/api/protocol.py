@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from coordinator.api.convert import PB_TO_OUTCOME, duration, duration_ms, state_to_pb, timestamp
+from coordinator.api.convert import (
+    PB_TO_OUTCOME,
+    duration,
+    duration_ms,
+    set_timestamp,
+    state_to_pb,
+    timestamp,
+)
 from coordinator.api.errors import MAX_STATUS_MESSAGE_BYTES
 from coordinator.dispatch import Assignments, CancelNotice, Delivery, DrainNotice
 from coordinator.domain.lifecycle import Report
@@ -73,31 +80,37 @@ def frame_batched(deliveries: Iterable[Delivery]) -> Iterator[Message]:
     """The messages that carry ``deliveries``, in order, for a worker that reads
     CoordinatorBatch: assignments, start answers, result acks and cancels ride together;
     a heartbeat answer or a drain ends the batch before it and goes on its own."""
-    batch = pb.CoordinatorBatch()
-    size = 0
+    message, size = _batch_message(), 0
     for delivery in deliveries:
         if isinstance(delivery, Assignments):
             for claimed in delivery.claimed:
-                item = _assignment(claimed)
-                item_size = len(item.payload) + sum(len(p.output) for p in item.parent_outputs)
+                item_size = len(claimed.job.payload) + sum(map(len, claimed.parent_outputs.values()))
                 if size and size + item_size > MAX_BATCH_PAYLOAD_BYTES:
-                    yield Message(batch=batch)
-                    batch, size = pb.CoordinatorBatch(), 0
-                batch.assignments.append(item)
+                    yield message
+                    message, size = _batch_message(), 0
+                _fill_assignment(message.batch.assignments.add(), claimed)
                 size += item_size
         elif isinstance(delivery, StartAnswer):
-            batch.start_answers.append(_start_answer(delivery))
+            _fill_start_answer(message.batch.start_answers.add(), delivery)
         elif isinstance(delivery, ResultAnswer):
-            batch.result_acks.append(_result_ack(delivery))
+            _fill_result_ack(message.batch.result_acks.add(), delivery)
         elif isinstance(delivery, CancelNotice):
-            batch.cancels.add(attempt_id=delivery.attempt_id, reason=delivery.reason)
+            message.batch.cancels.add(attempt_id=delivery.attempt_id, reason=delivery.reason)
         else:
-            if _has_items(batch):
-                yield Message(batch=batch)
-                batch, size = pb.CoordinatorBatch(), 0
+            if _has_items(message.batch):
+                yield message
+                message, size = _batch_message(), 0
             yield from frame(delivery)
-    if _has_items(batch):
-        yield Message(batch=batch)
+    if _has_items(message.batch):
+        yield message
+
+
+def _batch_message() -> Message:
+    """A message with an empty CoordinatorBatch that the items are added to in place
+    (``Message(batch=...)`` would copy a whole batch built apart)."""
+    message = Message()
+    message.batch.SetInParent()
+    return message
 
 
 def _has_items(batch: pb.CoordinatorBatch) -> bool:
@@ -108,17 +121,22 @@ def welcome(coordinator_id: str) -> Message:
     return Message(welcome=pb.Welcome(coordinator_id=coordinator_id, batches=True))
 
 
+# The items are filled in where they go (``batch.result_acks.add()``, or the field of a
+# new message): appending a message built on its own would copy it again.
+
+
 def start_answer(answer: StartAnswer) -> Message:
-    return Message(start_answer=_start_answer(answer))
+    message = Message()
+    message.start_answer.SetInParent()
+    _fill_start_answer(message.start_answer, answer)
+    return message
 
 
-def _start_answer(answer: StartAnswer) -> pb.StartAnswer:
-    return pb.StartAnswer(
-        attempt_id=answer.attempt_id,
-        granted=answer.granted,
-        execution_number=answer.execution_number,
-        reason=answer.reason,
-    )
+def _fill_start_answer(message: pb.StartAnswer, answer: StartAnswer) -> None:
+    message.attempt_id = answer.attempt_id
+    message.granted = answer.granted
+    message.execution_number = answer.execution_number
+    message.reason = answer.reason
 
 
 def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
@@ -130,15 +148,16 @@ def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
 
 
 def result_ack(answer: ResultAnswer) -> Message:
-    return Message(result_ack=_result_ack(answer))
+    message = Message()
+    message.result_ack.SetInParent()
+    _fill_result_ack(message.result_ack, answer)
+    return message
 
 
-def _result_ack(answer: ResultAnswer) -> pb.ResultAck:
+def _fill_result_ack(ack: pb.ResultAck, answer: ResultAnswer) -> None:
     """ACCEPTED, STALE (R-11) or REJECTED with the error's reason and metadata (docs/limits.md)."""
-    ack = pb.ResultAck(
-        attempt_id=answer.attempt_id,
-        status=pb.ResultAck.STATUS_ACCEPTED if answer.accepted else pb.ResultAck.STATUS_STALE,
-    )
+    ack.attempt_id = answer.attempt_id
+    ack.status = pb.ResultAck.STATUS_ACCEPTED if answer.accepted else pb.ResultAck.STATUS_STALE
     if not answer.accepted:
         ack.message = truncate_utf8(answer.reason, MAX_STATUS_MESSAGE_BYTES, TRUNCATION_MARKER)
         ack.reason = "STALE"
@@ -150,32 +169,31 @@ def _result_ack(answer: ResultAnswer) -> pb.ResultAck:
         ack.job_state = state_to_pb(answer.job_state)  # type: ignore[assignment]
     if answer.retry_delay_ms is not None:
         ack.retry_delay.CopyFrom(duration(answer.retry_delay_ms))
-    return ack
 
 
 def assignment(claimed: Claimed) -> Message:
-    return Message(assignment=_assignment(claimed))
+    message = Message()
+    message.assignment.SetInParent()
+    _fill_assignment(message.assignment, claimed)
+    return message
 
 
-def _assignment(claimed: Claimed) -> pb.Assignment:
+def _fill_assignment(message: pb.Assignment, claimed: Claimed) -> None:
     job = claimed.job
-    message = pb.Assignment(
-        job_id=job.id,
-        attempt_id=claimed.attempt_id,
-        wire_name=job.wire_name,
-        queue=job.queue,
-        payload=job.payload,
-        payload_version=job.payload_version,
-        lease_expires_at=timestamp(claimed.lease_expires_at_ms),
-        execution_number=job.executions + 1,
-        max_executions=job.max_executions,
-        generation=job.generation,
-    )
+    message.job_id = job.id
+    message.attempt_id = claimed.attempt_id
+    message.wire_name = job.wire_name
+    message.queue = job.queue
+    message.payload = job.payload
+    message.payload_version = job.payload_version
+    set_timestamp(message.lease_expires_at, claimed.lease_expires_at_ms)
+    message.execution_number = job.executions + 1
+    message.max_executions = job.max_executions
+    message.generation = job.generation
     if job.execution_timeout_ms is not None:
         message.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
     for parent_id, output in sorted(claimed.parent_outputs.items()):
         message.parent_outputs.add(job_id=parent_id, output=output)
-    return message
 
 
 def cancel(attempt_id: str, reason: str) -> Message:

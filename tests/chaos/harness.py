@@ -37,7 +37,7 @@ from tests.chaos.history import History, Recorder, merge
 from tests.chaos.jobs import RETRY_DELAY, UNSTARTED_DELAY, Fragile, Task
 from tests.chaos.pgcluster import ThrowawayCluster
 from tests.chaos.proxy import ChaosProxy
-from tests.support import kill9, read_log, runwick_command, serve, start_process, wait_listening
+from tests.support import LISTENING, kill9, read_log, runwick_command, serve, start_process, wait_listening
 from worker_sdk import (
     AsyncClient,
     AttemptInfo,
@@ -135,7 +135,6 @@ class CoordinatorProcess:
         self.app_name = f"runwick-chaos-{name}"
         self.process: Any = None
         self.target: str | None = None
-        self.starts = 0
 
     @property
     def up(self) -> bool:
@@ -143,6 +142,9 @@ class CoordinatorProcess:
 
     async def start(self) -> None:
         settings = self.settings
+        # Every start appends to the same log. Count the starts that listened, not the
+        # attempts: one begun while the nemesis restarts the database exits unlistened.
+        listened = read_log(self.log).count(LISTENING) if self.log.exists() else 0
         self.process = serve(
             self.log,
             *("--database-url", settings.database_url, "--port", "0"),
@@ -150,8 +152,7 @@ class CoordinatorProcess:
             *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1", "--insecure"),
             env={**os.environ, "PGAPPNAME": self.app_name},  # pg_stat_activity.application_name
         )
-        self.starts += 1
-        self.target = await wait_listening(self.process, self.log, count=self.starts, timeout=60)
+        self.target = await wait_listening(self.process, self.log, count=listened + 1, timeout=60)
         self.recorder.record("coordinator_up", replica=self.name, target=self.target, pid=self.process.pid)
 
     async def kill9(self) -> None:
