@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 _MAX_MS = (1 << 48) - 1
 # The 8-4-4-4-12 text form only: uuid.UUID alone also takes what int(..., 16) tolerates
@@ -16,7 +17,7 @@ def uuid7(now_ms: int, random_bytes: bytes | None = None) -> str:
     """Returns a UUIDv7 in text form whose timestamp is ``now_ms``."""
     if not 0 <= now_ms <= _MAX_MS:
         raise ValueError(f"timestamp {now_ms} does not fit in 48 bits")
-    tail = random_bytes if random_bytes is not None else os.urandom(10)
+    tail = random_bytes if random_bytes is not None else _tails.take()
     if len(tail) != 10:
         raise ValueError("a UUIDv7 needs 10 random bytes")
     value = bytearray(now_ms.to_bytes(6, "big") + tail)
@@ -26,6 +27,31 @@ def uuid7(now_ms: int, random_bytes: bytes | None = None) -> str:
     # of these a job on the writer).
     text = value.hex()
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+class _RandomTails(threading.local):
+    """Random tails read from the OS a few hundred at a time, per thread. One
+    ``os.urandom`` per ID was a system call on the writer for every job and attempt."""
+
+    def __init__(self) -> None:
+        self.pool = b""
+        self.offset = 0
+
+    def take(self) -> bytes:
+        offset = self.offset
+        if offset >= len(self.pool):
+            self.pool, offset = os.urandom(10 * _TAILS_PER_READ), 0
+        self.offset = offset + 10
+        return self.pool[offset : offset + 10]
+
+    def forget(self) -> None:
+        self.pool, self.offset = b"", 0
+
+
+_TAILS_PER_READ = 256
+_tails = _RandomTails()
+# A forked child must not hand out the tails its parent will hand out too.
+os.register_at_fork(after_in_child=_tails.forget)
 
 
 def parse_id(text: str) -> str | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 import uuid
 
 import pytest
@@ -146,3 +148,34 @@ def test_parse_id_returns_canonical_text_or_none(text: str) -> None:
     if parsed is not None:
         assert CANONICAL.fullmatch(parsed)
         assert parsed == text.lower()
+
+
+def test_ids_without_a_given_tail_never_repeat_across_pool_reads() -> None:
+    ids = [uuid7(1_000) for _ in range(3 * 256 + 7)]  # three reads of the pool and more
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_forked_child_draws_tails_of_its_own() -> None:
+    """The tails are read ahead per thread; a child must not repeat its parent's."""
+    uuid7(1_000)  # the parent's pool holds tails not handed out yet
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ID, to the parent
+        os.close(read_end)
+        os.write(write_end, uuid7(1_000).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child_id = pipe.read()
+    os.waitpid(pid, 0)
+    assert child_id != uuid7(1_000)
+
+
+def test_threads_draw_different_tails() -> None:
+    drawn: list[str] = []
+    threads = [threading.Thread(target=lambda: drawn.append(uuid7(1_000))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(drawn)) == 8
