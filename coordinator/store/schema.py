@@ -23,6 +23,8 @@ from sqlalchemy import (
     text,
 )
 
+from coordinator.domain.states import JobState
+
 metadata = MetaData()
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
@@ -138,15 +140,24 @@ Index(
     sqlite_where=text(_UNFINISHED),
     postgresql_where=text(_UNFINISHED),
 )
-# R-19: retention's purge query (``store.purge``) walks one terminal state by finish time.
-_TERMINAL = "state IN ('succeeded', 'failed', 'cancelled')"
-Index(
-    "ix_jobs_finished",
-    jobs.c.state,
-    jobs.c.finished_at_ms,
-    sqlite_where=text(_TERMINAL),
-    postgresql_where=text(_TERMINAL),
-)
+# R-19: retention's purge query (``store.purge``) walks one terminal state by finish
+# time: one partial index per terminal state. One index for all three (``state IN
+# (...)``) was never used by SQLite for a purge of one state (it cannot prove that
+# ``state = 'x'`` implies the IN list): it walked ix_jobs_state_id and sorted every job
+# in the state. ``state`` leads although the predicate fixes it, as in ix_jobs_scheduled:
+# SQLite's planner, without statistics, then prefers it to ix_jobs_state_id.
+FINISHED_PREDICATES = {state: f"state = '{state.value}'" for state in JobState if state.terminal}
+"""Each terminal state's index predicate, as the purge query must state it (as text)."""
+for _state, _predicate in FINISHED_PREDICATES.items():
+    Index(
+        f"ix_jobs_{_state.value}_at",
+        jobs.c.state,
+        jobs.c.finished_at_ms,
+        jobs.c.id,
+        sqlite_where=text(_predicate),
+        postgresql_where=text(_predicate),
+    )
+del _state, _predicate
 Index(
     "ux_jobs_idempotency_key",
     jobs.c.idempotency_key,

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.states import Outcome
+from coordinator.domain.states import JobState, Outcome
 from coordinator.service.queues import QueueService
 
 from .harness import LEASE_MS, OPERATOR, QUEUE, Harness, sent_statements
@@ -156,3 +156,18 @@ def test_a_limited_queue_counts_its_leased_jobs_from_their_partial_index(mostly_
     assert len(counts) == 1, sent
     plan = assert_uses_index(mostly_finished, *counts[0])
     assert [line for line in plan if "ix_jobs_queue_leased" in line], plan
+
+
+@pytest.mark.parametrize("state", [s for s in JobState if s.terminal], ids=lambda s: s.value)
+def test_retention_walks_the_finished_index_of_the_state_it_purges(
+    mostly_finished: Harness, state: JobState
+) -> None:
+    """R-19: a purge reads the oldest jobs of one terminal state from that state's own
+    index, in finish order: no scan of every job in the state, and no sort."""
+    mostly_finished.clock.advance(60_000)
+    with sent_statements() as sent:
+        mostly_finished.store.transact(lambda tx: tx.purge(state, mostly_finished.clock.now_ms(), 5))
+    selects = job_selects(sent)
+    assert len(selects) == 1, sent
+    plan = assert_uses_index(mostly_finished, *selects[0])
+    assert [line for line in plan if f"ix_jobs_{state.value}_at" in line], plan
