@@ -338,6 +338,13 @@ async def _serve_until_signalled(
 
     json_lines = log_settings[1] == "json"
     running = await start_coordinator(config)
+    # Before the ready line: a SIGTERM that comes as soon as it is out must drain and
+    # exit 0, not end the process by the default action. (While starting, the default
+    # action stays: a start stuck on its database ends at once.)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     replicas = None
     if processes > 1:
         replicas = ReplicaSet(config, running.port, processes - 1, *log_settings)
@@ -363,10 +370,6 @@ async def _serve_until_signalled(
     if replicas:
         _say(f"runwick coordinator processes: {processes}", json_lines, processes=processes)
     _say(f"{READY_LINE}{running.target}", json_lines, target=running.target)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     logging.getLogger("runwick").info("shutting down: draining workers")
     await asyncio.gather(running.stop(), *([replicas.stop()] if replicas else []))
