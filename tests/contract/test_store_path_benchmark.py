@@ -34,3 +34,11 @@ def test_the_store_path_benchmark_runs_every_job_to_success(unmigrated_url: str)
             engine.dispose()
         # Warm-ups (one light job; 12 batched jobs make no whole batch of 64) and the measured ones.
         assert states == {"succeeded": 1 + 3 + 128}
+
+
+def test_a_way_given_no_jobs_is_skipped() -> None:
+    command = [sys.executable, str(SCRIPT), "--light-jobs", "0", "--batched-jobs", "64", "--batch", "64"]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert finished.returncode == 0, finished.stderr
+    lines = [LINE.match(line) for line in finished.stdout.splitlines()]
+    assert [(m.group(1), m.group(2)) for m in lines if m] == [("batched", "64")], finished.stdout
