@@ -5,6 +5,7 @@ dispatcher delivers to a session into ConnectResponses: one message per item
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from coordinator.api.convert import (
     PB_TO_OUTCOME,
@@ -106,11 +107,17 @@ def frame_batched(deliveries: Iterable[Delivery]) -> Iterator[Message]:
 
 
 def _batch_message() -> Message:
-    """A message with an empty CoordinatorBatch that the items are added to in place
-    (``Message(batch=...)`` would copy a whole batch built apart)."""
+    return _message_with("batch")[0]
+
+
+def _message_with(field: str) -> tuple[Message, Any]:
+    """A new message with its ``field`` set and empty, and that field, to fill in place.
+    Items are filled where they go (``batch.result_acks.add()``, or such a field):
+    ``Message(batch=...)`` or appending a message built apart would copy it again."""
     message = Message()
-    message.batch.SetInParent()
-    return message
+    item = getattr(message, field)
+    item.SetInParent()
+    return message, item
 
 
 def _has_items(batch: pb.CoordinatorBatch) -> bool:
@@ -121,14 +128,9 @@ def welcome(coordinator_id: str) -> Message:
     return Message(welcome=pb.Welcome(coordinator_id=coordinator_id, batches=True))
 
 
-# The items are filled in where they go (``batch.result_acks.add()``, or the field of a
-# new message): appending a message built on its own would copy it again.
-
-
 def start_answer(answer: StartAnswer) -> Message:
-    message = Message()
-    message.start_answer.SetInParent()
-    _fill_start_answer(message.start_answer, answer)
+    message, item = _message_with("start_answer")
+    _fill_start_answer(item, answer)
     return message
 
 
@@ -148,9 +150,8 @@ def heartbeat_answer(answer: HeartbeatAnswer) -> Message:
 
 
 def result_ack(answer: ResultAnswer) -> Message:
-    message = Message()
-    message.result_ack.SetInParent()
-    _fill_result_ack(message.result_ack, answer)
+    message, item = _message_with("result_ack")
+    _fill_result_ack(item, answer)
     return message
 
 
@@ -172,9 +173,8 @@ def _fill_result_ack(ack: pb.ResultAck, answer: ResultAnswer) -> None:
 
 
 def assignment(claimed: Claimed) -> Message:
-    message = Message()
-    message.assignment.SetInParent()
-    _fill_assignment(message.assignment, claimed)
+    message, item = _message_with("assignment")
+    _fill_assignment(item, claimed)
     return message
 
 

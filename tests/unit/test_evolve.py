@@ -107,9 +107,15 @@ def test_copies_and_loaded_rows_are_of_the_record_class_itself() -> None:
     """They are filled in as drafts and then become records: nothing of the draft
     class may remain visible."""
     values = _stored_job(JOB)
-    for record in (evolve(JOB, priority=9), evolve(ATTEMPT), job_from_row(_Row.of(values, list(values)))):
-        assert type(record) in (JobRecord, AttemptRecord)
-        assert dataclasses.is_dataclass(record) and dataclasses.asdict(record)
+    made = [
+        (evolve(JOB, priority=9), JobRecord),
+        (evolve(ATTEMPT), AttemptRecord),
+        (job_from_row(_Row.of(values, list(values))), JobRecord),
+    ]
+    for record, cls in made:
+        assert type(record) is cls
+        built = cls(**{field.name: getattr(record, field.name) for field in dataclasses.fields(cls)})
+        assert record == built and hash(record) == hash(built)
 
 
 class _Row(tuple[Any, ...]):
