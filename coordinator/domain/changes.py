@@ -9,7 +9,7 @@ bug in the caller, never a client's fault.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from coordinator.domain.evolve import evolve
 from coordinator.domain.lifecycle import Decision
@@ -17,18 +17,28 @@ from coordinator.domain.records import JobRecord
 from coordinator.domain.states import CODE_CANCELLED, CODE_PARENT_FAILED, JobState, can_transition
 
 
-@dataclass(frozen=True, slots=True)
-class JobChange:
-    """One guarded job write: the job as read, as it must be written, and the
-    transition it records."""
-
+class _JobChangeFields(NamedTuple):
     before: JobRecord
     after: JobRecord
-    reason: str | None = None
-    attempt_id: str | None = None
+    reason: str | None
+    attempt_id: str | None
 
-    def __post_init__(self) -> None:
-        check_transition(self.before, self.after)
+
+class JobChange(_JobChangeFields):
+    """One guarded job write: the job as read, as it must be written, and the
+    transition it records. Refuses a transition the table does not allow.
+
+    A named tuple checked in ``__new__``, not a frozen dataclass: the writer builds one
+    per job per transaction, and the dataclass's guarded field stores cost five times
+    the tuple."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, before: JobRecord, after: JobRecord, reason: str | None = None, attempt_id: str | None = None
+    ) -> JobChange:
+        check_transition(before, after)
+        return tuple.__new__(cls, (before, after, reason, attempt_id))
 
 
 class IllegalTransition(AssertionError):

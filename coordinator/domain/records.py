@@ -6,6 +6,7 @@ and back, the API into messages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from coordinator.domain.access import Scope
 from coordinator.domain.settings import JobSettings, SettingsLayer
@@ -112,9 +113,10 @@ class WorkerIdentity:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class NewAttempt:
-    """An attempt as a claim creates it."""
+class NewAttempt(NamedTuple):
+    """An attempt as a claim creates it. A named tuple, as ``AttemptEnd``: one is built
+    per claim in the writer, where a frozen dataclass's ``__init__`` (a guarded store per
+    field) cost several times the tuple's."""
 
     id: str
     job_id: str
@@ -124,8 +126,7 @@ class NewAttempt:
     token_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptEnd:
+class AttemptEnd(NamedTuple):
     """How an attempt ended, written once (an attempt that has an outcome keeps it)."""
 
     attempt_id: str

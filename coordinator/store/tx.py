@@ -31,7 +31,7 @@ from coordinator.store.rows import (
     FINISH_COLUMNS,
     attempt_end_params,
     attempts_from,
-    changed_columns,
+    changed_values,
     job_row,
     jobs_from,
     new_attempt_row,
@@ -101,9 +101,11 @@ _CLAIMABLE_IN_QUEUE = Lockable(
 
 
 @functools.cache
-def _job_update(columns: tuple[str, ...]) -> RowUpdate:
-    """One guarded job UPDATE per set of columns, built once (statement building costs
-    more than SQLite's execution of it)."""
+def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
+    """One guarded job UPDATE per set of columns (given as their ``v_<column>``
+    parameters), built once (statement building costs more than SQLite's execution of
+    it)."""
+    columns = tuple(name.removeprefix("v_") for name in parameters)
     return RowUpdate(
         jobs, _JOB_GUARD, tuple((f"v_{c}", c) for c in (*columns, "history_seq", "updated_at_ms"))
     )
@@ -360,11 +362,11 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                         "reason": change.reason,
                     }
                 )
-            values = changed_columns(first, last)
-            row = {f"v_{key}": value for key, value in values.items()}
+            row = changed_values(first, last)
+            columns = tuple(row)  # in field order, so one tuple per set of columns
             row.update(v_history_seq=seq, v_updated_at_ms=now_ms, g_id=first.id)
             row.update(g_state=first_state, g_seq=first.history_seq)
-            groups.setdefault(tuple(sorted(values)), []).append(row)
+            groups.setdefault(columns, []).append(row)
             if state != first_state:  # ``state`` is now the last change's
                 moved[(first.queue, first_state)] -= 1
                 moved[(first.queue, state)] += 1

@@ -99,6 +99,21 @@ def test_a_change_outside_the_transition_table_is_refused_and_writes_nothing(har
     assert harness.rows() == before
 
 
+def test_a_change_stamps_its_new_record_and_refuses_the_record_it_read(harness: Harness) -> None:
+    job = harness.job(harness.enqueue())
+    now = harness.clock.now_ms() + 5
+    with harness.store.write() as tx:
+        writes = JobWrites(tx, now)
+        after = changes.claimed(job, "attempt-x", WORKER, now + LEASE_MS)
+        written = writes.change(job, after, "claimed", None)
+        assert (written.history_seq, written.updated_at_ms) == (job.history_seq + 1, now)
+        assert writes.fresh(job) is written
+        assert job.history_seq == harness.job(job.id).history_seq  # the record read is untouched
+        with pytest.raises(changes.IllegalTransition, match="new record"):
+            writes.change(written, written, "again", None)
+    assert harness.job(job.id) == job  # gathered, never flushed: nothing written
+
+
 def test_the_terminal_path_takes_terminal_states_only(harness: Harness) -> None:
     job = harness.job(harness.enqueue())
     with pytest.raises(changes.IllegalTransition, match="non-terminal"), harness.store.write() as tx:

@@ -21,6 +21,7 @@ from coordinator.store.rows import (
     WRITTEN_JOB_FIELDS,
     attempt_from_row,
     changed_columns,
+    changed_values,
     job_from_row,
     job_row,
 )
@@ -211,3 +212,12 @@ def test_changed_columns_ignore_equal_values_and_the_fields_the_store_keeps() ->
     assert equal.payload is not JOB.payload
     assert changed_columns(JOB, equal) == {}
     assert changed_columns(JOB, evolve(JOB, history_seq=9, updated_at_ms=9)) == {}
+
+
+def test_changed_values_are_the_changed_columns_as_update_parameters_in_field_order() -> None:
+    after = evolve(JOB, worker_id="w-2", state=JobState.RUNNING, priority=JOB.priority + 1)
+    values = changed_values(JOB, after)
+    assert values == {f"v_{name}": value for name, value in changed_columns(JOB, after).items()}
+    # Field order whatever order the copy named them in: one statement per column set.
+    assert list(values) == [f"v_{name}" for name in WRITTEN_JOB_FIELDS if f"v_{name}" in values]
+    assert values["v_state"] == "running"
