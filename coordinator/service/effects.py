@@ -3,18 +3,19 @@ ended (waiters, metrics, later dependents), runs that started or ended (metrics)
 that became claimable (the dispatcher), cancels to push to a worker's stream.
 
 The service gathers them while it writes; the facade (``coordinator.app``) hands them
-to their listeners after the commit, the same way whatever the transport.
+to their listeners after the commit, the same way whatever the transport. The facts made per job are named tuples, for
+the reason ``service.work`` gives.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from coordinator.domain.states import JobState, Outcome
 
 
-@dataclass(frozen=True, slots=True)
-class RunStarted:
+class RunStarted(NamedTuple):
     """A start granted: how long the job had been due when it started."""
 
     queue: str
@@ -22,8 +23,7 @@ class RunStarted:
     waited_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptEnded:
+class AttemptEnded(NamedTuple):
     """An attempt that ended, and what became of its job."""
 
     queue: str
@@ -36,8 +36,7 @@ class AttemptEnded:
     """The coordinator ended it because its lease lapsed (R-4, R-5 abandoned)."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobFinished:
+class JobFinished(NamedTuple):
     """A job that reached a terminal state (every way a job ends produces one)."""
 
     job_id: str

@@ -1,12 +1,17 @@
 """The worker protocol's values as the service sees them: what arrived in one batch
 window (``WorkBatch``) and the answers to each message (``BatchAnswers``). The
 transport decodes messages into these and frames the answers; the dispatcher routes
-them."""
+them.
+
+The values made once per job on the hot path (results, starts, releases and their
+answers) are named tuples: a frozen dataclass's ``__init__`` stores each field through
+its guard, several times a tuple's cost, and each job makes a few of them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import JobRecord, WorkerIdentity
@@ -36,8 +41,7 @@ class Claimed:
     """The outputs of the job's parents, by parent ID (R-16)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ResultReport:
+class ResultReport(NamedTuple):
     attempt_id: str
     report: Report
     output: bytes | None = None
@@ -45,8 +49,7 @@ class ResultReport:
     """The stream it came on; a result without one is refused."""
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptMessage:
+class AttemptMessage(NamedTuple):
     """A start or a release of an attempt, and the stream it came on."""
 
     attempt_id: str
@@ -62,16 +65,14 @@ class HeartbeatRequest:
     sender: WorkerIdentity
 
 
-@dataclass(frozen=True, slots=True)
-class StartAnswer:
+class StartAnswer(NamedTuple):
     attempt_id: str
     granted: bool
     execution_number: int = 0
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ResultAnswer:
+class ResultAnswer(NamedTuple):
     attempt_id: str
     accepted: bool
     job_state: JobState | None = None
