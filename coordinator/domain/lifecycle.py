@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from coordinator.domain.backoff import RandomSource, retry_delay_ms, unstarted_delay_ms
 from coordinator.domain.states import (
@@ -73,9 +73,10 @@ class JobView(Protocol):
     def unstarted_max_delay_ms(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
-    """An attempt's end as the worker reports it."""
+class Report(NamedTuple):
+    """An attempt's end as the worker reports it. Named tuples, as ``Decision`` and
+    ``StartDecision``: one of each is made per job in the writer, where a frozen
+    dataclass's guarded field stores cost several times a tuple."""
 
     outcome: Outcome
     error_code: str = ""
@@ -86,8 +87,7 @@ class Report:
     """Middleware ``Retry(reason, delay)``: None uses R-2; negative is a contract fault."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """What to write when an attempt ends."""
 
     attempt_outcome: Outcome
@@ -104,8 +104,7 @@ class Decision:
     cancel (R-8) and ended another way keeps its own outcome and code on the attempt."""
 
 
-@dataclass(frozen=True, slots=True)
-class StartDecision:
+class StartDecision(NamedTuple):
     granted: bool
     execution_number: int = 0
     reason: str = ""

@@ -366,8 +366,7 @@ def _without_nul(report: Report) -> Report:
     """PostgreSQL text cannot hold NUL; replace it on both engines so they store alike."""
     if "\x00" not in report.exception_type + report.message + report.detail:
         return report
-    return evolve(
-        report,
+    return report._replace(
         exception_type=report.exception_type.replace("\x00", "\ufffd"),
         message=report.message.replace("\x00", "\ufffd"),
         detail=report.detail.replace("\x00", "\ufffd"),

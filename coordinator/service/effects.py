@@ -3,8 +3,8 @@ ended (waiters, metrics, later dependents), runs that started or ended (metrics)
 that became claimable (the dispatcher), cancels to push to a worker's stream.
 
 The service gathers them while it writes; the facade (``coordinator.app``) hands them
-to their listeners after the commit, the same way whatever the transport. The facts made per job are named tuples, for
-the reason ``service.work`` gives.
+to their listeners after the commit, the same way whatever the transport. The facts
+made per job are named tuples, for the reason ``service.work`` gives.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from domain_doubles import ATTEMPT_RECORD as ATTEMPT
 from domain_doubles import JOB_RECORD as JOB
 
 from coordinator.domain.evolve import evolve
-from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.work import Claimed
@@ -61,8 +60,6 @@ def test_evolve_handles_records_of_one_field_and_nested_ones() -> None:
     claimed = Claimed(JOB, ATTEMPT.id, 5_000)
     with_outputs = evolve(claimed, parent_outputs={"p": b"out"})
     assert with_outputs == dataclasses.replace(claimed, parent_outputs={"p": b"out"})
-    report = Report(outcome=Outcome.SUCCEEDED)
-    assert evolve(report, message="done") == dataclasses.replace(report, message="done")
     identity = WorkerIdentity("w", None, None)
     assert evolve(identity, worker_id="v") == dataclasses.replace(identity, worker_id="v")
 
