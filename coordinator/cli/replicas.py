@@ -277,9 +277,10 @@ def run_replica(config: CoordinatorConfig, log_level: str, log_format: str, pare
 
 
 async def _serve_replica(config: CoordinatorConfig, parent: Connection) -> None:
-    from coordinator.process import start_coordinator
+    from coordinator.process import freeze_start_up_heap, start_coordinator
 
     running = await start_coordinator(config)
+    freeze_start_up_heap()
     parent.send(("ready", running.metrics_port))
     parent.close()
     stop = asyncio.Event()

@@ -334,7 +334,7 @@ async def _serve_until_signalled(
     """Runs the coordinator, and with ``processes`` over 1 its replicas on the same port
     (``cli.replicas``), until SIGTERM or SIGINT; the ready line comes once all listen."""
     from coordinator.cli.replicas import ReplicaSet
-    from coordinator.process import start_coordinator
+    from coordinator.process import freeze_start_up_heap, start_coordinator
 
     json_lines = log_settings[1] == "json"
     running = await start_coordinator(config)
@@ -369,6 +369,7 @@ async def _serve_until_signalled(
     )
     if replicas:
         _say(f"runwick coordinator processes: {processes}", json_lines, processes=processes)
+    freeze_start_up_heap()
     _say(f"{READY_LINE}{running.target}", json_lines, target=running.target)
     await stop.wait()
     logging.getLogger("runwick").info("shutting down: draining workers")

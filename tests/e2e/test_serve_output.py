@@ -124,6 +124,21 @@ async def test_text_start_up_is_a_few_lines_without_library_noise(tmp_path: Path
     assert "migrated" not in second_start and "None" not in second_start
 
 
+async def test_the_start_up_heap_is_frozen_before_the_ready_line(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    database = f"sqlite:///{tmp_path / 'runwick.db'}"
+    process = serve(
+        log, "--database-url", database, "--insecure", "--log-level", "debug", *QUIET, env=clean_env()
+    )
+    try:
+        await wait_listening(process, log)
+    finally:
+        assert await stop(process) == 0
+    before_ready = log.read_text().split("runwick coordinator listening on ", 1)[0]
+    [frozen] = [line for line in before_ready.splitlines() if "start-up heap frozen: " in line]
+    assert int(frozen.split("start-up heap frozen: ")[1].split()[0]) > 10_000
+
+
 async def read_terminal(master: int, until: str, process: subprocess.Popen[bytes]) -> str:
     """What the process wrote to its terminal, up to a line containing ``until``."""
     seen = b""

@@ -212,3 +212,18 @@ async def test_a_bad_process_count_is_refused(tmp_path: Path, count: str) -> Non
         reap(process)
     assert "argument --processes: --processes must be" in read_log(log)
     assert not (tmp_path / "r.db").exists()
+
+
+async def test_every_process_freezes_its_start_up_heap_before_it_is_ready(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    _truncate(postgres_url)
+    log = tmp_path / "serve.log"
+    process = serve(log, *_serve_flags(postgres_url), "--log-level", "debug")
+    try:
+        await wait_listening(process, log, timeout=60)
+    finally:
+        assert await stop(process) == 0
+    before_ready = read_log(log).split("runwick coordinator listening on ", 1)[0]
+    frozen = re.findall(r"start-up heap frozen: (\d+) objects", before_ready)
+    assert len(frozen) == 2 and all(int(count) > 10_000 for count in frozen), before_ready[-2000:]
