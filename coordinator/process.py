@@ -12,7 +12,6 @@ database is closed.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import random
@@ -28,26 +27,6 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.store import Store
 
 log = logging.getLogger(__name__)
-
-
-def freeze_start_up_heap() -> int:
-    """Collects the garbage of the start-up, then moves every object that survived it
-    (modules, SQLAlchemy's metadata and compiled statements, protobuf descriptors: about
-    100,000) into the collector's permanent generation; returns how many.
-
-    For a serving process only, once it is up (``runwick serve`` and its replicas; not
-    ``start_coordinator``, which tests call in their own process). Under load a job's
-    records live long enough to reach the oldest generation, so a full collection came
-    every second or so, and each walked the whole start-up heap with the interpreter
-    lock held: 55-115 ms in which nothing else ran, 5% of the time. Frozen, the same
-    collections take about 2 ms. What is frozen is never collected, which is why the
-    start-up's own garbage goes first.
-    """
-    gc.collect()
-    gc.freeze()
-    frozen = gc.get_freeze_count()
-    log.debug("start-up heap frozen: %d objects", frozen)
-    return frozen
 
 
 @dataclass

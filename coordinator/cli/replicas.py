@@ -277,7 +277,8 @@ def run_replica(config: CoordinatorConfig, log_level: str, log_format: str, pare
 
 
 async def _serve_replica(config: CoordinatorConfig, parent: Connection) -> None:
-    from coordinator.process import freeze_start_up_heap, start_coordinator
+    from coordinator.cli.heap import freeze_start_up_heap
+    from coordinator.process import start_coordinator
 
     running = await start_coordinator(config)
     freeze_start_up_heap()

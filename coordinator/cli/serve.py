@@ -333,8 +333,9 @@ async def _serve_until_signalled(
 ) -> None:
     """Runs the coordinator, and with ``processes`` over 1 its replicas on the same port
     (``cli.replicas``), until SIGTERM or SIGINT; the ready line comes once all listen."""
+    from coordinator.cli.heap import freeze_start_up_heap
     from coordinator.cli.replicas import ReplicaSet
-    from coordinator.process import freeze_start_up_heap, start_coordinator
+    from coordinator.process import start_coordinator
 
     json_lines = log_settings[1] == "json"
     running = await start_coordinator(config)

@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 
+from coordinator.cli.heap import freeze_start_up_heap
 from coordinator.cli.logs import add_logging_flags
 from worker_sdk import configure_logging
 
@@ -34,5 +35,6 @@ def run_worker(options: argparse.Namespace) -> int:
     except (ImportError, AttributeError) as exc:
         print(f"runwick: cannot load {options.spec}: {exc}", file=sys.stderr)
         return 2
+    freeze_start_up_heap()  # the modules it imported, the user's among them, live as long as it
     worker.run()
     return 0

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.process import freeze_start_up_heap
+from coordinator.cli.heap import freeze_start_up_heap
 
 
 class _Node:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from coordinator.cli.bench.sink import READY_PREFIX, Record, SinkWriter
 from coordinator.cli.connect import add_connection_flags, connection_options
+from coordinator.cli.heap import freeze_start_up_heap
 from worker_sdk import JobContext, Worker, job
 
 WIRE_NAME = "runwick.bench.noop"
@@ -86,6 +87,7 @@ def main(argv: Sequence[str]) -> int:
     if not Path(options.sink).is_dir():
         print(f"runwick bench worker: --sink {options.sink} is not a folder", file=sys.stderr)
         return 2
+    freeze_start_up_heap()  # as ``runwick worker`` does, so the bench measures that
     try:
         asyncio.run(serve(options))
     except ValueError as exc:  # connection flags or concurrency out of range
