@@ -53,34 +53,32 @@ def job_row(job: JobRecord) -> dict[str, Any]:
     return row
 
 
-def _changed_columns_function(prefix: str) -> Callable[[JobRecord, JobRecord], dict[str, Any]]:
+def _changed_values_function() -> Callable[[JobRecord, JobRecord], dict[str, Any]]:
     # Straight-line code, one test a field: most fields of a copy are the very objects
     # of the record it was copied from, so ``is`` settles them without a comparison.
     # Keys come in ``WRITTEN_JOB_FIELDS`` order, so equal key sets are equal tuples.
-    lines = ["def changed_columns(before, after):", "    changed = {}"]
+    lines = ["def changed_values(before, after):", "    changed = {}"]
     for name in WRITTEN_JOB_FIELDS:
         lines += [
             f"    value = after.{name}",
             f"    if value is not before.{name} and value != before.{name}:",
-            f"        changed[{prefix + name!r}] = value",
+            f"        changed['v_{name}'] = value",
         ]
     lines += [
-        f"    if {prefix + 'state'!r} in changed:",
-        f"        changed[{prefix + 'state'!r}] = after.state.value",
+        "    if 'v_state' in changed:",
+        "        changed['v_state'] = after.state.value",
         "    return changed",
     ]
     namespace: dict[str, Any] = {}
     exec("\n".join(lines), namespace)  # generated from the field names alone
-    function: Callable[[JobRecord, JobRecord], dict[str, Any]] = namespace["changed_columns"]
+    function: Callable[[JobRecord, JobRecord], dict[str, Any]] = namespace["changed_values"]
     return function
 
 
-changed_columns = _changed_columns_function("")
-"""The columns ``after`` sets differently from ``before`` (the state as its text), in
-``WRITTEN_JOB_FIELDS`` order."""
-changed_values = _changed_columns_function("v_")
-"""``changed_columns`` with each key as the job update's parameter (``v_<column>``):
-the update's row without a second dict."""
+changed_values = _changed_values_function()
+"""The columns ``after`` sets differently from ``before`` (the state as its text), each
+keyed by the job update's parameter (``v_<column>``) and in ``WRITTEN_JOB_FIELDS``
+order: the update's row as it is sent."""
 
 
 def attempt_from_row(row: Any) -> AttemptRecord:

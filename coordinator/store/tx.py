@@ -103,12 +103,10 @@ _CLAIMABLE_IN_QUEUE = Lockable(
 @functools.cache
 def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
     """One guarded job UPDATE per set of columns (given as their ``v_<column>``
-    parameters), built once (statement building costs more than SQLite's execution of
-    it)."""
-    columns = tuple(name.removeprefix("v_") for name in parameters)
-    return RowUpdate(
-        jobs, _JOB_GUARD, tuple((f"v_{c}", c) for c in (*columns, "history_seq", "updated_at_ms"))
-    )
+    parameters, ``changed_values``'s keys), built once (statement building costs more
+    than SQLite's execution of it)."""
+    stamped = (*parameters, "v_history_seq", "v_updated_at_ms")
+    return RowUpdate(jobs, _JOB_GUARD, tuple((name, name.removeprefix("v_")) for name in stamped))
 
 
 class Tx(QueueOps, DependencyOps, AccessOps):

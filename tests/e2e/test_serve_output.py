@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 from collections.abc import Iterator
@@ -135,8 +136,8 @@ async def test_the_start_up_heap_is_frozen_before_the_ready_line(tmp_path: Path)
     finally:
         assert await stop(process) == 0
     before_ready = log.read_text().split("runwick coordinator listening on ", 1)[0]
-    [frozen] = [line for line in before_ready.splitlines() if "start-up heap frozen: " in line]
-    assert int(frozen.split("start-up heap frozen: ")[1].split()[0]) > 10_000
+    [frozen] = re.findall(r"start-up heap frozen: (\d+) objects", before_ready)
+    assert int(frozen) > 10_000
 
 
 async def read_terminal(master: int, until: str, process: subprocess.Popen[bytes]) -> str:

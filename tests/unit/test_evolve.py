@@ -19,7 +19,6 @@ from coordinator.service.work import Claimed
 from coordinator.store.rows import (
     WRITTEN_JOB_FIELDS,
     attempt_from_row,
-    changed_columns,
     changed_values,
     job_from_row,
     job_row,
@@ -198,23 +197,22 @@ def _other_value(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("name", WRITTEN_JOB_FIELDS)
-def test_changed_columns_name_each_written_field_that_differs(name: str) -> None:
+def test_changed_values_name_each_written_field_that_differs(name: str) -> None:
     value = _other_value(getattr(JOB, name))
     expected = value.value if isinstance(value, JobState) else value
-    assert changed_columns(JOB, evolve(JOB, **{name: value})) == {name: expected}
+    assert changed_values(JOB, evolve(JOB, **{name: value})) == {f"v_{name}": expected}
 
 
-def test_changed_columns_ignore_equal_values_and_the_fields_the_store_keeps() -> None:
+def test_changed_values_ignore_equal_values_and_the_fields_the_store_keeps() -> None:
     equal = evolve(JOB, payload=bytes(bytearray(JOB.payload)), queue="".join(JOB.queue))
     assert equal.payload is not JOB.payload
-    assert changed_columns(JOB, equal) == {}
-    assert changed_columns(JOB, evolve(JOB, history_seq=9, updated_at_ms=9)) == {}
+    assert changed_values(JOB, equal) == {}
+    assert changed_values(JOB, evolve(JOB, history_seq=9, updated_at_ms=9)) == {}
 
 
-def test_changed_values_are_the_changed_columns_as_update_parameters_in_field_order() -> None:
+def test_changed_values_come_in_field_order_whatever_order_the_copy_named_them() -> None:
     after = evolve(JOB, worker_id="w-2", state=JobState.RUNNING, priority=JOB.priority + 1)
     values = changed_values(JOB, after)
-    assert values == {f"v_{name}": value for name, value in changed_columns(JOB, after).items()}
-    # Field order whatever order the copy named them in: one statement per column set.
+    assert values == {"v_state": "running", "v_priority": JOB.priority + 1, "v_worker_id": "w-2"}
+    # Field order, so equal column sets make one statement.
     assert list(values) == [f"v_{name}" for name in WRITTEN_JOB_FIELDS if f"v_{name}" in values]
-    assert values["v_state"] == "running"
