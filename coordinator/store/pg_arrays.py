@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import String, Table
 from sqlalchemy.dialects import postgresql
 
 from coordinator.store.row_writes import RowUpdate
@@ -70,7 +70,12 @@ def row_update_sql(row_update: RowUpdate, prefix: str) -> str:
 
 
 def _type(table: Table, column: str) -> str:
-    return str(table.c[column].type.compile(dialect=_DIALECT))
+    """The column's type as a cast names it: a collation (``schema._identifier``) is no part of
+    a type in a cast, and the column's own applies to the comparison anyway."""
+    column_type = table.c[column].type.dialect_impl(_DIALECT)
+    if isinstance(column_type, String) and column_type.collation is not None:
+        column_type = String(column_type.length)
+    return str(column_type.compile(dialect=_DIALECT))
 
 
 def _cast(table: Table, column: str, param: str) -> str:

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, inspect
+from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
 from coordinator.store import Store
@@ -18,6 +19,8 @@ from coordinator.store.migrate import SchemaNotCurrent, head_revision
 from coordinator.store.schema import metadata
 
 from .harness import Harness
+
+_POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -33,6 +36,47 @@ def test_migrated_schema_matches_the_metadata(engine: Engine) -> None:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, metadata) == []
         assert context.get_current_revision() == head_revision()
+
+
+def collated_columns() -> set[tuple[str, str]]:
+    """The ``(table, column)`` pairs the metadata collates ``"C"`` on PostgreSQL."""
+    return {
+        (table.name, column.name)
+        for table in metadata.tables.values()
+        for column in table.columns
+        if getattr(column.type.dialect_impl(_POSTGRES), "collation", None) == "C"
+    }
+
+
+def database_collations(engine: Engine) -> dict[tuple[str, str], str | None]:
+    """Each text column's collation as the database has it (None: the database's own;
+    SQLite's columns all compare byte by byte and name none)."""
+    if engine.dialect.name != "postgresql":
+        return {
+            (table, column["name"]): column.get("collation")
+            for table in inspect(engine).get_table_names()
+            for column in inspect(engine).get_columns(table)
+        }
+    query = text(
+        "SELECT table_name, column_name, collation_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND data_type IN ('character varying', 'text')"
+    )
+    with engine.connect() as conn:
+        return {(table, column): collation for table, column, collation in conn.execute(query)}
+
+
+def test_identifier_columns_compare_byte_by_byte(engine: Engine) -> None:
+    """IDs, names, queues and states compare as bytes on both engines: on PostgreSQL
+    collated "C" (no strcoll in every index comparison, and the order SQLite has)."""
+    collated = collated_columns()
+    assert {("jobs", "id"), ("jobs", "queue"), ("attempts", "job_id"), ("transitions", "job_id")} <= collated
+    found = database_collations(engine)
+    if engine.dialect.name == "postgresql":
+        assert {column for column, collation in found.items() if collation == "C"} == collated
+    else:
+        assert set(found.values()) == {None}
+        with engine.connect() as conn:  # byte order: every upper-case letter sorts first
+            assert conn.execute(text("SELECT 'Z' < 'a'")).scalar() == 1
 
 
 def test_claim_and_idempotency_indexes_are_partial(engine: Engine) -> None:
