@@ -83,7 +83,13 @@ def _cast(table: Table, column: str, param: str) -> str:
 
 
 def _unnest(table: Table, params: Sequence[tuple[str, str]], prefix: str) -> str:
-    """``unnest(CAST(%(<prefix>p)s AS <column type>[]), ...) AS v(p, ...)`` for (param,
-    column) pairs: the driver's own placeholders (``store.pg_held`` runs the SQL as it is)."""
-    unpacked = ", ".join(f"CAST(%({prefix}{param})s AS {_type(table, column)}[])" for param, column in params)
+    """``unnest(CAST(%(<prefix>p)b AS <column type>[]), ...) AS v(p, ...)`` for (param,
+    column) pairs: the driver's own placeholders (``store.pg_held`` runs the SQL as it is).
+
+    ``%b``: each array goes in the binary format. psycopg dumps a list as text element by
+    element in Python, quoting each string after a regular expression's search (1.3 us a
+    string, 0.4 an integer); in binary each element is its C dumper's output and a length
+    (about 0.2 us), and the server reads the array without parsing it (``array_in`` was
+    5% of its time under load). A list with no value but None still goes as text."""
+    unpacked = ", ".join(f"CAST(%({prefix}{param})b AS {_type(table, column)}[])" for param, column in params)
     return f"unnest({unpacked}) AS v({', '.join(param for param, _ in params)})"

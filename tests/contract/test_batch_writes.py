@@ -21,7 +21,8 @@ NOW_MS = 5_000
 
 def _jobs(count: int = 3) -> list[JobRecord]:
     """Jobs whose columns hold the awkward values: NULLs in every nullable column,
-    bytes that are not UTF-8 and hold NUL, text outside ASCII, integers past 2**32;
+    bytes that are not UTF-8 and hold NUL, text outside ASCII and text with quotes,
+    braces, commas, a backslash and the word NULL, integers past 2**32;
     beyond the first three, plain ones."""
     bare = evolve(
         JOB_RECORD,
@@ -41,7 +42,9 @@ def _jobs(count: int = 3) -> list[JobRecord]:
         priority=-7,
         cancel_requested=True,
     )
-    empty = evolve(JOB_RECORD, id="0190f0a0-0000-7000-8000-0000000000b3", payload=b"", idempotency_key="k-3")
+    # What an array's text form would have to quote or would read as NULL.
+    quoted = 'k-3 "{a,b}" \\ NULL'
+    empty = evolve(JOB_RECORD, id="0190f0a0-0000-7000-8000-0000000000b3", payload=b"", idempotency_key=quoted)
     plain = [
         evolve(JOB_RECORD, id=f"0190f0a0-0000-7000-8000-{n:012x}", idempotency_key=f"k-{n}")
         for n in range(0x100, 0x100 + max(count - 3, 0))
