@@ -79,6 +79,18 @@ def test_identifier_columns_compare_byte_by_byte(engine: Engine) -> None:
             assert conn.execute(text("SELECT 'Z' < 'a'")).scalar() == 1
 
 
+def test_updated_tables_leave_room_on_their_pages(engine: Engine) -> None:
+    """docs/scaling.md: on PostgreSQL the jobs' pages keep a fifth free (heartbeats stay
+    HOT updates) and the attempts' half (their start and end stay HOT updates)."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has no fill factor")
+    query = text("SELECT relname, reloptions FROM pg_class WHERE relname IN ('jobs', 'attempts')")
+    with engine.connect() as conn:
+        options = {name: set(found or ()) for name, found in conn.execute(query)}
+    assert "fillfactor=80" in options["jobs"]
+    assert options["attempts"] == {"fillfactor=50"}
+
+
 def test_claim_and_idempotency_indexes_are_partial(engine: Engine) -> None:
     """docs/scaling.md: the claim index covers only claimable rows, in claim order; the
     idempotency key is unique only where set; nothing indexes the lease (HOT heartbeats)."""
