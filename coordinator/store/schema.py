@@ -270,6 +270,11 @@ Index("ix_dependencies_parent", dependencies.c.parent_id)
 transitions = Table(
     "transitions",
     metadata,
+    # The surrogate ID of before migration 0015, kept as a plain column that nothing
+    # writes, so that a coordinator of an older release still reads a job's history
+    # (it selects the column) while a rolling upgrade replaces it. A later migration
+    # drops it.
+    Column("id", BigInteger),
     Column("job_id", _identifier(36), primary_key=True),
     Column("seq", Integer, primary_key=True),
     Column("at_ms", BigInteger, nullable=False),

@@ -1,8 +1,9 @@
 """Migration 0015 (transitions keyed by job and sequence) on a database at 0014 that holds
 a job's history: the history is kept in order, a repeated sequence (which no guarded write
 makes, but an old database might hold) keeps its first row, the table ends keyed by
-(job_id, seq) with no foreign key and no other index, and the downgrade gives back the
-surrogate ID, the index and the foreign key with the rows. On both engines."""
+(job_id, seq) with no foreign key and no other index, the old ID column stays for the
+coordinators a rolling upgrade has not replaced yet, and the downgrade gives back the
+surrogate key, the index and the foreign key with the rows. On both engines."""
 
 from __future__ import annotations
 
@@ -42,6 +43,22 @@ def _history(engine: Engine) -> list[tuple[object, ...]]:
         return [tuple(row) for row in conn.execute(query, {"job": JOB_ID})]
 
 
+def _an_older_coordinator_still_reads_and_writes_the_history(engine: Engine) -> None:
+    """What a coordinator of before 0015 sends, while a rolling upgrade has not replaced
+    it yet: its history read names ``id``, its insert leaves the column out."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO transitions (job_id, seq, at_ms, from_state, to_state, reason)"
+                " VALUES (:job, 3, 2, 'reserved', 'running', 'started')"
+            ),
+            {"job": JOB_ID},
+        )
+        read = text("SELECT id, job_id, seq FROM transitions WHERE job_id = :job ORDER BY seq")
+        assert [row.seq for row in conn.execute(read, {"job": JOB_ID})] == [1, 2, 3]
+        conn.execute(text("DELETE FROM transitions WHERE job_id = :job AND seq = 3"), {"job": JOB_ID})
+
+
 def _sqlite_table_sql(engine: Engine) -> str:
     with engine.connect() as conn:
         query = text("SELECT sql FROM sqlite_master WHERE name = 'transitions'")
@@ -61,10 +78,12 @@ def test_0015_keys_the_history_by_job_and_sequence_and_downgrades(unmigrated_url
         assert schema.get_pk_constraint("transitions")["constrained_columns"] == ["job_id", "seq"]
         assert schema.get_foreign_keys("transitions") == []
         assert schema.get_indexes("transitions") == []
-        assert "id" not in {column["name"] for column in schema.get_columns("transitions")}
+        columns = {column["name"]: column for column in schema.get_columns("transitions")}
+        assert columns["id"]["nullable"]  # kept for the coordinators of before 0015 (below)
         if engine.dialect.name == "sqlite":
             assert "WITHOUT ROWID" in _sqlite_table_sql(engine)
         assert _history(engine) == _HISTORY
+        _an_older_coordinator_still_reads_and_writes_the_history(engine)
         if head_revision() == "0015_transitions_key":
             with engine.connect() as conn:
                 assert compare_metadata(MigrationContext.configure(conn), metadata) == []

@@ -1,4 +1,4 @@
-"""Transitions keyed by (job_id, seq): no surrogate ID, no second index, no foreign key
+"""Transitions keyed by (job_id, seq): no surrogate key, no second index, no foreign key
 
 Revision ID: 0015_transitions_key
 Revises: 0014_key_collation
@@ -51,17 +51,24 @@ def upgrade() -> None:
             name = foreign_key["name"]
             assert name is not None  # PostgreSQL names every constraint
             op.drop_constraint(name, "transitions", type_="foreignkey")
-        op.execute("ALTER TABLE transitions DROP COLUMN id, ADD PRIMARY KEY (job_id, seq)")
+        # ``id`` stays, no longer written, for the coordinators of before this revision
+        # that a rolling upgrade has not replaced yet: they select it with the history.
+        op.execute(
+            "ALTER TABLE transitions DROP CONSTRAINT transitions_pkey, ALTER COLUMN id DROP DEFAULT,"
+            " ALTER COLUMN id DROP NOT NULL, ADD PRIMARY KEY (job_id, seq)"
+        )
+        op.execute("DROP SEQUENCE IF EXISTS transitions_id_seq")
         return
     # SQLite changes a key only by copying the table.
     op.create_table(
         "transitions_keyed",
+        sa.Column("id", sa.BigInteger(), nullable=True),
         sa.Column("job_id", sa.String(length=36), nullable=False),
         *_history_columns(),
         sa.PrimaryKeyConstraint("job_id", "seq"),
         sqlite_with_rowid=False,
     )
-    op.execute(f"INSERT INTO transitions_keyed ({_COPIED}) SELECT {_COPIED} FROM transitions")
+    op.execute(f"INSERT INTO transitions_keyed (id, {_COPIED}) SELECT id, {_COPIED} FROM transitions")
     op.drop_table("transitions")
     op.rename_table("transitions_keyed", "transitions")
 
@@ -69,7 +76,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(
-            "ALTER TABLE transitions DROP CONSTRAINT transitions_pkey, ADD COLUMN id BIGSERIAL PRIMARY KEY"
+            "ALTER TABLE transitions DROP CONSTRAINT transitions_pkey, DROP COLUMN id,"
+            " ADD COLUMN id BIGSERIAL PRIMARY KEY"
         )
         op.create_foreign_key(None, "transitions", "jobs", ["job_id"], ["id"], ondelete="CASCADE")
     else:
