@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import pytest
+
 from tests.integration.conftest import Coordinator
 from tests.integration.worker_app import Echo
 from worker_sdk import AsyncClient, JobState
@@ -13,6 +15,8 @@ from worker_sdk import AsyncClient, JobState
 WAIT = timedelta(seconds=30)
 
 
+# The freeze is the worker process's own: which engine the coordinator has changes nothing.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_runwick_worker_freezes_its_start_up_heap_and_then_runs_jobs(
     coordinator: Coordinator, client: AsyncClient, spawn_worker
 ) -> None:
