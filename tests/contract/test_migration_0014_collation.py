@@ -6,6 +6,8 @@ text byte by byte already, is left as it was."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from alembic import command
 from sqlalchemy import Engine, text
 
@@ -51,12 +53,9 @@ def test_0014_collates_the_identifiers_and_keeps_the_jobs(unmigrated_url: str) -
         assert current_revision(engine) == head_revision()
     finally:
         engine.dispose()
-    store = Store.open(unmigrated_url, create=False)
-    try:
+    with closing(Store.open(unmigrated_url, create=False)) as store:
         job = store.get_job(JOB_ID)
         attempts = store.list_attempts(JOB_ID)
-    finally:
-        store.close()
     assert job is not None and job.current_attempt_id == ATTEMPT_ID
     assert [attempt.id for attempt in attempts] == [ATTEMPT_ID]
 

@@ -7,6 +7,8 @@ surrogate key, the index and the foreign key with the rows. On both engines."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -99,9 +101,6 @@ def test_0015_keys_the_history_by_job_and_sequence_and_downgrades(unmigrated_url
         assert current_revision(engine) == head_revision()
     finally:
         engine.dispose()
-    store = Store.open(unmigrated_url, create=False)
-    try:
+    with closing(Store.open(unmigrated_url, create=False)) as store:
         kept = store.list_transitions(JOB_ID)
-    finally:
-        store.close()
     assert [(t.seq, t.reason) for t in kept] == [(seq, reason) for seq, _, _, reason in _HISTORY]
