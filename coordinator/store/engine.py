@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from coordinator.store import pg_binary_arrays
 from coordinator.store.pg_cursor import OneSyncPerStatementCursor
 from coordinator.store.prepared import Prepared
 
@@ -103,7 +104,7 @@ def create_read_engine(url: str, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS) 
 
 
 def _pg_engine(url: str, timeouts: DatabaseTimeouts, *, pool_size: int, pre_ping: bool) -> Engine:
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -112,6 +113,9 @@ def _pg_engine(url: str, timeouts: DatabaseTimeouts, *, pool_size: int, pre_ping
         # executemany without pipeline mode, which would disarm the idle timeout (pg_cursor).
         connect_args={"options": _pg_options(url, timeouts), "cursor_factory": OneSyncPerStatementCursor},
     )
+    # The batched writes' arrays, encoded by column type (pg_binary_arrays).
+    event.listen(engine, "connect", lambda connection, _record: pg_binary_arrays.register(connection))
+    return engine
 
 
 SESSION_SETTINGS = "-c jit=off"

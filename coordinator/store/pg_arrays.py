@@ -16,12 +16,15 @@ several writes can share one statement (``store.pg_held``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import String, Table
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import TypeEngine
 
+from coordinator.store import pg_binary_arrays
 from coordinator.store.row_writes import RowUpdate
 
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -34,9 +37,21 @@ the executions it saves (PostgreSQL's CPU per job at 100 jobs/s rose from 3.7 to
 ms with arrays for every batch). Inserts join nothing: they always go as arrays."""
 
 
-def arrays(prefix: str, names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """The parameters of ``insert_sql``/``update_sql``: one list per name, in row order."""
-    return {f"{prefix}{name}": [row[name] for row in rows] for name in names}
+def arrays(
+    prefix: str, table: Table, params: Sequence[tuple[str, str]], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The parameters of ``insert_sql``/``update_sql``: for each (parameter, column) pair,
+    the parameter's values in row order as an array of the column's type
+    (``pg_binary_arrays``)."""
+    return {
+        f"{prefix}{param}": pg_binary_arrays.typed(_column_type(table, column), [row[param] for row in rows])
+        for param, column in params
+    }
+
+
+@functools.cache
+def _column_type(table: Table, column: str) -> TypeEngine[Any]:
+    return table.c[column].type.dialect_impl(_DIALECT)
 
 
 def insert_sql(table: Table, columns: Sequence[str], prefix: str) -> str:
@@ -86,10 +101,10 @@ def _unnest(table: Table, params: Sequence[tuple[str, str]], prefix: str) -> str
     """``unnest(CAST(%(<prefix>p)b AS <column type>[]), ...) AS v(p, ...)`` for (param,
     column) pairs: the driver's own placeholders (``store.pg_held`` runs the SQL as it is).
 
-    ``%b``: each array goes in the binary format. psycopg dumps a list as text element by
-    element in Python, quoting each string after a regular expression's search (1.3 us a
-    string, 0.4 an integer); in binary each element is its C dumper's output and a length
-    (about 0.2 us), and the server reads the array without parsing it (``array_in`` was
-    5% of its time under load). A list with no value but None still goes as text."""
+    ``%b``: each array goes in the binary format (``pg_binary_arrays`` encodes it). psycopg
+    dumps a list as text element by element in Python, quoting each string after a
+    regular expression's search (1.3 us a string, 0.4 an integer); the server then parses
+    it (``array_in`` was 5% of its time under load). In binary it reads the array as it
+    is."""
     unpacked = ", ".join(f"CAST(%({prefix}{param})b AS {_type(table, column)}[])" for param, column in params)
     return f"unnest({unpacked}) AS v({', '.join(param for param, _ in params)})"

@@ -69,7 +69,7 @@ class HeldWrites:
     def insert(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Holds the insert of ``rows`` (each with the same columns)."""
         columns = tuple(rows[0])
-        self._params.update(pg_arrays.arrays(f"w{len(self._parts)}_", columns, rows))
+        self._params.update(pg_arrays.arrays(f"w{len(self._parts)}_", table, [(c, c) for c in columns], rows))
         self._parts.append(("insert", table, columns))
         key = _first_primary_key(table)
         if key in columns:  # else the database numbers the rows: no later update names them
@@ -98,14 +98,14 @@ class HeldWrites:
         index = len(self._parts)
         table, (param, column) = row_update.table.name, row_update.keys[0]
         self._written.update((table, column, row[param]) for row in rows)
-        names = [param for param, _ in (*row_update.keys, *row_update.values)]
+        pairs = (*row_update.keys, *row_update.values)
         if len(rows) >= pg_arrays.MIN_ROWS:
-            self._params.update(pg_arrays.arrays(f"w{index}_", names, rows))
+            self._params.update(pg_arrays.arrays(f"w{index}_", row_update.table, pairs, rows))
             self._parts.append(("arrays", row_update))
         else:
             for number, row in enumerate(rows):
                 prefix = f"w{index}_{number}_"
-                self._params.update({prefix + name: row[name] for name in names})
+                self._params.update({prefix + param: row[param] for param, _ in pairs})
             self._parts.append(("rows", row_update, len(rows)))
         self._checks.append((len(rows), conflict))
 
