@@ -60,6 +60,9 @@ HISTORY_LIMIT = DEFAULT_BOUNDS.max_history_per_job
 ``StoreBounds.max_history_per_job``)."""
 WRITE_TRIES = 3
 """How often ``transact`` runs a body whose try conflicted or lost its connection."""
+KEPT_WRITERS = 4
+"""Write connections kept open between transactions: one per writer thread of the
+coordinator (``service.executors``: one on SQLite, four on PostgreSQL)."""
 OPEN_WAIT_S = 30.0
 """How long opening the store waits for a database that refuses or drops connections."""
 OPEN_FIRST_PAUSE_S = 0.25
@@ -96,6 +99,9 @@ class Store:
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at: dict[str, int] = {}
         """The rows each table had when this store last refreshed its planner statistics."""
+        self._idle_writers: list[Connection] = []
+        """Write connections between two transactions, kept open (``_writer``)."""
+        self._closed = False
 
     @classmethod
     def open(
@@ -160,6 +166,11 @@ class Store:
         return before, migrations.current_revision(self._write_engine)
 
     def close(self) -> None:
+        """Closes the database connections (a transaction still running closes its own
+        when it ends)."""
+        self._closed = True
+        while self._idle_writers:
+            self._idle_writers.pop().close()
         self._write_engine.dispose()
         self._read_engine.dispose()
 
@@ -204,18 +215,53 @@ class Store:
     def _transaction(self, what: str) -> Iterator[Tx]:
         started = time.perf_counter()
         committing = False
+        conn: Connection | None = None
         try:
-            with self._write_engine.connect() as conn, conn.begin():
+            conn = self._writer()
+            with conn.begin():
                 tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
                 yield tx
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
         except DBAPIError as exc:
+            # The driver failed: the connection goes back to the pool (or, lost, is
+            # dropped), and the next transaction, a retry too, starts on another.
+            if conn is not None:
+                conn.close()
             raise _store_error(exc, what, before_commit=not committing) from exc
+        except BaseException:
+            if conn is not None:
+                self._keep_writer(conn)  # rolled back by ``begin``, and sound
+            raise
+        else:
+            self._keep_writer(conn)  # committed
         finally:
             if self.on_transaction is not None:
                 self.on_transaction(time.perf_counter() - started)
+
+    def _writer(self) -> Connection:
+        """A write connection for one transaction: one kept from an earlier transaction,
+        or a new one from the pool. A checkout and check-in per transaction (a new
+        ``Connection``, the pool's queue, its reset on return) were an eighth of a job's
+        instructions at a light load on SQLite, three transactions a job."""
+        while self._idle_writers:
+            try:
+                conn = self._idle_writers.pop()  # atomic: another thread may take the last
+            except IndexError:
+                break
+            if not (conn.closed or conn.invalidated):
+                return conn
+            conn.close()
+        return self._write_engine.connect()
+
+    def _keep_writer(self, conn: Connection) -> None:
+        """Keeps ``conn`` for the next transaction, up to ``KEPT_WRITERS`` of them; the rest
+        go back to the pool, which other users of the engine (migrations) draw on."""
+        if self._closed or len(self._idle_writers) >= KEPT_WRITERS:
+            conn.close()
+        else:
+            self._idle_writers.append(conn)
 
     # -- reads -----------------------------------------------------------------------
 
