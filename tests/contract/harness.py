@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import create_engine, event, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
@@ -235,3 +235,21 @@ def sent_statements(*, executemany: bool = False) -> Iterator[list[tuple[str, An
         yield sent
     finally:
         event.remove(Engine, "before_cursor_execute", record)
+
+
+def end_sessions(admin_url: str, application_name: str) -> int:
+    """PostgreSQL: terminates the backend of every session named ``application_name``
+    (``pg_terminate_backend``, waiting until each is gone); returns how many it ended."""
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+                    "WHERE application_name = :name"
+                ),
+                {"name": application_name},
+            ).scalar()
+        return int(ended or 0)
+    finally:
+        admin.dispose()

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -31,7 +31,7 @@ from coordinator.domain.states import JobState
 from coordinator.service.work import AttemptMessage, WorkBatch
 from coordinator.store import DatabaseTimeouts, Store, StoreError, Tx
 
-from .harness import WIRE, Harness
+from .harness import WIRE, Harness, end_sessions
 
 CLEAN_MESSAGE = "the database is unavailable; try again"
 DRIVER_WORDS = ("FATAL", "terminating", "locked", "127.0.0.1", "5432", "psycopg", "sqlite3")
@@ -56,24 +56,14 @@ def faulty(postgres_url: str) -> Iterator[Faulty]:
     name = f"runwick-fault-{uuid.uuid4().hex[:8]}"
     url = make_url(postgres_url).update_query_dict({"application_name": name})
     store = Store.open(url.render_as_string(hide_password=False))
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-
-    def terminate() -> int:
-        with admin.connect() as conn:
-            ended = conn.execute(
-                text(
-                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
-                    "WHERE application_name = :name"
-                ),
-                {"name": name},
-            ).scalar()
-        return int(ended or 0)
-
     try:
-        yield Faulty(Harness.build(store, FakeClock(), CoordinatorConfig()), name, terminate)
+        yield Faulty(
+            Harness.build(store, FakeClock(), CoordinatorConfig()),
+            name,
+            lambda: end_sessions(postgres_url, name),
+        )
     finally:
         store.close()
-        admin.dispose()
 
 
 @pytest.mark.postgres

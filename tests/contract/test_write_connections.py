@@ -15,6 +15,8 @@ from sqlalchemy.engine import make_url
 from coordinator.store import Store, Tx
 from coordinator.store.store import KEPT_WRITERS
 
+from .harness import end_sessions
+
 
 def _queue_count(tx: Tx) -> int:
     return len(tx.queue_controls(["default"]))
@@ -93,19 +95,7 @@ def test_postgres_a_kept_connection_whose_backend_died_is_replaced(
 ) -> None:
     store, name = named_store
     store.transact(_queue_count, what="a test write")
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            ended = conn.execute(
-                text(
-                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
-                    "WHERE application_name = :name"
-                ),
-                {"name": name},
-            ).scalar()
-    finally:
-        admin.dispose()
-    assert ended == 1
+    assert end_sessions(postgres_url, name) == 1
 
     tries: list[int] = []
 
