@@ -87,7 +87,7 @@ def row_update_sql(row_update: RowUpdate, prefix: str) -> str:
 def _type(table: Table, column: str) -> str:
     """The column's type as a cast names it: a collation (``schema._identifier``) is no part of
     a type in a cast, and the column's own applies to the comparison anyway."""
-    column_type = table.c[column].type.dialect_impl(_DIALECT)
+    column_type = _column_type(table, column)
     if isinstance(column_type, String) and column_type.collation is not None:
         column_type = String(column_type.length)
     return str(column_type.compile(dialect=_DIALECT))

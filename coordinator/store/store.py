@@ -229,14 +229,11 @@ class Store:
             # dropped), and the next transaction, a retry too, starts on another.
             if conn is not None:
                 conn.close()
+                conn = None
             raise _store_error(exc, what, before_commit=not committing) from exc
-        except BaseException:
-            if conn is not None:
-                self._keep_writer(conn)  # rolled back by ``begin``, and sound
-            raise
-        else:
-            self._keep_writer(conn)  # committed
         finally:
+            if conn is not None:  # committed, or rolled back by ``begin`` and sound
+                self._keep_writer(conn)
             if self.on_transaction is not None:
                 self.on_transaction(time.perf_counter() - started)
 

@@ -237,6 +237,20 @@ def sent_statements(*, executemany: bool = False) -> Iterator[list[tuple[str, An
         event.remove(Engine, "before_cursor_execute", record)
 
 
+def count_sessions(admin_url: str, application_name: str) -> int:
+    """PostgreSQL: the sessions named ``application_name`` the server has open."""
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            count = conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"),
+                {"name": application_name},
+            ).scalar()
+        return int(count or 0)
+    finally:
+        admin.dispose()
+
+
 def end_sessions(admin_url: str, application_name: str) -> int:
     """PostgreSQL: terminates the backend of every session named ``application_name``
     (``pg_terminate_backend``, waiting until each is gone); returns how many it ended."""

@@ -86,9 +86,6 @@ def test_0015_keys_the_history_by_job_and_sequence_and_downgrades(unmigrated_url
             assert "WITHOUT ROWID" in _sqlite_table_sql(engine)
         assert _history(engine) == _HISTORY
         _an_older_coordinator_still_reads_and_writes_the_history(engine)
-        if head_revision() == "0015_transitions_key":
-            with engine.connect() as conn:
-                assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
         command.downgrade(_config(engine), "0014_key_collation")
 
@@ -99,6 +96,8 @@ def test_0015_keys_the_history_by_job_and_sequence_and_downgrades(unmigrated_url
         assert _history(engine) == _HISTORY
         upgrade(engine)
         assert current_revision(engine) == head_revision()
+        with engine.connect() as conn:  # the table rebuilt, then migrated on: as the metadata says
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     finally:
         engine.dispose()
     with closing(Store.open(unmigrated_url, create=False)) as store:

@@ -9,13 +9,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from coordinator.store import Store, Tx
 from coordinator.store.store import KEPT_WRITERS
 
-from .harness import end_sessions
+from .harness import count_sessions, end_sessions
 
 
 def _queue_count(tx: Tx) -> int:
@@ -63,18 +62,6 @@ def named_store(postgres_url: str) -> Iterator[tuple[Store, str]]:
         store.close()
 
 
-def _sessions(postgres_url: str, name: str) -> int:
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            count = conn.execute(
-                text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"), {"name": name}
-            ).scalar()
-        return int(count or 0)
-    finally:
-        admin.dispose()
-
-
 @pytest.mark.postgres
 def test_postgres_a_closed_store_leaves_no_session_open(
     postgres_url: str, named_store: tuple[Store, str]
@@ -82,11 +69,11 @@ def test_postgres_a_closed_store_leaves_no_session_open(
     store, name = named_store
     for _ in range(3):
         store.transact(_queue_count, what="a test write")
-    assert _sessions(postgres_url, name) >= 1  # kept for the next transaction
+    assert count_sessions(postgres_url, name) >= 1  # kept for the next transaction
 
     store.close()
 
-    assert _sessions(postgres_url, name) == 0
+    assert count_sessions(postgres_url, name) == 0
 
 
 @pytest.mark.postgres
