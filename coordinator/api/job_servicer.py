@@ -22,12 +22,11 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
         specs = [convert.new_job_spec(job, index) for index, job in enumerate(request.jobs)]
         enqueued = await self.app.enqueue(specs)
-        return pb.EnqueueResponse(
-            jobs=[
-                pb.EnqueuedJob(id=item.job_id, existing=item.existing, state=convert.state_to_pb(item.state))  # type: ignore[arg-type]
-                for item in enqueued
-            ]
-        )
+        response = pb.EnqueueResponse()
+        add = response.jobs.add  # each entry built in place: a list of messages is copied in
+        for item in enqueued:
+            add(id=item.job_id, existing=item.existing, state=convert.state_to_pb(item.state))
+        return response
 
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
         job = await self.app.get_job(request.id)
