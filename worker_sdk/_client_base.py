@@ -126,7 +126,10 @@ class ClientBase:
         spec_of(payload_type)
         return self._configs.setdefault(payload_type, JobConfig())
 
-    def _new_job(self, item: EnqueueItem) -> job_service_pb2.NewJob:
+    def _fill_job(self, message: job_service_pb2.NewJob, item: EnqueueItem) -> None:
+        """Fills in ``message``, an entry just added to the request, from ``item``. Fields
+        left at their defaults are not set at all, and the entry is built in place: a
+        ``NewJob`` built apart would be copied into the request, its settings too."""
         spec, data = encode_payload(item.payload)
         config = self._configs.get(spec.payload_type)
         try:
@@ -135,26 +138,28 @@ class ClientBase:
             raise ArgumentError(f"{spec.wire_name}: {error}") from None
         if item.queue is not None and not isinstance(item.queue, str):
             raise ArgumentError(f"queue must be a str, got {type(item.queue).__name__}")
-        queue = item.queue or (config.queue if config else None) or spec.queue
         priority = item.priority
         if priority is None:
             priority = config.priority if config and config.priority is not None else spec.priority
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ArgumentError(f"priority must be an int, got {type(priority).__name__}")
-        message = job_service_pb2.NewJob(
-            wire_name=spec.wire_name,
-            queue=queue,
-            payload=data,
-            payload_version=spec.version,
-            priority=priority,
-            idempotency_key=_idempotency_key(item.idempotency_key),
-            settings=settings,
-            parent_ids=_parents(item.parents),
-            id=check_id("job_id", item.job_id) if item.job_id is not None else "",
-            unique_key=_optional_key("unique_key", item.unique_key),
-        )
+        message.wire_name = spec.wire_name
+        message.queue = item.queue or (config.queue if config else None) or spec.queue
+        message.payload = data
+        message.payload_version = spec.version
+        if priority:
+            message.priority = priority
+        if item.idempotency_key is not None:
+            message.idempotency_key = _idempotency_key(item.idempotency_key)
+        if settings is not None:
+            message.settings.CopyFrom(settings)
+        if item.parents != ():  # the default; anything else is checked, "" and None too
+            message.parent_ids.extend(_parents(item.parents))
+        if item.job_id is not None:
+            message.id = check_id("job_id", item.job_id)
+        if item.unique_key is not None:
+            message.unique_key = _optional_key("unique_key", item.unique_key)
         _set_run_at(message, item.run_at)
-        return message
 
     def _raw_enqueue_request(
         self,
@@ -207,15 +212,16 @@ class ClientBase:
         entries = [item if isinstance(item, EnqueueItem) else EnqueueItem(item) for item in items]
         if not entries:
             raise ArgumentError("enqueue_many needs at least one job")
-        jobs = []
+        request = job_service_pb2.EnqueueRequest()
+        add = request.jobs.add
         for index, entry in enumerate(entries):
             try:
-                jobs.append(self._new_job(entry))
+                self._fill_job(add(), entry)
             except ArgumentError as error:
                 if len(entries) == 1:
                     raise
                 raise ArgumentError(f"job {index}: {error}") from error.__cause__
-        return job_service_pb2.EnqueueRequest(jobs=jobs)
+        return request
 
     @staticmethod
     def _enqueued_ids(response: job_service_pb2.EnqueueResponse, expected: int) -> list[str]:
@@ -267,15 +273,17 @@ class ClientBase:
 @functools.lru_cache(maxsize=1024)
 def _settings_message(
     declared: SettingsLayer, configured: SettingsLayer | None, defaults: SettingsLayer
-) -> job_pb2.JobSettings:
+) -> job_pb2.JobSettings | None:
     """The settings a job's enqueue sends: the type's declaration over the client's
     defaults, under what ``configure_job`` set (R-3), checked. The same three layers
     give the same message, so a batch of one type resolves them once (the layers are
-    frozen; a message passed to ``NewJob`` is copied, never shared)."""
+    frozen; the message is copied into each job, never shared), or None when every
+    setting is left to the coordinator's defaults."""
     layer = declared.over(defaults)
     if configured is not None:
         layer = configured.over(layer)
-    return layer.checked().to_proto()
+    message = layer.checked().to_proto()
+    return message if message.ListFields() else None
 
 
 def _raw_settings(

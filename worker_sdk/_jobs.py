@@ -134,9 +134,7 @@ def encode_payload(payload: object) -> tuple[JobSpec, bytes]:
     """
     spec = spec_of(type(payload))
     try:
-        data = json.dumps(
-            payload, default=_dataclass_fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        data = _encode_json(payload)
     except (TypeError, ValueError) as error:
         raise ArgumentError(
             f"payload of {spec.wire_name!r} cannot be encoded as JSON ({type(error).__name__}); "
@@ -163,6 +161,13 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(field.name for field in dataclasses.fields(cls))
     return names
+
+
+_encode_json = json.JSONEncoder(
+    default=_dataclass_fields, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+"""Compact JSON, dataclasses at any depth. One encoder for every payload: ``json.dumps``
+with options builds a new one a call, a quarter of a small payload's encoding."""
 
 
 def decode_payload(spec: JobSpec, payload: bytes, version: int) -> Any:
