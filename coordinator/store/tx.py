@@ -24,7 +24,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey
-from coordinator.store.prepared import Prepared
+from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs
 from coordinator.store.row_writes import RowUpdate
 from coordinator.store.rows import (
@@ -73,16 +73,24 @@ _ATTEMPTS_BY_IDS = Prepared(select(attempts).where(attempts.c.id.in_(bindparam("
 _ATTEMPTS_JOB_IDS = Prepared(
     select(attempts.c.job_id).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
 )
-_JOBS_OF_ATTEMPTS = Prepared(
-    # PostgreSQL only: the attempts' jobs, locked in id order, in one statement. ARRAY()
-    # runs the attempts' lookup once, first (an InitPlan), and the jobs are then found by
-    # their primary key; a join or ``IN (SELECT ...)`` was planned as a merge join walking
-    # the jobs' primary key from the oldest job.
-    select(jobs)
-    .where(text("jobs.id = ANY(ARRAY(SELECT attempts.job_id FROM attempts WHERE attempts.id = ANY(:ids)))"))
+_JOBS_WITH_ATTEMPTS = Prepared(
+    # PostgreSQL only: the attempts and their jobs, both locked, in one statement and one
+    # round trip. ARRAY() runs the attempts' lookup once, first (an InitPlan), and the jobs
+    # are then found by their primary key; a join on the job ids alone or ``IN (SELECT
+    # ...)`` was planned as a merge join walking the jobs' primary key from the oldest job.
+    # Rows are locked in jobs' id order (concurrent batches cannot deadlock), each job
+    # before its attempt, the order every writer of attempts takes them in.
+    select(jobs, attempts)
+    .join_from(jobs, attempts, attempts.c.job_id == jobs.c.id)
+    .where(
+        text("jobs.id = ANY(ARRAY(SELECT named.job_id FROM attempts AS named WHERE named.id = ANY(:ids)))"),
+        text("attempts.id = ANY(:ids)"),
+    )
     .order_by(jobs.c.id)
     .with_for_update()
 )
+_JOB_COLUMNS = tuple(jobs.columns.keys())
+_ATTEMPT_COLUMNS = tuple(attempts.columns.keys())
 _CLAIMABLE_IN_QUEUE = Lockable(
     select(jobs)
     .where(
@@ -156,15 +164,17 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         self, attempt_ids: Iterable[str]
     ) -> tuple[dict[str, AttemptRecord], dict[str, JobRecord]]:
         """These attempts and their jobs, the jobs locked first. An attempt's job never
-        changes, so the lock can be taken through it; reading the attempts only after the
-        lock means a batch on another replica that ended one of them has committed by then
-        and is seen, where reading them first could see it open and its job already ended.
+        changes, so the lock can be taken through it; the attempts are read as they are
+        once the lock is held, so a batch on another replica that ended one of them has
+        committed by then and is seen, where reading them before could see one open and
+        its job already ended.
 
-        Two reads by key on each engine. On PostgreSQL the jobs are found and locked
-        through their attempts in one statement (``_JOBS_OF_ATTEMPTS``), then the
-        attempts are read. On SQLite, whose single writer holds the database from the
-        transaction's first statement (``BEGIN IMMEDIATE``), nothing can commit between
-        two reads, so the attempts are read first and name their jobs."""
+        On PostgreSQL one statement locks both (``_JOBS_WITH_ATTEMPTS``): a row that was
+        changed while the statement waited for its lock is returned as that change
+        committed it (READ COMMITTED re-reads a locked row's newest version), for the
+        attempts as for the jobs. On SQLite, whose single writer holds the database from
+        the transaction's first statement (``BEGIN IMMEDIATE``), nothing can commit
+        between two reads, so the attempts are read first and name their jobs."""
         ordered = sorted(set(attempt_ids))
         if not ordered:  # a batch of claims only (an enqueue's): nothing to read
             return {}, {}
@@ -172,13 +182,17 @@ class Tx(QueueOps, DependencyOps, AccessOps):
             found = self.attempts_by_ids(ordered)
             return found, self.jobs_by_ids(attempt.job_id for attempt in found.values())
         if len(ordered) <= IN_CHUNK:
-            rows = _JOBS_OF_ATTEMPTS.execute(self._conn, {"ids": ordered})
-            locked = {job.id: job for job in jobs_from(rows)}
-        else:  # locked in one id order across chunks, so concurrent batches cannot deadlock
-            job_ids: set[str] = set()
-            for chunk in chunks(ordered):
-                job_ids.update(_ATTEMPTS_JOB_IDS.execute(self._conn, {"ids": chunk}).scalars())
-            locked = self.jobs_by_ids(job_ids)
+            rows = _JOBS_WITH_ATTEMPTS.execute(self._conn, {"ids": ordered}).rows
+            split = len(_JOB_COLUMNS)
+            job_rows = DriverRows(_JOB_COLUMNS, [row[:split] for row in rows])
+            attempt_rows = DriverRows(_ATTEMPT_COLUMNS, [row[split:] for row in rows])
+            locked = {job.id: job for job in jobs_from(job_rows)}  # a job once per attempt
+            return {attempt.id: attempt for attempt in attempts_from(attempt_rows)}, locked
+        # Locked in one id order across chunks, so concurrent batches cannot deadlock.
+        job_ids: set[str] = set()
+        for chunk in chunks(ordered):
+            job_ids.update(_ATTEMPTS_JOB_IDS.execute(self._conn, {"ids": chunk}).scalars())
+        locked = self.jobs_by_ids(job_ids)
         return self.attempts_by_ids(ordered), locked  # the attempts after the lock (see above)
 
     def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:

@@ -42,9 +42,9 @@ def test_a_start_sends_every_write_in_one_statement_after_its_reads(harness: Har
     with sent_statements(executemany=True) as sent:
         assert harness.start(claimed.attempt_id, sender).granted
     if harness.store.postgres:
-        # The job's lock, the attempt, then the job's update, its transition, the
-        # attempt's start and the count deltas together.
-        assert len(sent) == 3, [sql for sql, _ in sent]
+        # The job and the attempt, locked together; then the job's update, its
+        # transition, the attempt's start and the count deltas together.
+        assert len(sent) == 2, [sql for sql, _ in sent]
         (written,) = [sql for sql, _ in sent if sql.startswith("WITH")]
         writes = ("UPDATE jobs", "INSERT INTO transitions", "UPDATE attempts", "queue_count_deltas")
         assert all(write in written for write in writes), written

@@ -26,6 +26,7 @@ from sqlalchemy.pool import NullPool
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.queues import QueueService
+from coordinator.service.work import AttemptMessage, WorkBatch
 
 from .harness import LEASE_MS, OPERATOR, QUEUE, Harness, sent_statements
 
@@ -79,6 +80,8 @@ def postgres_plan(url: str, sql: str, params: dict[str, Any]) -> list[str]:
 def _literal(value: Any) -> str:
     if isinstance(value, bool | int):
         return str(int(value))
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(map(_literal, value)) + "]"
     assert isinstance(value, str), value
     return "'" + value.replace("'", "''") + "'"
 
@@ -173,3 +176,27 @@ def test_retention_walks_the_finished_index_of_the_state_it_purges(
     assert len(selects) == 1, sent
     plan = assert_uses_index(mostly_finished, *selects[0])
     assert [line for line in plan if f"ix_jobs_{state.value}_at" in line], plan
+
+
+def test_a_start_finds_its_attempts_and_their_jobs_by_primary_key(mostly_finished: Harness) -> None:
+    """A batch of starts reads its attempts and their jobs by key (PostgreSQL in one
+    joined statement, SQLite in two): neither table is scanned, however many attempts
+    and jobs have ended."""
+    claimed = mostly_finished.claim(2)
+    starts = [AttemptMessage(c.attempt_id, mostly_finished.holder(c.attempt_id)) for c in claimed]
+    with sent_statements() as sent:
+        answers = mostly_finished.ops.process(WorkBatch(starts=starts)).starts
+    assert [answer.granted for answer in answers] == [True, True]
+    reads = [(sql, params) for sql, params in sent if re.match(r"\s*SELECT", sql)]
+    if mostly_finished.store.postgres:
+        [(sql, params)] = reads
+        nodes = postgres_plan(mostly_finished.store.url, sql, params)
+        assert not [n for n in nodes if n.startswith("Seq Scan")], nodes
+        scanned = {m.group(1) for n in nodes if (m := re.search(r"Scan on (\w+)", n))}
+        assert scanned == {"jobs", "attempts"}, nodes
+        return
+    lines = [line for sql, params in reads for line in sqlite_plan(mostly_finished.store.url, sql, params)]
+    assert len(reads) == 2, reads
+    assert not [line for line in lines if re.match(r"SCAN ", line)], lines
+    searched = {m.group(1) for line in lines if (m := re.match(r"SEARCH (\w+) USING", line))}
+    assert searched == {"jobs", "attempts"}, lines
