@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import random
@@ -345,7 +344,7 @@ class Coordinator:
             if reserved is None:
                 enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
             else:
-                claim = functools.partial(self.ops.claim_in, claims=reserved.requests)
+                claim = self.dispatcher.claiming(reserved, self.ops.claim_in)
                 enqueued, claims = await self.executors.write(self.jobs.enqueue_then, list(specs), claim)
         finally:
             if reserved is not None:

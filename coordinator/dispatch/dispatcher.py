@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch.sessions import (
@@ -24,12 +26,14 @@ from coordinator.dispatch.sessions import (
     WorkerHello,
     WorkerSession,
 )
+from coordinator.dispatch.uncommitted import UncommittedClaims
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 from coordinator.service.work import (
     AttemptMessage,
     BatchAnswers,
+    Claimed,
     ClaimRequest,
     HeartbeatRequest,
     ResultReport,
@@ -37,6 +41,8 @@ from coordinator.service.work import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CANCEL_REASON = "cancelled by request"
 
@@ -59,12 +65,20 @@ class _Routes:
         return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReservedClaims:
     """Claims set aside for an enqueue's transaction: one request per session."""
 
     sessions: list[WorkerSession]
     requests: list[ClaimRequest]
+    handed_out: list[list[Claimed]] | None = None
+    """What the transaction claimed, set by the writer as it hands the claims out before
+    the commit (``Dispatcher.claiming``)."""
+    retried: bool = False
+    """The transaction ran again after its claims went out, and claimed nothing then."""
+    delivered: bool = False
+    """The claims were handed to their sessions (once, whichever of the writer's request
+    and ``settle_claims`` comes first)."""
 
 
 def _reserve(session: WorkerSession) -> ClaimRequest:
@@ -133,6 +147,8 @@ class Dispatcher:
         self._retiring: list[WorkerSession] = []
         self._hears_all = False
         """Every write that makes jobs claimable wakes this dispatcher (``hears_all``)."""
+        self.uncommitted = UncommittedClaims()
+        """Claims out before their commit, and the messages held back for them."""
 
     # -- called by stream handlers -------------------------------------------------
 
@@ -166,11 +182,16 @@ class Dispatcher:
         self._wake.set()
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
+        if self.uncommitted.hold_back((attempt_id,), functools.partial(self.start, session, attempt_id)):
+            return
         self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
         self._routes.starts.append(session)
         self._wake.set()
 
     def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None:
+        replay = functools.partial(self.heartbeat, session, attempt_ids, lease_ms)
+        if self.uncommitted.hold_back(attempt_ids, replay):
+            return
         self._batch.heartbeats.append(HeartbeatRequest(attempt_ids, lease_ms, session.identity))
         self._routes.heartbeats.append(session)
         self._wake.set()
@@ -194,6 +215,8 @@ class Dispatcher:
         self._wake.set()
 
     def release(self, session: WorkerSession, attempt_id: str) -> None:
+        if self.uncommitted.hold_back((attempt_id,), functools.partial(self.release, session, attempt_id)):
+            return
         self._batch.releases.append(AttemptMessage(attempt_id, session.identity))
         self._routes.releases.append(session)
         self._wake.set()
@@ -241,22 +264,70 @@ class Dispatcher:
             return None
         return ReservedClaims(sessions, [_reserve(s) for s in sessions])
 
+    def claiming(
+        self, reserved: ReservedClaims, claim: Callable[[T, list[ClaimRequest]], BatchAnswers]
+    ) -> Callable[[T], BatchAnswers]:
+        """``claim`` (``WorkerOps.claim_in``) for ``reserved``'s requests, made into the
+        step of an enqueue's transaction that hands the claims out at once, before the
+        commit (``dispatch.uncommitted``). Called on the event loop; the step runs on the
+        writer."""
+        loop = asyncio.get_running_loop()
+
+        def claim_and_hand_out(tx: T) -> BatchAnswers:
+            if reserved.handed_out is not None:
+                # The transaction runs again (a conflict, a lost connection): its first
+                # claims went out already and name attempts that do not exist.
+                reserved.retried = True
+                return BatchAnswers(claims=[[] for _ in reserved.requests])
+            answers = claim(tx, reserved.requests)
+            reserved.handed_out = answers.claims
+            loop.call_soon_threadsafe(self._hand_out_early, reserved)
+            return answers
+
+        return claim_and_hand_out
+
+    def _hand_out_early(self, reserved: ReservedClaims) -> None:
+        if reserved.delivered or reserved.handed_out is None:
+            return
+        reserved.delivered = True
+        for session, claimed in zip(reserved.sessions, reserved.handed_out, strict=True):
+            if claimed and session in self.sessions:
+                self.uncommitted.add(c.attempt_id for c in claimed)
+                session.deliver(Assignments(tuple(claimed)))
+
     def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
         """Hands out what the enqueue claimed (``answers``: its claims, one list per
-        request; None when its transaction failed) and gives back the credit it did not
-        use."""
-        if answers is None:
+        request; None when its transaction failed) unless it went out before the commit,
+        lets the messages held back for those claims go on, and gives back the credit
+        it did not use."""
+        early = reserved.handed_out
+        if early is not None:
+            self._hand_out_early(reserved)  # (done already: the writer asked for it first)
+            self.uncommitted.settle(c.attempt_id for claimed in early for c in claimed)
+            if answers is None or reserved.retried:
+                # What went out is held by the workers until their starts are refused;
+                # the jobs a retry enqueued wait for the next round.
+                answers = BatchAnswers(claims=early)
+                self._claim_needed = self._work_arrived = True
+                self._wake.set()
+        elif answers is None:
             answers = BatchAnswers(claims=[[] for _ in reserved.requests])
             self._claim_needed = True  # nothing was claimed: the loop tries again
             self._wake.set()
-        self._hand_out(reserved.sessions, reserved.requests, answers)
+        self._hand_out(reserved.sessions, reserved.requests, answers, delivered=early is not None)
         if any(session in self._retiring for session in reserved.sessions):
             self._wake.set()  # a stream that waited for this delivery to end can end now
 
     def _hand_out(
-        self, sessions: list[WorkerSession], requests: list[ClaimRequest], answers: BatchAnswers
+        self,
+        sessions: list[WorkerSession],
+        requests: list[ClaimRequest],
+        answers: BatchAnswers,
+        *,
+        delivered: bool = False,
     ) -> None:
-        """Delivers claims made for reserved credit and gives back the credit not used.
+        """Delivers claims made for reserved credit (unless ``delivered`` already) and
+        gives back the credit not used.
         A session whose claim took all it could (all it asked for, or ``max_claim_batch``,
         the most one claim takes) and that has credit left or again may find more: another
         round, at once; so does one that work may have become claimable for while its claim
@@ -268,7 +339,7 @@ class Dispatcher:
         for session, request, claimed, empty in zip(sessions, requests, answers.claims, drained, strict=True):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
-            if claimed and session in self.sessions:
+            if claimed and not delivered and session in self.sessions:
                 session.deliver(Assignments(tuple(claimed)))
             took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
             missed_work = session.claim_may_be_stale

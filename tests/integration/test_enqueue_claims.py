@@ -4,13 +4,19 @@ queue's controls hold there too, and credit not used goes back to the session.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from coordinator.domain.states import JobState
 from coordinator.process import RunningCoordinator
+from coordinator.store import StoreError, Tx
+from coordinator.store.errors import WriteConflict
 from tests.chaos.jobs import Task
 from tests.integration.conftest import coordinator_without_wake_ups
 from tests.integration.rawstream import RawWorker
@@ -94,5 +100,119 @@ async def test_a_refused_enqueue_gives_the_reserved_credit_back(running: Running
                 await client.enqueue(Task("bad", 1), queue="not a queue name!")
         [session] = running.app.dispatcher.sessions
         await eventually(lambda: (session.credit, session.reserved) == (2, 0), what="the credit back")
+    finally:
+        await worker.close()
+
+
+def _pb() -> Any:
+    from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
+
+    return pb
+
+
+@contextlib.contextmanager
+def _before_the_next_commit(action: Callable[[], None]) -> Iterator[None]:
+    """Runs ``action`` on the writer just before the next transaction's commit (once)."""
+    original = Tx.before_commit
+    pending = [action]
+
+    def before_commit(tx: Tx) -> None:
+        if pending:
+            pending.pop()()
+        original(tx)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Tx, "before_commit", before_commit)
+        yield
+
+
+async def test_an_enqueues_claim_goes_out_before_its_commit_and_its_start_waits_for_the_commit(
+    running: RunningCoordinator,
+) -> None:
+    """The worker has its claim while the enqueue's transaction is still open; the start
+    it sends at once is held back, and granted once the commit is written."""
+    worker, _ = await _waiting_worker(running)
+    dispatcher = running.app.dispatcher
+    committing, commit = threading.Event(), threading.Event()
+
+    def hold_the_commit() -> None:
+        committing.set()
+        assert commit.wait(20), "the test never let the commit go"
+
+    try:
+        async with AsyncClient(running.target) as client:
+            with _before_the_next_commit(hold_the_commit):
+                enqueue = asyncio.create_task(client.enqueue(Task("early", 1)))
+                assignment: Any = await worker.next("assignment")
+                assert committing.is_set() and not enqueue.done()
+                assert running.app.store.get_job(assignment.job_id) is None  # not committed yet
+                worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
+                await eventually(lambda: dispatcher.uncommitted.held_back == 1, what="the start held back")
+                commit.set()
+                job_id = await enqueue
+            assert job_id == assignment.job_id
+            answer: Any = await worker.next("start_answer")
+            assert (answer.attempt_id, answer.granted) == (assignment.attempt_id, True)
+            job = running.app.store.get_job(job_id)
+            assert job is not None and job.state is JobState.RUNNING
+            assert (dispatcher.uncommitted.held_back, assignment.attempt_id in dispatcher.uncommitted) == (
+                0,
+                False,
+            )
+    finally:
+        commit.set()
+        await worker.close()
+
+
+async def test_an_enqueue_tried_again_after_its_claims_went_out_refuses_their_start_and_claims_again(
+    running: RunningCoordinator,
+) -> None:
+    """A transaction that conflicts is run again; the claims its first try handed out name
+    attempts that never existed, so their start is refused, and the job the second try
+    enqueued goes out in the next round, to the same worker, under a new attempt."""
+    worker, _ = await _waiting_worker(running)
+
+    def conflict() -> None:
+        raise WriteConflict("a conflict made by the test")
+
+    try:
+        async with AsyncClient(running.target) as client:
+            with _before_the_next_commit(conflict):
+                job_id = await client.enqueue(Task("retried", 1))
+            first: Any = await worker.next("assignment")
+            second: Any = await worker.next("assignment")  # the next round's, credit given back
+            assert (second.job_id, first.job_id) == (job_id, job_id)
+            assert second.attempt_id != first.attempt_id
+            refused = await worker.start(first.attempt_id)
+            assert (refused.granted, refused.reason) == (False, "unknown attempt")
+            assert (await worker.start(second.attempt_id)).granted
+            attempts = running.app.store.list_attempts(job_id)
+            assert [a.id for a in attempts] == [second.attempt_id]
+            job = running.app.store.get_job(job_id)
+            assert job is not None and job.state is JobState.RUNNING
+    finally:
+        await worker.close()
+
+
+async def test_an_enqueue_that_fails_after_its_claims_went_out_leaves_no_job_and_refuses_their_start(
+    running: RunningCoordinator,
+) -> None:
+    worker, _ = await _waiting_worker(running)
+
+    def fail() -> None:
+        raise StoreError("a failure made by the test")
+
+    try:
+        async with AsyncClient(running.target) as client:
+            with _before_the_next_commit(fail), pytest.raises(Exception, match=r"unavailable|failure"):
+                await client.enqueue(Task("failed", 1))
+        phantom: Any = await worker.next("assignment")
+        refused = await worker.start(phantom.attempt_id)
+        assert (refused.granted, refused.reason) == (False, "unknown attempt")
+        assert running.app.store.get_job(phantom.job_id) is None
+        # The worker holds the claim until its start is refused: that credit is its own
+        # to give back, the other one is the session's again.
+        [session] = running.app.dispatcher.sessions
+        await eventually(lambda: (session.credit, session.reserved) == (1, 0), what="the unused credit back")
     finally:
         await worker.close()
