@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,15 +181,14 @@ class Dispatcher:
         self._wake.set()
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
-        if self.uncommitted.hold_back((attempt_id,), functools.partial(self.start, session, attempt_id)):
+        if self.uncommitted.hold_back((attempt_id,), self.start, session, attempt_id):
             return
         self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
         self._routes.starts.append(session)
         self._wake.set()
 
     def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None:
-        replay = functools.partial(self.heartbeat, session, attempt_ids, lease_ms)
-        if self.uncommitted.hold_back(attempt_ids, replay):
+        if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms):
             return
         self._batch.heartbeats.append(HeartbeatRequest(attempt_ids, lease_ms, session.identity))
         self._routes.heartbeats.append(session)
@@ -215,7 +213,7 @@ class Dispatcher:
         self._wake.set()
 
     def release(self, session: WorkerSession, attempt_id: str) -> None:
-        if self.uncommitted.hold_back((attempt_id,), functools.partial(self.release, session, attempt_id)):
+        if self.uncommitted.hold_back((attempt_id,), self.release, session, attempt_id):
             return
         self._batch.releases.append(AttemptMessage(attempt_id, session.identity))
         self._routes.releases.append(session)
@@ -302,7 +300,9 @@ class Dispatcher:
         it did not use."""
         early = reserved.handed_out
         if early is not None:
-            self._hand_out_early(reserved)  # (done already: the writer asked for it first)
+            # Normally done already: the writer asked for it before the commit, and the
+            # loop runs callbacks in order. Called again so no path can skip it.
+            self._hand_out_early(reserved)
             self.uncommitted.settle(c.attempt_id for claimed in early for c in claimed)
             if answers is None or reserved.retried:
                 # What went out is held by the workers until their starts are refused;

@@ -20,6 +20,7 @@ second time; its jobs are claimed by the next round instead.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 
 class UncommittedClaims:
@@ -29,7 +30,7 @@ class UncommittedClaims:
 
     def __init__(self) -> None:
         self._attempt_ids: set[str] = set()
-        self._held_back: list[Callable[[], None]] = []
+        self._held_back: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
 
     def __contains__(self, attempt_id: object) -> bool:
         return attempt_id in self._attempt_ids
@@ -42,12 +43,13 @@ class UncommittedClaims:
     def add(self, attempt_ids: Iterable[str]) -> None:
         self._attempt_ids.update(attempt_ids)
 
-    def hold_back(self, attempt_ids: Iterable[str], replay: Callable[[], None]) -> bool:
-        """True, and ``replay`` kept for ``settle``, when a message names any of these
-        attempts; False when it may go on now."""
+    def hold_back(self, attempt_ids: Iterable[str], replay: Callable[..., None], *args: Any) -> bool:
+        """True, and ``replay(*args)`` kept for ``settle``, when a message names any of
+        these attempts; False when it may go on now. (The call is kept as its parts, so
+        the messages that go on at once, nearly all of them, build nothing.)"""
         if not self._attempt_ids or self._attempt_ids.isdisjoint(attempt_ids):
             return False
-        self._held_back.append(replay)
+        self._held_back.append((replay, args))
         return True
 
     def settle(self, attempt_ids: Iterable[str]) -> None:
@@ -55,5 +57,5 @@ class UncommittedClaims:
         order they came (one naming another transaction's claims is held back again)."""
         self._attempt_ids.difference_update(attempt_ids)
         held_back, self._held_back = self._held_back, []
-        for replay in held_back:
-            replay()
+        for replay, args in held_back:
+            replay(*args)

@@ -111,17 +111,31 @@ def _pb() -> Any:
 
 
 @contextlib.contextmanager
-def _before_the_next_commit(action: Callable[[], None]) -> Iterator[None]:
-    """Runs ``action`` on the writer just before the next transaction's commit (once)."""
-    original = Tx.before_commit
+def _before_the_enqueues_commit(running: RunningCoordinator, action: Callable[[], None]) -> Iterator[None]:
+    """Runs ``action`` on the writer just before the commit of the next enqueue that
+    claims (once). Only that transaction's: another one (a count fold, a claim round)
+    may commit meanwhile and must not take it."""
+    dispatcher = running.app.dispatcher
+    original_claiming, original_before_commit = dispatcher.claiming, Tx.before_commit
+    claiming_transactions: set[int] = set()
     pending = [action]
 
+    def claiming(reserved: Any, claim: Any) -> Callable[[Any], Any]:
+        step = original_claiming(reserved, claim)
+
+        def marked(tx: Any) -> Any:
+            claiming_transactions.add(id(tx))
+            return step(tx)
+
+        return marked
+
     def before_commit(tx: Tx) -> None:
-        if pending:
+        if id(tx) in claiming_transactions and pending:
             pending.pop()()
-        original(tx)
+        original_before_commit(tx)
 
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dispatcher, "claiming", claiming)
         patch.setattr(Tx, "before_commit", before_commit)
         yield
 
@@ -141,10 +155,13 @@ async def test_an_enqueues_claim_goes_out_before_its_commit_and_its_start_waits_
 
     try:
         async with AsyncClient(running.target) as client:
-            with _before_the_next_commit(hold_the_commit):
+            with _before_the_enqueues_commit(running, hold_the_commit):
                 enqueue = asyncio.create_task(client.enqueue(Task("early", 1)))
                 assignment: Any = await worker.next("assignment")
-                assert committing.is_set() and not enqueue.done()
+                assert not enqueue.done()
+                # The claim goes out as it is made; the writer reaches the commit a
+                # moment later (on PostgreSQL after sending the held writes).
+                await eventually(committing.is_set, what="the writer at the commit")
                 assert running.app.store.get_job(assignment.job_id) is None  # not committed yet
                 worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
                 await eventually(lambda: dispatcher.uncommitted.held_back == 1, what="the start held back")
@@ -177,7 +194,7 @@ async def test_an_enqueue_tried_again_after_its_claims_went_out_refuses_their_st
 
     try:
         async with AsyncClient(running.target) as client:
-            with _before_the_next_commit(conflict):
+            with _before_the_enqueues_commit(running, conflict):
                 job_id = await client.enqueue(Task("retried", 1))
             first: Any = await worker.next("assignment")
             second: Any = await worker.next("assignment")  # the next round's, credit given back
@@ -204,7 +221,8 @@ async def test_an_enqueue_that_fails_after_its_claims_went_out_leaves_no_job_and
 
     try:
         async with AsyncClient(running.target) as client:
-            with _before_the_next_commit(fail), pytest.raises(Exception, match=r"unavailable|failure"):
+            enqueue_fails = pytest.raises(Exception, match=r"unavailable|failure")
+            with _before_the_enqueues_commit(running, fail), enqueue_fails:
                 await client.enqueue(Task("failed", 1))
         phantom: Any = await worker.next("assignment")
         refused = await worker.start(phantom.attempt_id)
