@@ -25,7 +25,7 @@ from coordinator.dispatch.sessions import (
     WorkerHello,
     WorkerSession,
 )
-from coordinator.dispatch.uncommitted import UncommittedClaims
+from coordinator.dispatch.uncommitted import JoiningStarts, UncommittedClaims
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
@@ -46,6 +46,12 @@ T = TypeVar("T")
 CANCEL_REASON = "cancelled by request"
 
 ProcessBatch = Callable[[WorkBatch], BatchAnswers]
+StartsComing = Callable[[], list[AttemptMessage]]
+"""Waits (on the writer) for the starts of claims just handed out, and returns them."""
+HandOut = Callable[[list[list[Claimed]]], StartsComing | None]
+"""Hands an enqueue's claims out (on the writer); returns how to wait for their starts,
+or None when the transaction should not wait."""
+_TakenStart = tuple[WorkerSession, AttemptMessage]
 
 
 @dataclass(slots=True)
@@ -78,6 +84,8 @@ class ReservedClaims:
     delivered: bool = False
     """The claims were handed to their sessions (once, whichever of the writer's request
     and ``settle_claims`` comes first)."""
+    joining: JoiningStarts[_TakenStart] | None = None
+    """The starts the transaction waits for, to write them itself (``dispatch.uncommitted``)."""
 
 
 def _reserve(session: WorkerSession) -> ClaimRequest:
@@ -148,6 +156,8 @@ class Dispatcher:
         """Every write that makes jobs claimable wakes this dispatcher (``hears_all``)."""
         self.uncommitted = UncommittedClaims()
         """Claims out before their commit, and the messages held back for them."""
+        self._joining: dict[str, JoiningStarts[_TakenStart]] = {}
+        """The transaction waiting for each attempt's start, by attempt ID."""
 
     # -- called by stream handlers -------------------------------------------------
 
@@ -181,6 +191,11 @@ class Dispatcher:
         self._wake.set()
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
+        if self._joining:
+            joining = self._joining.get(attempt_id)
+            start = AttemptMessage(attempt_id, session.identity)
+            if joining is not None and joining.offer(attempt_id, (session, start)):
+                return  # written in its claim's transaction, answered when that commits
         if self.uncommitted.hold_back((attempt_id,), self.start, session, attempt_id):
             return
         self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
@@ -263,13 +278,24 @@ class Dispatcher:
         return ReservedClaims(sessions, [_reserve(s) for s in sessions])
 
     def claiming(
-        self, reserved: ReservedClaims, claim: Callable[[T, list[ClaimRequest]], BatchAnswers]
+        self, reserved: ReservedClaims, claim: Callable[[T, list[ClaimRequest], HandOut], BatchAnswers]
     ) -> Callable[[T], BatchAnswers]:
         """``claim`` (``WorkerOps.claim_in``) for ``reserved``'s requests, made into the
         step of an enqueue's transaction that hands the claims out at once, before the
-        commit (``dispatch.uncommitted``). Called on the event loop; the step runs on the
-        writer."""
+        commit, and writes the starts that come back while it waits for them
+        (``dispatch.uncommitted``). Called on the event loop; the step runs on the writer."""
         loop = asyncio.get_running_loop()
+
+        def hand_out(claims: list[list[Claimed]]) -> StartsComing | None:
+            reserved.handed_out = claims
+            joining = None
+            if any(claims) and not self._writer_wanted():
+                attempt_ids = (c.attempt_id for claimed in claims for c in claimed)
+                joining = reserved.joining = JoiningStarts(attempt_ids)
+            loop.call_soon_threadsafe(self._hand_out_early, reserved)
+            if joining is None:
+                return None
+            return lambda: [start for _, start in joining.gather()]
 
         def claim_and_hand_out(tx: T) -> BatchAnswers:
             if reserved.handed_out is not None:
@@ -277,17 +303,23 @@ class Dispatcher:
                 # claims went out already and name attempts that do not exist.
                 reserved.retried = True
                 return BatchAnswers(claims=[[] for _ in reserved.requests])
-            answers = claim(tx, reserved.requests)
-            reserved.handed_out = answers.claims
-            loop.call_soon_threadsafe(self._hand_out_early, reserved)
-            return answers
+            return claim(tx, reserved.requests, hand_out)
 
         return claim_and_hand_out
+
+    def _writer_wanted(self) -> bool:
+        """Whether a batch waits for the single writer (read on the writer: a hint).
+        An enqueue's transaction then does not wait for starts."""
+        return self.batches_in_flight == 1 and self._writing > 0
 
     def _hand_out_early(self, reserved: ReservedClaims) -> None:
         if reserved.delivered or reserved.handed_out is None:
             return
         reserved.delivered = True
+        if reserved.joining is not None:
+            for claimed in reserved.handed_out:
+                for c in claimed:
+                    self._joining[c.attempt_id] = reserved.joining
         for session, claimed in zip(reserved.sessions, reserved.handed_out, strict=True):
             if claimed and session in self.sessions:
                 self.uncommitted.add(c.attempt_id for c in claimed)
@@ -303,7 +335,15 @@ class Dispatcher:
             # Normally done already: the writer asked for it before the commit, and the
             # loop runs callbacks in order. Called again so no path can skip it.
             self._hand_out_early(reserved)
-            self.uncommitted.settle(c.attempt_id for claimed in early for c in claimed)
+            attempt_ids = [c.attempt_id for claimed in early for c in claimed]
+            taken = self._stop_joining(reserved, attempt_ids)
+            if answers is not None and not reserved.retried:
+                for (session, _), start in zip(taken, answers.starts, strict=True):
+                    session.deliver(start)
+                taken = []
+            # Starts a failed transaction had taken go on first: they came before any
+            # message held back for the same claims.
+            self.uncommitted.settle(attempt_ids, [(self.start, (s, m.attempt_id)) for s, m in taken])
             if answers is None or reserved.retried:
                 # What went out is held by the workers until their starts are refused;
                 # the jobs a retry enqueued wait for the next round.
@@ -317,6 +357,15 @@ class Dispatcher:
         self._hand_out(reserved.sessions, reserved.requests, answers, delivered=early is not None)
         if any(session in self._retiring for session in reserved.sessions):
             self._wake.set()  # a stream that waited for this delivery to end can end now
+
+    def _stop_joining(self, reserved: ReservedClaims, attempt_ids: list[str]) -> list[_TakenStart]:
+        """The starts ``reserved``'s transaction took; no more go to it."""
+        if reserved.joining is None:
+            return []
+        reserved.joining.stop()
+        for attempt_id in attempt_ids:
+            self._joining.pop(attempt_id, None)
+        return reserved.joining.taken
 
     def _hand_out(
         self,
@@ -382,6 +431,10 @@ class Dispatcher:
 
     def _launch(self, batch: WorkBatch, routes: _Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""
+        if self._joining and self.batches_in_flight == 1:
+            # The single writer is wanted: an enqueue waiting for starts commits now.
+            for joining in set(self._joining.values()):
+                joining.stop()
         self._writing += 1
         pending = self.executors.submit_write(self.process, batch)
         # Registered before ``_write`` awaits it, so it runs first: the slot is free by

@@ -310,6 +310,12 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         self.send_notification()
         self._send_held()
 
+    def send_writes(self) -> None:
+        """Sends the writes held so far (PostgreSQL) now rather than with the next
+        statement: while the caller then waits for something else (an enqueue for its
+        claims' starts, ``WorkerOps.claim_in``), they are already written. No-op on SQLite."""
+        self._send_held()
+
     def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an
         idempotency key is taken."""

@@ -1,6 +1,8 @@
 """A worker waiting for work gets a new job in the enqueue's own transaction: when the
 Enqueue call returns, the job is already reserved for it, without a dispatcher round. The
-queue's controls hold there too, and credit not used goes back to the session."""
+queue's controls hold there too, and credit not used goes back to the session. The claim
+goes out before the commit, and a start that comes back while the transaction waits for
+it is written in that transaction (``dispatch.uncommitted``)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from coordinator.dispatch import uncommitted
 from coordinator.domain.states import JobState
 from coordinator.process import RunningCoordinator
+from coordinator.service.work import BatchAnswers, WorkBatch
 from coordinator.store import StoreError, Tx
 from coordinator.store.errors import WriteConflict
 from tests.chaos.jobs import Task
@@ -233,4 +237,162 @@ async def test_an_enqueue_that_fails_after_its_claims_went_out_leaves_no_job_and
         [session] = running.app.dispatcher.sessions
         await eventually(lambda: (session.credit, session.reserved) == (1, 0), what="the unused credit back")
     finally:
+        await worker.close()
+
+
+@pytest.fixture
+def long_wait_for_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enqueues wait for their claims' starts as long as a test needs to send them."""
+    monkeypatch.setattr(uncommitted, "JOIN_WAIT_S", 30.0)
+
+
+def _starts_written_apart(running: RunningCoordinator, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The attempts whose start a worker batch (a transaction of its own) wrote."""
+    dispatcher = running.app.dispatcher
+    process, written = dispatcher.process, []
+
+    def recording(batch: WorkBatch) -> BatchAnswers:
+        written.extend(start.attempt_id for start in batch.starts)
+        return process(batch)
+
+    monkeypatch.setattr(dispatcher, "process", recording)
+    return written
+
+
+async def test_a_start_that_comes_while_the_enqueue_waits_commits_with_its_claim(
+    running: RunningCoordinator, long_wait_for_starts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, _ = await _waiting_worker(running)
+    written_apart = _starts_written_apart(running, monkeypatch)
+    try:
+        async with AsyncClient(running.target) as client:
+            enqueue = asyncio.create_task(client.enqueue(Task("joined", 1)))
+            assignment: Any = await worker.next("assignment")
+            assert running.app.store.get_job(assignment.job_id) is None  # waiting for the start
+            assert not enqueue.done()
+            worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
+            job_id = await enqueue
+            answer: Any = await worker.next("start_answer")
+            assert (answer.attempt_id, answer.granted, answer.execution_number) == (
+                assignment.attempt_id,
+                True,
+                1,
+            )
+            job = running.app.store.get_job(job_id)
+            assert job is not None and job.state is JobState.RUNNING and job.executions == 1
+            [attempt] = running.app.store.list_attempts(job_id)
+            assert attempt.started_at_ms is not None and attempt.execution_number == 1
+            assert written_apart == []
+            ack: Any = await worker.succeed(assignment.attempt_id)
+            assert ack.status == _pb().ResultAck.STATUS_ACCEPTED
+    finally:
+        await worker.close()
+
+
+async def test_a_start_from_a_stream_not_holding_the_claim_is_refused_by_the_enqueues_transaction(
+    running: RunningCoordinator, long_wait_for_starts: None
+) -> None:
+    worker, _ = await _waiting_worker(running)
+    intruder = RawWorker(running.target, "another-worker", [WIRE])
+    await intruder.next("welcome")
+    try:
+        async with AsyncClient(running.target) as client:
+            enqueue = asyncio.create_task(client.enqueue(Task("held", 1)))
+            assignment: Any = await worker.next("assignment")
+            # Taken by the transaction, which stops waiting, and refused at its commit.
+            refused = await intruder.start(assignment.attempt_id)
+            assert (refused.granted, refused.reason) == (False, "attempt held by another worker")
+            job_id = await enqueue
+            # The holder's own start then goes in a batch of its own.
+            assert (await worker.start(assignment.attempt_id)).granted
+            job = running.app.store.get_job(job_id)
+            assert job is not None and job.state is JobState.RUNNING
+    finally:
+        await intruder.close()
+        await worker.close()
+
+
+async def test_a_start_taken_by_an_enqueue_that_then_fails_is_refused(
+    running: RunningCoordinator, long_wait_for_starts: None
+) -> None:
+    worker, _ = await _waiting_worker(running)
+
+    def fail() -> None:
+        raise StoreError("a failure made by the test")
+
+    try:
+        async with AsyncClient(running.target) as client:
+            with _before_the_enqueues_commit(running, fail):
+                enqueue = asyncio.create_task(client.enqueue(Task("failed", 1)))
+                assignment: Any = await worker.next("assignment")
+                worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
+                with pytest.raises(Exception, match=r"unavailable|failure"):
+                    await enqueue
+        refused: Any = await worker.next("start_answer")
+        assert (refused.attempt_id, refused.granted, refused.reason) == (
+            assignment.attempt_id,
+            False,
+            "unknown attempt",
+        )
+        assert running.app.store.get_job(assignment.job_id) is None
+    finally:
+        await worker.close()
+
+
+async def test_a_start_taken_by_an_enqueue_tried_again_is_refused_and_the_job_claimed_again(
+    running: RunningCoordinator, long_wait_for_starts: None
+) -> None:
+    worker, _ = await _waiting_worker(running)
+
+    def conflict() -> None:
+        raise WriteConflict("a conflict made by the test")
+
+    try:
+        async with AsyncClient(running.target) as client:
+            with _before_the_enqueues_commit(running, conflict):
+                enqueue = asyncio.create_task(client.enqueue(Task("retried", 1)))
+                first: Any = await worker.next("assignment")
+                worker.send(start=_pb().StartRequest(attempt_id=first.attempt_id))
+                job_id = await enqueue
+            refused: Any = await worker.next("start_answer")
+            assert (refused.attempt_id, refused.granted, refused.reason) == (
+                first.attempt_id,
+                False,
+                "unknown attempt",
+            )
+            second: Any = await worker.next("assignment")  # the next round's
+            assert (second.job_id, first.job_id) == (job_id, job_id)
+            assert (await worker.start(second.attempt_id)).granted
+            assert [a.id for a in running.app.store.list_attempts(job_id)] == [second.attempt_id]
+    finally:
+        await worker.close()
+
+
+async def test_a_worker_batch_ends_the_wait_for_starts_only_where_it_needs_the_single_writer(
+    running: RunningCoordinator, long_wait_for_starts: None
+) -> None:
+    """SQLite has one writer: a batch that needs it ends an enqueue's wait for starts,
+    which commits without them. PostgreSQL writes the batch on another connection
+    meanwhile, and the enqueue keeps waiting."""
+    worker, _ = await _waiting_worker(running)
+    dispatcher = running.app.dispatcher
+    other = RawWorker(running.target, "other-worker", [WIRE])
+    await other.next("welcome")
+    try:
+        async with AsyncClient(running.target) as client:
+            enqueue = asyncio.create_task(client.enqueue(Task("waiting", 1)))
+            assignment: Any = await worker.next("assignment")
+            rounds = dispatcher.claim_rounds
+            other.send(credit=worker_credit(1))  # a claim round: a worker batch
+            await eventually(lambda: dispatcher.claim_rounds > rounds, what="the other worker's batch")
+            if dispatcher.batches_in_flight == 1:
+                job_id = await enqueue  # committed without the start
+                assert running.app.store.get_job(job_id) is not None
+            else:
+                assert not enqueue.done()
+            assert (await worker.start(assignment.attempt_id)).granted
+            job = running.app.store.get_job(await enqueue)
+            assert job is not None and job.state is JobState.RUNNING
+    finally:
+        await other.close()
         await worker.close()

@@ -14,7 +14,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
-from coordinator.dispatch.uncommitted import UncommittedClaims
+from coordinator.dispatch.uncommitted import JoiningStarts, UncommittedClaims
 from coordinator.domain.clock import FakeClock
 from coordinator.service.executors import Executors
 from coordinator.service.work import BatchAnswers, HeartbeatAnswer, StartAnswer, WorkBatch
@@ -50,6 +50,46 @@ def test_messages_held_back_go_on_in_order_when_their_claims_settle() -> None:
     assert "a-1" not in uncommitted and "b-1" in uncommitted
     uncommitted.settle(["b-1"])
     assert (replayed[-1], uncommitted.held_back) == ("heartbeat a-1 b-1", 0)
+
+
+def test_a_failed_transactions_starts_go_on_before_the_messages_held_back() -> None:
+    uncommitted = UncommittedClaims()
+    uncommitted.add(["a-1"])
+    replayed: list[str] = []
+    assert uncommitted.hold_back(["a-1"], replayed.append, "release a-1")
+    uncommitted.settle(["a-1"], [(replayed.append, ("start a-1",))])
+    assert replayed == ["start a-1", "release a-1"]
+
+
+def test_starts_of_the_transactions_own_claims_are_taken_until_it_stops_waiting() -> None:
+    joining: JoiningStarts[str] = JoiningStarts(["a-1", "a-2"])
+    assert joining.offer("a-1", "start a-1")
+    assert not joining.offer("b-1", "start b-1")  # another transaction's claim
+    assert not joining.offer("a-1", "start a-1 again")  # taken once
+    assert joining.gather(0.001) == ["start a-1"]  # a-2's start did not come in time
+    assert not joining.offer("a-2", "start a-2")  # too late: it goes the usual way
+    assert joining.taken == ["start a-1"]
+
+
+def test_the_wait_ends_as_soon_as_every_start_came() -> None:
+    joining: JoiningStarts[str] = JoiningStarts(["a-1", "a-2"])
+    gathered: list[list[str]] = []
+    writer = threading.Thread(target=lambda: gathered.append(joining.gather(60)))
+    writer.start()
+    assert joining.offer("a-2", "start a-2") and joining.offer("a-1", "start a-1")
+    writer.join(30)
+    assert not writer.is_alive() and gathered == [["start a-2", "start a-1"]]
+
+
+def test_stop_ends_the_wait_and_takes_no_more() -> None:
+    joining: JoiningStarts[str] = JoiningStarts(["a-1"])
+    gathered: list[list[str]] = []
+    writer = threading.Thread(target=lambda: gathered.append(joining.gather(60)))
+    writer.start()
+    joining.stop()
+    writer.join(30)
+    assert not writer.is_alive() and gathered == [[]]
+    assert not joining.offer("a-1", "start a-1")
 
 
 class Recording:
