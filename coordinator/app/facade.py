@@ -76,6 +76,7 @@ from coordinator.service.tokens import NewToken, TokenService, check_bootstrap_t
 from coordinator.service.work import BatchAnswers
 from coordinator.store import DatabaseTimeouts, Store
 from coordinator.store.notify import listen_for_jobs
+from coordinator.validation import require_id
 
 log = logging.getLogger(__name__)
 
@@ -399,11 +400,14 @@ class Coordinator:
             raise InvalidArgument(
                 "timeout", f"must be 0 to 1 h, got {timeout_ms} ms", reason="INVALID_DURATION"
             )
-        job = await self.get_job(job_id)
-        event = self.watch.register(job.id)
+        # Watched before the first read: an end committed between that read and the
+        # registration would never be heard, and the wait would last the whole timeout.
+        canonical = require_id("id", job_id)
+        event = self.watch.register(canonical)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         try:
+            job = await self.get_job(canonical)
             while not job.state.terminal and loop.time() < deadline:
                 remaining = min(deadline - loop.time(), self.config.idle_recheck_interval_s)
                 with contextlib.suppress(TimeoutError):
@@ -413,7 +417,7 @@ class Coordinator:
                     self.watch.unregister(job.id, event)
                     event = self.watch.register(job.id)
         finally:
-            self.watch.unregister(job.id, event)
+            self.watch.unregister(canonical, event)
         return job
 
     async def cancel(self, job_id: str, actor: Actor) -> JobRecord:

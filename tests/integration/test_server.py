@@ -11,8 +11,9 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator.config import CoordinatorConfig
+from coordinator.domain.records import JobRecord
 from coordinator.process import start_coordinator
-from tests.integration.conftest import Coordinator
+from tests.integration.conftest import Coordinator, coordinator_without_wake_ups
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import Echo
 from tests.support import health_status
@@ -96,6 +97,36 @@ async def test_wait_job_returns_at_its_timeout_when_not_terminal(
     info = await client.wait(job_id, timedelta(milliseconds=200))
     assert info.state is JobState.AVAILABLE
     assert not info.terminal
+
+
+async def test_wait_job_hears_an_end_committed_while_it_read_the_job(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ends between WaitJob's first read (still running) and its going to sleep:
+    the end is heard, not found by a re-read an idle interval (here an hour) later."""
+    async with coordinator_without_wake_ups(database_url) as running:
+        worker = RawWorker(running.target, "w1", ["tests.echo"])
+        try:
+            async with AsyncClient(running.target) as client:
+                job_id = await client.enqueue(Echo("ends while read"))
+                assignment = await worker.claim()
+                assert (await worker.start(assignment.attempt_id)).granted
+                app, reads = running.app, 0
+                read = app.get_job
+
+                async def ends_during_the_first_read(job_id: str) -> JobRecord:
+                    nonlocal reads
+                    reads += 1
+                    job = await read(job_id)
+                    if reads == 1:
+                        await worker.succeed(assignment.attempt_id)  # committed and announced
+                    return job
+
+                monkeypatch.setattr(app, "get_job", ends_during_the_first_read)
+                info = await asyncio.wait_for(client.wait(job_id, timedelta(minutes=5)), timeout=30)
+                assert info.state is JobState.SUCCEEDED and reads == 2
+        finally:
+            await worker.close()
 
 
 async def test_first_stream_message_must_be_hello(coordinator: Coordinator) -> None:
