@@ -308,9 +308,10 @@ class Dispatcher:
         return claim_and_hand_out
 
     def _writer_wanted(self) -> bool:
-        """Whether a batch waits for the single writer (read on the writer: a hint).
-        An enqueue's transaction then does not wait for starts."""
-        return self.batches_in_flight == 1 and self._writing > 0
+        """Whether every batch the writer takes at once is being written (read on the
+        writer: a hint). An enqueue's transaction then does not wait for starts: the
+        coordinator is under load, or on SQLite the single writer is wanted."""
+        return self._writing >= self.batches_in_flight
 
     def _hand_out_early(self, reserved: ReservedClaims) -> None:
         if reserved.delivered or reserved.handed_out is None:
