@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -312,6 +313,23 @@ async def test_a_start_from_a_stream_not_holding_the_claim_is_refused_by_the_enq
         await worker.close()
 
 
+async def _enqueue_taking_a_start(
+    running: RunningCoordinator, worker: RawWorker, action: Callable[[], None]
+) -> Any:
+    """An enqueue whose transaction takes its claim's start and then runs ``action`` just
+    before its commit. Returns the enqueue's job ID (or its error), the assignment, and
+    the answer to the start."""
+    async with AsyncClient(running.target) as client:
+        with _before_the_enqueues_commit(running, action):
+            enqueue = asyncio.create_task(client.enqueue(Task("taken", 1)))
+            assignment: Any = await worker.next("assignment")
+            worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
+            [outcome] = await asyncio.gather(enqueue, return_exceptions=True)
+    answer: Any = await worker.next("start_answer")
+    assert answer.attempt_id == assignment.attempt_id
+    return outcome, assignment, answer
+
+
 async def test_a_start_taken_by_an_enqueue_that_then_fails_is_refused(
     running: RunningCoordinator, long_wait_for_starts: None
 ) -> None:
@@ -321,19 +339,9 @@ async def test_a_start_taken_by_an_enqueue_that_then_fails_is_refused(
         raise StoreError("a failure made by the test")
 
     try:
-        async with AsyncClient(running.target) as client:
-            with _before_the_enqueues_commit(running, fail):
-                enqueue = asyncio.create_task(client.enqueue(Task("failed", 1)))
-                assignment: Any = await worker.next("assignment")
-                worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
-                with pytest.raises(Exception, match=r"unavailable|failure"):
-                    await enqueue
-        refused: Any = await worker.next("start_answer")
-        assert (refused.attempt_id, refused.granted, refused.reason) == (
-            assignment.attempt_id,
-            False,
-            "unknown attempt",
-        )
+        error, assignment, refused = await _enqueue_taking_a_start(running, worker, fail)
+        assert isinstance(error, Exception) and re.search(r"unavailable|failure", str(error))
+        assert (refused.granted, refused.reason) == (False, "unknown attempt")
         assert running.app.store.get_job(assignment.job_id) is None
     finally:
         await worker.close()
@@ -348,22 +356,12 @@ async def test_a_start_taken_by_an_enqueue_tried_again_is_refused_and_the_job_cl
         raise WriteConflict("a conflict made by the test")
 
     try:
-        async with AsyncClient(running.target) as client:
-            with _before_the_enqueues_commit(running, conflict):
-                enqueue = asyncio.create_task(client.enqueue(Task("retried", 1)))
-                first: Any = await worker.next("assignment")
-                worker.send(start=_pb().StartRequest(attempt_id=first.attempt_id))
-                job_id = await enqueue
-            refused: Any = await worker.next("start_answer")
-            assert (refused.attempt_id, refused.granted, refused.reason) == (
-                first.attempt_id,
-                False,
-                "unknown attempt",
-            )
-            second: Any = await worker.next("assignment")  # the next round's
-            assert (second.job_id, first.job_id) == (job_id, job_id)
-            assert (await worker.start(second.attempt_id)).granted
-            assert [a.id for a in running.app.store.list_attempts(job_id)] == [second.attempt_id]
+        job_id, first, refused = await _enqueue_taking_a_start(running, worker, conflict)
+        assert (refused.granted, refused.reason) == (False, "unknown attempt")
+        second: Any = await worker.next("assignment")  # the next round's
+        assert (second.job_id, first.job_id) == (job_id, job_id)
+        assert (await worker.start(second.attempt_id)).granted
+        assert [a.id for a in running.app.store.list_attempts(job_id)] == [second.attempt_id]
     finally:
         await worker.close()
 
