@@ -191,11 +191,11 @@ class Dispatcher:
         self._wake.set()
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
-        if self._joining:
-            joining = self._joining.get(attempt_id)
-            start = AttemptMessage(attempt_id, session.identity)
-            if joining is not None and joining.offer(attempt_id, (session, start)):
-                return  # written in its claim's transaction, answered when that commits
+        joining = self._joining.get(attempt_id) if self._joining else None
+        if joining is not None and joining.offer(
+            attempt_id, (session, AttemptMessage(attempt_id, session.identity))
+        ):
+            return  # written in its claim's transaction, answered when that commits
         if self.uncommitted.hold_back((attempt_id,), self.start, session, attempt_id):
             return
         self._batch.starts.append(AttemptMessage(attempt_id, session.identity))

@@ -35,8 +35,10 @@ Item = TypeVar("Item")
 JOIN_WAIT_S = 0.002
 """How long an enqueue's transaction waits, at most, for the starts of the claims it
 handed out before it commits. A worker's start takes well under a millisecond to come
-back at a light load; under load a batch waiting for the writer ends the wait at once
-(``JoiningStarts.stop``), and a start that misses it costs only its own transaction."""
+back at a light load. Under load there is no wait (every batch slot of the writer is
+busy, ``Dispatcher._writer_wanted``); on SQLite a batch that needs the single writer ends
+the wait at once (``JoiningStarts.stop``). A start that misses it costs only its own
+transaction, as before."""
 
 
 class UncommittedClaims:
