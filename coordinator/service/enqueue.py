@@ -77,7 +77,7 @@ def insert_batch(tx: Tx, batch: Sequence[NewJob], order: Sequence[int], now_ms: 
         edges += [_edge(record.id, parent_id, parents.get(parent_id)) for parent_id in job.parent_ids]
         results[job.index] = Enqueued(record.id, record.state, existing=False)
     tx.register_queues({record.queue for record in fresh}, now_ms)
-    tx.insert_jobs(fresh, now_ms)
+    tx.insert_jobs(fresh, now_ms, ids_made_here=not any(job.chosen_id for job in batch))
     tx.insert_dependencies(edges)
     available = [record.id for record in fresh if record.state is JobState.AVAILABLE]
     if available:

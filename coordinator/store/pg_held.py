@@ -27,6 +27,10 @@ What holding changes, and why it is safe:
 - An error of a held write (a lost connection, a constraint) surfaces at the statement
   that sends it. A write whose error the caller tells apart (a taken idempotency key)
   sends at once (``TxBase._send_held``).
+- An update of rows that a held insert creates is folded into that insert (``fold``):
+  the rows are inserted as the update leaves them, its guard checked against the row it
+  would have matched. An enqueue that claims its own new jobs so sends them once, already
+  claimed, after the claims went out to the workers (``Tx.claimable``).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ _Part = tuple[Any, ...]
 class HeldWrites:
     """The writes of one transaction not sent yet (see above)."""
 
-    __slots__ = ("_checks", "_notify", "_params", "_parts", "_written")
+    __slots__ = ("_checks", "_inserted", "_notify", "_params", "_parts", "_written")
 
     def __init__(self) -> None:
         self._parts: list[_Part] = []
@@ -62,6 +66,9 @@ class HeldWrites:
         """(table, column, value) of every row a held write inserts or changes: the first
         primary key column of an inserted row, the first key column of an updated one."""
         self._notify: tuple[str, str] | None = None
+        self._inserted: dict[int, list[dict[str, Any]]] = {}
+        """Each held insert's rows (by its part's index), encoded only when sent: an
+        update folded into them (``fold``) may still change them."""
 
     def __bool__(self) -> bool:
         return bool(self._parts) or self._notify is not None
@@ -69,11 +76,53 @@ class HeldWrites:
     def insert(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Holds the insert of ``rows`` (each with the same columns)."""
         columns = tuple(rows[0])
-        self._params.update(pg_arrays.arrays(f"w{len(self._parts)}_", table, [(c, c) for c in columns], rows))
+        self._inserted[len(self._parts)] = [dict(row) for row in rows]
         self._parts.append(("insert", table, columns))
         key = _first_primary_key(table)
         if key in columns:  # else the database numbers the rows: no later update names them
             self._written.update((table.name, key, row[key]) for row in rows)
+
+    def only_inserts(self) -> bool:
+        """Whether every held write is an insert (and no notification is held): a read
+        then sees the database as these writes would leave it, but for their new rows."""
+        return self._notify is None and all(part[0] == "insert" for part in self._parts)
+
+    def fold(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]], conflict: str | None) -> bool:
+        """Applies ``row_update`` of ``rows`` to the held insert's rows when it creates
+        every one of them (found by the table's first primary key column), and says
+        whether it did; when not, nothing changed. A row whose key parameters do not all
+        equal the inserted row's columns is not updated, as the database would not match
+        it: with ``conflict`` that raises ``WriteConflict(conflict)``, as sending would."""
+        table = row_update.table
+        key = _first_primary_key(table)
+        param = next((param for param, column in row_update.keys if column == key), None)
+        if param is None or row_update.condition:  # a condition in SQL is the database's to test
+            return False
+        columns = {column for _, column in (*row_update.keys, *row_update.values)}
+        found = self._inserted_by_key(table, key, columns)
+        targets = [found.get(row[param]) for row in rows]
+        if not all(target is not None for target in targets):
+            return False
+        for row, target in zip(rows, targets, strict=True):
+            assert target is not None
+            if any(target[column] != row[name] for name, column in row_update.keys):
+                if conflict is not None:
+                    raise WriteConflict(conflict)
+                continue
+            for name, column in row_update.values:
+                target[column] = row[name]
+        return True
+
+    def _inserted_by_key(self, table: Table, key: str, columns: set[str]) -> dict[Any, dict[str, Any]]:
+        """The rows the held inserts into ``table`` create, by their ``key`` column, of
+        the inserts that name every one of ``columns`` (a column an insert leaves out
+        gets its default, which a folded update could not change)."""
+        return {
+            row[key]: row
+            for index, part in enumerate(self._parts)
+            if part[0] == "insert" and part[1] is table and columns.issubset(part[2])
+            for row in self._inserted[index]
+        }
 
     def holds_any(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> bool:
         """Whether a held write already inserts or changes one of ``rows`` (found by
@@ -117,7 +166,11 @@ class HeldWrites:
         """Sends every held write (and the notification) as one statement, and checks the
         guarded updates' row counts."""
         parts, params, checks, notify = tuple(self._parts), self._params, self._checks, self._notify
+        for index, rows in self._inserted.items():
+            table, columns = parts[index][1], parts[index][2]
+            params.update(pg_arrays.arrays(f"w{index}_", table, [(c, c) for c in columns], rows))
         self._parts, self._params, self._checks, self._written, self._notify = [], {}, [], set(), None
+        self._inserted = {}
         if notify is not None:
             params["notify_channel"], params["notify_payload"] = notify
         (counts,) = run_sql(conn, _statement(parts, notify is not None), params)

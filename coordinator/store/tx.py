@@ -108,6 +108,16 @@ _CLAIMABLE_IN_QUEUE = Lockable(
 )
 
 
+def _claimable(job: JobRecord, queues: Sequence[str], wire_names: Sequence[str], now_ms: int) -> bool:
+    """``CLAIMABLE_PREDICATE`` and the claim read's conditions, for a job not yet sent."""
+    return (
+        job.state in (JobState.AVAILABLE, JobState.SCHEDULED)
+        and job.run_at_ms <= now_ms
+        and job.queue in queues
+        and job.wire_name in wire_names
+    )
+
+
 @functools.cache
 def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
     """One guarded job UPDATE per set of columns (given as their ``v_<column>``
@@ -231,17 +241,28 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         would have to sort every claimable job of all of them, and a deep backlog makes
         that the cost of every claim. On PostgreSQL a multi-queue claim may lock up to
         ``limit`` rows per queue for the rest of the transaction; others skip them.
+
+        New jobs of this transaction whose insert is still held (``insert_jobs``) are
+        merged in, in claim order: the read runs without sending them, so an enqueue's
+        claims go out to the workers one round trip after its BEGIN, and its jobs are
+        inserted already claimed (``pg_held.HeldWrites.fold``) while they travel.
         """
         found: list[JobRecord] = []
         names = list(wire_names)
+        reader = self._reader  # first: it may send the held writes, and so the new jobs
         for queue in sorted(set(queues)):
             params = {"queue": queue, "now_ms": now_ms, "wire_names": names, "limit": limit}
-            found.extend(jobs_from(self._read_locked(_CLAIMABLE_IN_QUEUE, params)))
-        if len(queues) > 1:
+            query = _CLAIMABLE_IN_QUEUE.locked if self._postgres else _CLAIMABLE_IN_QUEUE.plain
+            found.extend(jobs_from(query.execute(reader, params)))
+        unsent = [job for job in self._unsent_jobs.values() if _claimable(job, queues, names, now_ms)]
+        if len(queues) > 1 or unsent:
+            found += unsent
             found.sort(key=_claim_order)
         found = found[:limit]
-        # The caller claims every job returned: none of them is left for other replicas.
-        self._to_announce.difference_update(job.id for job in found)
+        for job in found:
+            # The caller claims every job returned: none of them is left for other replicas.
+            self._to_announce.discard(job.id)
+            self._unsent_jobs.pop(job.id, None)  # claimed now: no later claim may take it
         return found
 
     def expired_leases(self, now_ms: int, limit: int) -> list[JobRecord]:
@@ -316,12 +337,19 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         claims' starts, ``WorkerOps.claim_in``), they are already written. No-op on SQLite."""
         self._send_held()
 
-    def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int) -> None:
+    def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int, *, ids_made_here: bool = False) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an
-        idempotency key is taken."""
+        idempotency key is taken.
+
+        ``ids_made_here``: no ID was chosen by a client, so only a key can collide. On
+        PostgreSQL jobs without keys are then held (``store.pg_held``): an enqueue that
+        claims them reads its claims first and sends its jobs with them, already claimed,
+        while the claims travel to the workers (``claimable``)."""
         if not new_jobs:
             return
-        self._send_held()  # an error of an earlier write is not a taken key
+        keyed = not ids_made_here or any(job.idempotency_key or job.unique_key for job in new_jobs)
+        if keyed:
+            self._send_held()  # an error of an earlier write is not a taken key
         self._inserted_jobs.update(job.id for job in new_jobs)
         first_transitions = [
             {
@@ -338,7 +366,10 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         try:
             self._insert_rows(jobs, [job_row(job) for job in new_jobs])
             self._insert_rows(transitions, first_transitions)
-            self._send_held()  # now, so that a taken key is told apart (one statement for both)
+            if keyed:
+                self._send_held()  # now, so that a taken key is told apart (one statement for both)
+            elif self._held is not None:
+                self._unsent_jobs.update((job.id, job) for job in new_jobs)
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc

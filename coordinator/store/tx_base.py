@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, Table
 
 from coordinator.domain.bounds import StoreBounds
+from coordinator.domain.records import JobRecord
 from coordinator.store.errors import WriteConflict
 from coordinator.store.pg_held import HeldWrites
 from coordinator.store.prepared import DriverRows, Prepared
@@ -72,13 +73,26 @@ class TxBase:
         other replicas are notified of them at the commit (``Tx.send_notification``)."""
         self._notify_anyway = False
         """Other replicas are notified at the commit, whatever was claimed."""
+        self._unsent_jobs: dict[str, JobRecord] = {}
+        """New jobs whose insert is still held (PostgreSQL), as inserted: a claim read
+        that lets the held inserts wait (``_reader``) cannot see them, and takes the
+        claimable ones from here (``Tx.claimable``)."""
 
     @property
     def _conn(self) -> Connection:
         """The transaction's connection, for a statement to run on now: on PostgreSQL
         the held writes are sent first, so that whatever runs next sees them."""
-        if self._held:
-            self._held.send(self._connection)
+        self._send_held()
+        return self._connection
+
+    @property
+    def _reader(self) -> Connection:
+        """The connection for a read that held inserts cannot change: of a table they do
+        not write, or of new jobs the caller adds itself (``_unsent_jobs``). When every
+        held write is an insert they stay held, to go out with later writes; else they
+        are sent first (``_conn``)."""
+        if self._held and not self._held.only_inserts():
+            self._send_held()
         return self._connection
 
     def _send_held(self) -> None:
@@ -86,6 +100,7 @@ class TxBase:
         error of the last one held is raised here."""
         if self._held:
             self._held.send(self._connection)
+            self._unsent_jobs.clear()  # the database has them now
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         """``query`` with the lock this engine needs (``FOR UPDATE [SKIP LOCKED]`` on
@@ -119,7 +134,9 @@ class TxBase:
             return
         if self._held is not None:
             if self._held.holds_any(row_update, rows):
-                self._held.send(self._connection)  # one statement cannot change a row twice
+                if self._held.fold(row_update, rows, conflict):
+                    return  # rows a held insert creates: inserted as this leaves them
+                self._send_held()  # one statement cannot change a row twice
             self._held.update(row_update, rows, conflict)
             return
         prepared = row_update.prepared

@@ -88,7 +88,7 @@ class QueueOps(TxBase):
             return {}
         found = {
             record.name: record
-            for record in queues_from(_QUEUES_BY_NAMES.execute(self._conn, {"names": wanted}))
+            for record in queues_from(_QUEUES_BY_NAMES.execute(self._reader, {"names": wanted}))
         }
         limited = sorted(name for name, record in found.items() if record.concurrency_limit is not None)
         if limited and self._postgres:

@@ -54,17 +54,32 @@ def test_a_start_sends_every_write_in_one_statement_after_its_reads(harness: Har
     assert harness.transitions(claimed.job.id)[-1]["to_state"] is JobState.RUNNING
 
 
-def test_an_enqueue_sends_its_rows_in_one_statement_and_the_rest_with_the_commit(harness: Harness) -> None:
+def test_an_enqueue_without_keys_sends_everything_in_one_statement_with_the_commit(harness: Harness) -> None:
     harness.enqueue(queue=QUEUE)  # the queue exists: it is not looked up again
     with sent_statements(executemany=True) as sent:
         job_id = harness.enqueue(queue=QUEUE)
     if harness.store.postgres:
-        # The job and its first transition; then the count deltas and the notification.
-        assert len(sent) == 2, [sql for sql, _ in sent]
-        assert "INSERT INTO jobs" in sent[0][0] and "INSERT INTO transitions" in sent[0][0]
-        assert "queue_count_deltas" in sent[1][0] and "pg_notify" in sent[1][0]
+        # No key can be taken: the job, its first transition, the count deltas and the
+        # notification all go out together, just before the commit.
+        assert len(sent) == 1, [sql for sql, _ in sent]
+        writes = ("INSERT INTO jobs", "INSERT INTO transitions", "queue_count_deltas", "pg_notify")
+        assert all(write in sent[0][0] for write in writes), sent[0][0]
     assert harness.job(job_id).state is JobState.AVAILABLE
     assert len(harness.transitions(job_id)) == 1
+
+
+def test_an_enqueue_with_a_key_sends_its_rows_at_once_and_the_rest_with_the_commit(harness: Harness) -> None:
+    harness.enqueue(queue=QUEUE)
+    with sent_statements(executemany=True) as sent:
+        job_id = harness.enqueue(queue=QUEUE, idempotency_key="held-writes-key")
+    if harness.store.postgres:
+        # The job and its first transition at once, so that a taken key is told apart;
+        # then the count deltas and the notification.
+        inserts = [sql for sql, _ in sent if "INSERT INTO jobs" in sql]
+        assert len(inserts) == 1 and "INSERT INTO transitions" in inserts[0]
+        assert "queue_count_deltas" in sent[-1][0] and "pg_notify" in sent[-1][0]
+        assert "INSERT INTO jobs" not in sent[-1][0]
+    assert harness.job(job_id).state is JobState.AVAILABLE
 
 
 def test_a_read_in_the_transaction_sees_the_writes_before_it(harness: Harness) -> None:
