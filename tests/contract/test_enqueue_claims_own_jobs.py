@@ -151,3 +151,21 @@ def test_a_read_after_a_new_job_not_sent_yet_sees_it_and_its_change(harness: Har
     state, seq = harness.store.transact(insert_change_read, what="a test")
     assert (state, seq) == (JobState.CANCELLED, new.history_seq + 1)
     assert [t["reason"] for t in harness.transitions(new.id)] == ["enqueued", "test"]
+
+
+def test_a_batch_enqueue_claiming_part_of_itself_keeps_the_queue_counts_true(harness: Harness) -> None:
+    specs = [NewJobSpec(WIRE, b"{}", queue="counted") for _ in range(20)]
+    job_ids, answers = _enqueue_claiming(
+        harness, specs, [_request(5, "worker-a", ("counted",)), _request(3, "worker-b", ("counted",))]
+    )
+    first, second = _claimed_ids(answers)
+    assert first + second == sorted(job_ids)[:8]  # one run-at: claim order is the IDs' order
+    for claimed in answers.claims[0] + answers.claims[1]:
+        assert [a.id for a in harness.attempts(claimed.job.id)] == [claimed.attempt_id]
+    (stats,) = [s for s in harness.store.queue_stats(harness.clock.now_ms()) if s.queue.name == "counted"]
+    assert {state: count for state, count in stats.counts.items() if count} == {
+        JobState.RESERVED: 8,
+        JobState.AVAILABLE: 12,
+    }
+    states = [harness.job(job_id).state for job_id in job_ids]
+    assert states.count(JobState.RESERVED) == 8 and states.count(JobState.AVAILABLE) == 12
