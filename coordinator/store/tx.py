@@ -22,7 +22,7 @@ from coordinator.domain.records import (
     NewAttempt,
     WorkerIdentity,
 )
-from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs
@@ -111,7 +111,7 @@ _CLAIMABLE_IN_QUEUE = Lockable(
 def _claimable(job: JobRecord, queues: Sequence[str], wire_names: Sequence[str], now_ms: int) -> bool:
     """``CLAIMABLE_PREDICATE`` and the claim read's conditions, for a job not yet sent."""
     return (
-        job.state in (JobState.AVAILABLE, JobState.SCHEDULED)
+        job.state in CLAIMABLE_STATES
         and job.run_at_ms <= now_ms
         and job.queue in queues
         and job.wire_name in wire_names
@@ -244,16 +244,15 @@ class Tx(QueueOps, DependencyOps, AccessOps):
 
         New jobs of this transaction whose insert is still held (``insert_jobs``) are
         merged in, in claim order: the read runs without sending them, so an enqueue's
-        claims go out to the workers one round trip after its BEGIN, and its jobs are
+        claims go out to the workers before its jobs are written, and its jobs are
         inserted already claimed (``pg_held.HeldWrites.fold``) while they travel.
         """
         found: list[JobRecord] = []
         names = list(wire_names)
-        reader = self._reader  # first: it may send the held writes, and so the new jobs
         for queue in sorted(set(queues)):
             params = {"queue": queue, "now_ms": now_ms, "wire_names": names, "limit": limit}
-            query = _CLAIMABLE_IN_QUEUE.locked if self._postgres else _CLAIMABLE_IN_QUEUE.plain
-            found.extend(jobs_from(query.execute(reader, params)))
+            found.extend(jobs_from(self._read_locked(_CLAIMABLE_IN_QUEUE, params, past_held_inserts=True)))
+        # After the reads: one that sent the held writes sent the new jobs too.
         unsent = [job for job in self._unsent_jobs.values() if _claimable(job, queues, names, now_ms)]
         if len(queues) > 1 or unsent:
             found += unsent
@@ -347,8 +346,8 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         while the claims travel to the workers (``claimable``)."""
         if not new_jobs:
             return
-        keyed = not ids_made_here or any(job.idempotency_key or job.unique_key for job in new_jobs)
-        if keyed:
+        may_collide = not ids_made_here or any(job.idempotency_key or job.unique_key for job in new_jobs)
+        if may_collide:
             self._send_held()  # an error of an earlier write is not a taken key
         self._inserted_jobs.update(job.id for job in new_jobs)
         first_transitions = [
@@ -366,7 +365,7 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         try:
             self._insert_rows(jobs, [job_row(job) for job in new_jobs])
             self._insert_rows(transitions, first_transitions)
-            if keyed:
+            if may_collide:
                 self._send_held()  # now, so that a taken key is told apart (one statement for both)
             elif self._held is not None:
                 self._unsent_jobs.update((job.id, job) for job in new_jobs)

@@ -109,9 +109,13 @@ class TxBase:
             return query.with_for_update(skip_locked=skip_locked)
         return query
 
-    def _read_locked(self, query: Lockable, params: Mapping[str, Any]) -> DriverRows:
-        """Runs a prebuilt read with the lock this engine needs (see ``_locked``)."""
-        return (query.locked if self._postgres else query.plain).execute(self._conn, params)
+    def _read_locked(
+        self, query: Lockable, params: Mapping[str, Any], *, past_held_inserts: bool = False
+    ) -> DriverRows:
+        """Runs a prebuilt read with the lock this engine needs (see ``_locked``); with
+        ``past_held_inserts``, on ``_reader`` instead of ``_conn``."""
+        conn = self._reader if past_held_inserts else self._conn
+        return (query.locked if self._postgres else query.plain).execute(conn, params)
 
     def _insert_rows(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Inserts ``rows`` (each with the same columns): held on PostgreSQL (sent with
