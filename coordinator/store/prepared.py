@@ -25,7 +25,7 @@ import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ClauseElement, Connection, Insert, Select
+from sqlalchemy import ClauseElement, Connection, Insert, Select, TextualSelect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -147,9 +147,12 @@ class _Compiled:
         self.expanding = tuple(sorted(bind.key for bind in compiled.post_compile_params if bind.expanding))
         self.shapes: dict[tuple[int, ...], _Shape] = {}
         self.keys: tuple[str, ...] = ()
-        if isinstance(statement, Select):
+        # A TextualSelect is ``text(...).columns(...)``: SQL written out, its columns named.
+        if isinstance(statement, Select | TextualSelect):
             self.keys = tuple(statement.selected_columns.keys())
-        self.returns_rows = isinstance(statement, Select) or bool(compiled.effective_returning)
+        self.returns_rows = isinstance(statement, Select | TextualSelect) or bool(
+            compiled.effective_returning
+        )
         """Known here, so the cursor's description (psycopg builds it anew on every
         read of it: thirty objects for a job row) is never asked for."""
 

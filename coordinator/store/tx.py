@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, literal_column, select, text, update
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.domain.changes import JobChange
@@ -22,7 +22,7 @@ from coordinator.domain.records import (
     NewAttempt,
     WorkerIdentity,
 )
-from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs
@@ -38,7 +38,6 @@ from coordinator.store.rows import (
 )
 from coordinator.store.schedules import ScheduleWrites
 from coordinator.store.schema import (
-    CLAIMABLE_PREDICATE,
     LEASED_PREDICATE,
     SCHEDULED_PREDICATE,
     attempts,
@@ -47,6 +46,7 @@ from coordinator.store.schema import (
 )
 from coordinator.store.tx_access import AccessOps
 from coordinator.store.tx_base import IN_CHUNK, Lockable, chunks
+from coordinator.store.tx_claims import ClaimOps
 from coordinator.store.tx_dependencies import DependencyOps
 from coordinator.store.tx_queues import QueueOps
 
@@ -91,31 +91,6 @@ _JOBS_WITH_ATTEMPTS = Prepared(
 )
 _JOB_COLUMNS = tuple(jobs.columns.keys())
 _ATTEMPT_COLUMNS = tuple(attempts.columns.keys())
-_CLAIMABLE_IN_QUEUE = Lockable(
-    select(jobs)
-    .where(
-        jobs.c.queue == bindparam("queue"),
-        text(CLAIMABLE_PREDICATE),  # as text, or the partial index is not used
-        # "+ 0": SQLite would take ix_jobs_due for the run-at range and then sort every
-        # claimable job of the queue; ix_jobs_claim gives the order, so LIMIT ends the
-        # walk. An expression keeps the range off any index.
-        jobs.c.run_at_ms + literal_column("0") <= bindparam("now_ms"),
-        jobs.c.wire_name.in_(bindparam("wire_names", expanding=True)),
-    )
-    .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
-    .limit(bindparam("limit", type_=Integer)),
-    skip_locked=True,
-)
-
-
-def _claimable(job: JobRecord, queues: Sequence[str], wire_names: Sequence[str], now_ms: int) -> bool:
-    """``CLAIMABLE_PREDICATE`` and the claim read's conditions, for a job not yet sent."""
-    return (
-        job.state in CLAIMABLE_STATES
-        and job.run_at_ms <= now_ms
-        and job.queue in queues
-        and job.wire_name in wire_names
-    )
 
 
 @functools.cache
@@ -127,9 +102,9 @@ def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
     return RowUpdate(jobs, _JOB_GUARD, tuple((name, name.removeprefix("v_")) for name in stamped))
 
 
-class Tx(QueueOps, DependencyOps, AccessOps):
-    """The operations of one write transaction: jobs and attempts here; queues,
-    dependencies, tokens and the audit log in their mixins."""
+class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
+    """The operations of one write transaction: jobs and attempts here; queues, claim
+    reads, dependencies, tokens and the audit log in their mixins."""
 
     # -- reads that lock -------------------------------------------------------------
 
@@ -229,39 +204,6 @@ class Tx(QueueOps, DependencyOps, AccessOps):
                 assert job.unique_key is not None
                 if (job.wire_name, job.unique_key) in wanted:
                     found[(job.wire_name, job.unique_key)] = job
-        return found
-
-    def claimable(
-        self, queues: Sequence[str], wire_names: Sequence[str], now_ms: int, limit: int
-    ) -> list[JobRecord]:
-        """Claimable jobs in claim order: priority desc, run-at, id (R-17).
-
-        One query per queue, each an ordered walk of that queue's part of ``ix_jobs_claim``
-        that stops after ``limit`` rows, merged here: a single query over several queues
-        would have to sort every claimable job of all of them, and a deep backlog makes
-        that the cost of every claim. On PostgreSQL a multi-queue claim may lock up to
-        ``limit`` rows per queue for the rest of the transaction; others skip them.
-
-        New jobs of this transaction whose insert is still held (``insert_jobs``) are
-        merged in, in claim order: the read runs without sending them, so an enqueue's
-        claims go out to the workers before its jobs are written, and its jobs are
-        inserted already claimed (``pg_held.HeldWrites.fold``) while they travel.
-        """
-        found: list[JobRecord] = []
-        names = list(wire_names)
-        for queue in sorted(set(queues)):
-            params = {"queue": queue, "now_ms": now_ms, "wire_names": names, "limit": limit}
-            found.extend(jobs_from(self._read_locked(_CLAIMABLE_IN_QUEUE, params, past_held_inserts=True)))
-        # After the reads: one that sent the held writes sent the new jobs too.
-        unsent = [job for job in self._unsent_jobs.values() if _claimable(job, queues, names, now_ms)]
-        if len(queues) > 1 or unsent:
-            found += unsent
-            found.sort(key=_claim_order)
-        found = found[:limit]
-        for job in found:
-            # The caller claims every job returned: none of them is left for other replicas.
-            self._to_announce.discard(job.id)
-            self._unsent_jobs.pop(job.id, None)  # claimed now: no later claim may take it
         return found
 
     def expired_leases(self, now_ms: int, limit: int) -> list[JobRecord]:
@@ -499,7 +441,3 @@ class Tx(QueueOps, DependencyOps, AccessOps):
         )
         self.count_jobs({(queue, state.value): -count for queue, count in removed.items()})
         return sum(removed.values())
-
-
-def _claim_order(job: JobRecord) -> tuple[int, int, str]:
-    return (-job.priority, job.run_at_ms, job.id)

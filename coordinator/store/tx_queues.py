@@ -90,15 +90,21 @@ class QueueOps(TxBase):
             record.name: record
             for record in queues_from(_QUEUES_BY_NAMES.execute(self._reader, {"names": wanted}))
         }
-        limited = sorted(name for name, record in found.items() if record.concurrency_limit is not None)
-        if limited and self._postgres:
+        self.lock_queues(name for name, record in found.items() if record.concurrency_limit is not None)
+        return found
+
+    def lock_queues(self, names: Iterable[str]) -> None:
+        """Locks the rows of queues ``names`` (PostgreSQL; in name order, so two
+        transactions never wait on each other's): a limited queue's claims are so
+        serialised across replicas, and its count of active jobs holds until the commit."""
+        wanted = sorted(set(names))
+        if wanted and self._postgres:
             self._conn.execute(
                 select(queues.c.name)
-                .where(queues.c.name.in_(limited))
+                .where(queues.c.name.in_(wanted))
                 .order_by(queues.c.name)
                 .with_for_update()
             )
-        return found
 
     def count_jobs(self, deltas: Mapping[tuple[str, str], int]) -> None:
         """Records how this transaction changed the jobs per (queue, state). They are

@@ -169,3 +169,16 @@ def test_a_batch_enqueue_claiming_part_of_itself_keeps_the_queue_counts_true(har
     }
     states = [harness.job(job_id).state for job_id in job_ids]
     assert states.count(JobState.RESERVED) == 8 and states.count(JobState.AVAILABLE) == 12
+
+
+def test_an_enqueue_into_a_paused_queue_claims_none_of_its_new_jobs(harness: Harness) -> None:
+    """The queue's controls hold for jobs not sent yet: on PostgreSQL the claim reads them
+    with its jobs (``Tx.controls_and_claimable``) and adds none of the new ones."""
+    waiting = harness.enqueue(queue=QUEUE)
+    queues = QueueService(harness.store, harness.clock, CoordinatorConfig())
+    queues.pause(QUEUE, OPERATOR)
+    new_jobs, answers = _enqueue_claiming(harness, [NewJobSpec(WIRE, b"{}", queue=QUEUE)], [_request(5)])
+    assert _claimed_ids(answers) == [[]]
+    assert [harness.job(job_id).state for job_id in [waiting, *new_jobs]] == [JobState.AVAILABLE] * 2
+    queues.resume(QUEUE, OPERATOR)
+    assert sorted(c.job.id for c in harness.claim(5, queues=(QUEUE,))) == sorted([waiting, *new_jobs])

@@ -135,9 +135,8 @@ def test_sessions_claiming_in_one_transaction_ask_again_only_where_work_may_be_l
         [],
         [other_wire],
     ]
-    claim_reads = [
-        sql for sql, _ in sent if re.search(r"SELECT jobs\.id(?s:.*)ORDER BY jobs\.priority DESC", sql)
-    ]
+    # (On PostgreSQL the first is also the read of the queue's controls.)
+    claim_reads = [sql for sql, _ in sent if "ORDER BY jobs.priority DESC" in sql]
     assert len(claim_reads) == 2  # worker-a's, and worker-d's for the wire name not yet seen empty
     assert _counts(harness, QUEUE) == {JobState.RESERVED: 2}
 
@@ -222,3 +221,28 @@ def test_a_batch_of_claims_only_reads_no_attempts(harness: Harness) -> None:
     assert not [sql for sql, _ in sent if "attempts.id" in sql and sql.lstrip().startswith("SELECT")]
     reads = [sql for sql, _ in sent if sql.lstrip().startswith("SELECT")]
     assert "queues" in reads[0]  # the claim's own first read: the queue's controls
+
+
+def test_a_claim_of_one_queue_reads_the_queues_controls_with_its_jobs_on_postgresql(harness: Harness) -> None:
+    """The claim of a batch whose claims name one queue: on PostgreSQL the queue's controls
+    (R-17) come with its claimable jobs, one read before the claim goes out instead of
+    two; SQLite, whose reads cost no round trip, reads the controls on their own."""
+    job_id = harness.enqueue(queue=QUEUE)
+    with sent_statements() as sent:
+        claimed = harness.claim(5, queues=(QUEUE,))
+    assert [c.job.id for c in claimed] == [job_id]
+    reads = [sql for sql, _ in sent if re.match(r"\s*SELECT", sql)]
+    queue_reads = [sql for sql in reads if re.search(r"\b(FROM|JOIN) queues\b", sql)]
+    if harness.store.postgres:
+        assert len(queue_reads) == 1 and re.search(r"\bFROM jobs\b", queue_reads[0]), reads
+    else:
+        assert len(queue_reads) == 1 and not re.search(r"\bFROM jobs\b", queue_reads[0]), reads
+        assert _count(sent, r"SELECT jobs\.id(?s:.*)ORDER BY jobs\.priority DESC") == 1
+
+
+def test_a_claim_of_a_queue_never_seen_takes_nothing_and_changes_nothing(harness: Harness) -> None:
+    """No row, so no controls (the claim may take from it) and no jobs: on PostgreSQL the
+    one read still answers, with the queue's columns empty."""
+    harness.enqueue(queue=QUEUE)
+    assert harness.claim(5, queues=("never-seen",)) == []
+    assert _counts(harness, QUEUE) == {JobState.AVAILABLE: 1}
