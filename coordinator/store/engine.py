@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from coordinator.store import pg_binary_arrays
+from coordinator.store import pg_binary_arrays, pg_parsing
 from coordinator.store.pg_cursor import OneSyncPerStatementCursor
 from coordinator.store.prepared import Prepared
 
@@ -104,6 +104,7 @@ def create_read_engine(url: str, timeouts: DatabaseTimeouts = DEFAULT_TIMEOUTS) 
 
 
 def _pg_engine(url: str, timeouts: DatabaseTimeouts, *, pool_size: int, pre_ping: bool) -> Engine:
+    pg_parsing.cache_every_statement()  # the hot statements are long: psycopg would parse them anew
     engine = create_engine(
         url,
         pool_size=pool_size,
