@@ -36,11 +36,11 @@ _CLAIMABLE_IN_QUEUE = Lockable(
     skip_locked=True,
 )
 
+_JOB_COLUMNS = tuple(jobs.columns.keys())
 # PostgreSQL: the queue's controls and, when they let claims take from it, its claimable
 # jobs, in one statement. One row at least: the queue's (NULLs when it has none), with
 # NULL job columns when no job is claimed. The jobs are read as ``_CLAIMABLE_IN_QUEUE``
 # reads them (the same index walk, behind a filter on the queue's row evaluated once).
-_JOB_COLUMNS = tuple(jobs.columns.keys())
 _CONTROLS_AND_CLAIMABLE = Prepared(
     text(
         "SELECT q.name, q.paused, q.concurrency_limit, "
@@ -90,7 +90,8 @@ class ClaimOps(TxBase):
     def controls_and_claimable(
         self, queue: str, wire_names: Sequence[str], now_ms: int, limit: int
     ) -> tuple[QueueRecord | None, list[JobRecord]]:
-        """``queue``'s controls (None: it has no row, so none) and, when they let claims
+        """``queue``'s controls (None: it has no row, so none; a record of its controls
+        only, without its timestamps) and, when they let claims
         take from it (not paused, no concurrency limit), what ``claimable`` would return
         for it; nothing when they do not. One statement (PostgreSQL only): a claim at a
         light load waits for one read instead of two before its jobs go out."""
