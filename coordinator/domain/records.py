@@ -173,6 +173,13 @@ class QueueRecord:
     created_at_ms: int = 0
     updated_at_ms: int = 0
 
+    @property
+    def free(self) -> bool:
+        """Whether claims take from the queue as they find its jobs: not paused, and no
+        limit whose count of active jobs they must keep (``Tx.controls_and_claimable``
+        tests the same in SQL)."""
+        return not self.paused and self.concurrency_limit is None
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:

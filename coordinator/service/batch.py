@@ -358,7 +358,7 @@ class _BatchRun:
         limited: dict[str, int] = {}
         for name in names:
             queue = self._queues.get(name)
-            if queue is None or (not queue.paused and queue.concurrency_limit is None):
+            if queue is None or queue.free:
                 free.append(name)
             elif not queue.paused:
                 assert queue.concurrency_limit is not None
@@ -371,14 +371,12 @@ class _BatchRun:
         controls are read with its claimable jobs, which it takes if they let it."""
         queue, self._unread_controls = request.queues[0], None
         record, found = self.tx.controls_and_claimable(queue, request.wire_names, self.now, limit)
-        if record is None:
-            return self._claim_found(found, (queue,), request, limit)  # no row: no controls
-        self._queues[queue] = record
-        if record.paused:
-            return []
-        if record.concurrency_limit is not None:
-            self.tx.lock_queues([queue])  # before its active jobs are counted (_open_queues)
-            return []
+        if record is not None:  # no row: no controls
+            self._queues[queue] = record
+            if not record.free:
+                if not record.paused:
+                    self.tx.lock_queues([queue])  # before its active jobs are counted (_open_queues)
+                return []  # a limited queue's claim comes after the count, in ``_claim``
         return self._claim_found(found, (queue,), request, limit)
 
     def _claim_from(self, queues: tuple[str, ...], request: ClaimRequest, limit: int) -> list[Claimed]:

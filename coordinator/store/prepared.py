@@ -146,15 +146,15 @@ class _Compiled:
         """Columns whose values SQLAlchemy computes per row when the caller gives none."""
         self.expanding = tuple(sorted(bind.key for bind in compiled.post_compile_params if bind.expanding))
         self.shapes: dict[tuple[int, ...], _Shape] = {}
+        # Whether rows come back, and their columns, known here: so the cursor's description
+        # (psycopg builds it anew on every read of it: thirty objects for a job row) is never
+        # asked for. A TextualSelect is ``text(...).columns(...)``: SQL written out, columns named.
         self.keys: tuple[str, ...] = ()
-        # A TextualSelect is ``text(...).columns(...)``: SQL written out, its columns named.
         if isinstance(statement, Select | TextualSelect):
             self.keys = tuple(statement.selected_columns.keys())
-        self.returns_rows = isinstance(statement, Select | TextualSelect) or bool(
-            compiled.effective_returning
-        )
-        """Known here, so the cursor's description (psycopg builds it anew on every
-        read of it: thirty objects for a job row) is never asked for."""
+            self.returns_rows = True
+        else:
+            self.returns_rows = bool(compiled.effective_returning)
 
     def shape(self, params: Mapping[str, Any]) -> _Shape:
         lengths = tuple(len(params[name]) for name in self.expanding)

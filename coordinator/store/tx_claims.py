@@ -60,6 +60,8 @@ _CONTROLS_AND_CLAIMABLE = Prepared(
     .bindparams(bindparam("limit", type_=Integer), bindparam("now_ms", type_=BigInteger))
     .columns(*(literal_column(name) for name in ("q_name", "q_paused", "q_limit", *_JOB_COLUMNS)))
 )
+_JOB_ID_AT = 3 + _JOB_COLUMNS.index("id")
+"""Where a row of ``_CONTROLS_AND_CLAIMABLE`` has its job's ID (None: no job)."""
 
 
 class ClaimOps(TxBase):
@@ -101,10 +103,9 @@ class ClaimOps(TxBase):
         rows = _CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
         first = rows.rows[0]
         record = None if first[0] is None else QueueRecord(first[0], bool(first[1]), first[2])
-        if record is not None and (record.paused or record.concurrency_limit is not None):
+        if record is not None and not record.free:
             return record, []
-        job_id = rows.keys().index("id")
-        claimed_rows = DriverRows(rows.keys(), [row for row in rows.rows if row[job_id] is not None])
+        claimed_rows = DriverRows(rows.keys(), [row for row in rows.rows if row[_JOB_ID_AT] is not None])
         found = list(jobs_from(claimed_rows))
         return record, self._taken(found, (queue,), names, now_ms, limit, merged=False)
 
