@@ -829,15 +829,19 @@ async def _retrying(call: Callable[[], Any], attempts: int = 20) -> Any:
 
 
 async def wait_quiet(client: AsyncClient, timeout_s: float) -> int:
-    """Waits until no job on the coordinator is unended; returns how many still are."""
+    """Waits until no job on the coordinator is unended; returns how many still are.
+
+    Every job is read once per pass, whatever its state: a pass of one listing per state
+    misses a job that moves to a state already listed (a lease expiring after the
+    scheduled jobs were listed and before the running ones), and ended is for good once
+    producers and the manager have stopped."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         pending = 0
         try:
-            for state in NOT_ENDED:
-                async for _ in client.list_jobs(state=state, page_size=500):
-                    pending += 1
+            async for job in client.list_jobs(page_size=500):
+                pending += job.state in NOT_ENDED
         except TRANSIENT as error:
             if not transient(error):
                 raise
