@@ -36,7 +36,7 @@ What holding changes, and why it is safe:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Table
@@ -81,6 +81,13 @@ class HeldWrites:
         key = _first_primary_key(table)
         if key in columns:  # else the database numbers the rows: no later update names them
             self._written.update((table.name, key, row[key]) for row in rows)
+
+    def inserted(self, table: Table) -> Iterator[dict[str, Any]]:
+        """The rows the held inserts into ``table`` create, as they stand (with the
+        updates folded into them)."""
+        for index, part in enumerate(self._parts):
+            if part[0] == "insert" and part[1] is table:
+                yield from self._inserted[index]
 
     def only_inserts(self) -> bool:
         """Whether every held write is an insert (and no notification is held): a read

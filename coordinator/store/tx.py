@@ -309,8 +309,6 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
             self._insert_rows(transitions, first_transitions)
             if may_collide:
                 self._send_held()  # now, so that a taken key is told apart (one statement for both)
-            elif self._held is not None:
-                self._unsent_jobs.update((job.id, job) for job in new_jobs)
         except IntegrityError as exc:
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc

@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import Connection, Select, Table
 
 from coordinator.domain.bounds import StoreBounds
-from coordinator.domain.records import JobRecord
 from coordinator.store.errors import WriteConflict
 from coordinator.store.pg_held import HeldWrites
 from coordinator.store.prepared import DriverRows, Prepared
@@ -73,10 +72,6 @@ class TxBase:
         other replicas are notified of them at the commit (``Tx.send_notification``)."""
         self._notify_anyway = False
         """Other replicas are notified at the commit, whatever was claimed."""
-        self._unsent_jobs: dict[str, JobRecord] = {}
-        """New jobs whose insert is still held (PostgreSQL), as inserted: a claim read
-        that lets the held inserts wait (``_reader``) cannot see them, and takes the
-        claimable ones from here (``Tx.claimable``)."""
 
     @property
     def _conn(self) -> Connection:
@@ -88,7 +83,8 @@ class TxBase:
     @property
     def _reader(self) -> Connection:
         """The connection for a read that held inserts cannot change: of a table they do
-        not write, or of new jobs the caller adds itself (``_unsent_jobs``). When every
+        not write, or of new jobs the caller takes from the held inserts itself
+        (``ClaimOps._taken``). When every
         held write is an insert they stay held, to go out with later writes; else they
         are sent first (``_conn``)."""
         if self._held and not self._held.only_inserts():
@@ -100,7 +96,6 @@ class TxBase:
         error of the last one held is raised here."""
         if self._held:
             self._held.send(self._connection)
-            self._unsent_jobs.clear()  # the database has them now
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         """``query`` with the lock this engine needs (``FOR UPDATE [SKIP LOCKED]`` on

@@ -9,14 +9,15 @@ workers before its jobs are written, and its jobs are inserted already claimed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import BigInteger, Integer, bindparam, literal_column, select, text
 
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import CLAIMABLE_STATES
 from coordinator.store.prepared import DriverRows, Prepared
-from coordinator.store.rows import jobs_from
+from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import CLAIMABLE_PREDICATE, jobs
 from coordinator.store.tx_base import Lockable, TxBase
 
@@ -60,6 +61,8 @@ _CONTROLS_AND_CLAIMABLE = Prepared(
     .bindparams(bindparam("limit", type_=Integer), bindparam("now_ms", type_=BigInteger))
     .columns(*(literal_column(name) for name in ("q_name", "q_paused", "q_limit", *_JOB_COLUMNS)))
 )
+_CLAIMABLE_STATES = frozenset(state.value for state in CLAIMABLE_STATES)
+"""As a held job row names its state."""
 _JOB_ID_AT = 3 + _JOB_COLUMNS.index("id")
 """Where a row of ``_CONTROLS_AND_CLAIMABLE`` has its job's ID (None: no job)."""
 
@@ -123,7 +126,7 @@ class ClaimOps(TxBase):
         transaction's unsent claimable jobs, the first ``limit`` in claim order; they
         are the caller's now: no later claim of this transaction takes them again."""
         # After the reads: one that sent the held writes sent the new jobs too.
-        unsent = [job for job in self._unsent_jobs.values() if _claimable(job, queues, names, now_ms)]
+        unsent = self._unsent_claimable(queues, names, now_ms, limit)
         if merged or unsent:
             found += unsent
             found.sort(key=_claim_order)
@@ -131,18 +134,35 @@ class ClaimOps(TxBase):
         for job in found:
             # The caller claims every job returned: none of them is left for other replicas.
             self._to_announce.discard(job.id)
-            self._unsent_jobs.pop(job.id, None)  # claimed now: no later claim may take it
         return found
 
+    def _unsent_claimable(
+        self, queues: Sequence[str], wire_names: Sequence[str], now_ms: int, limit: int
+    ) -> list[JobRecord]:
+        """The first ``limit`` claimable new jobs, in claim order, whose insert is still
+        held (PostgreSQL), as they stand: the claim reads let held inserts wait, so they
+        cannot see them. A claim's writes are folded into its job's held row before the
+        next read (``_BatchRun._claim_found`` flushes them, ``HeldWrites.fold``), so a
+        job claimed here is claimable no more."""
+        if not self._held:
+            return []
+        rows = [row for row in self._held.inserted(jobs) if _claimable(row, queues, wire_names, now_ms)]
+        rows.sort(key=_row_claim_order)
+        return [job_from_mapping(row) for row in rows[:limit]]
 
-def _claimable(job: JobRecord, queues: Sequence[str], wire_names: Sequence[str], now_ms: int) -> bool:
-    """``CLAIMABLE_PREDICATE`` and the claim read's conditions, for a job not yet sent."""
+
+def _claimable(row: Mapping[str, Any], queues: Sequence[str], wire_names: Sequence[str], now_ms: int) -> bool:
+    """``CLAIMABLE_PREDICATE`` and the claim read's conditions, for a held job row."""
     return (
-        job.state in CLAIMABLE_STATES
-        and job.run_at_ms <= now_ms
-        and job.queue in queues
-        and job.wire_name in wire_names
+        row["state"] in _CLAIMABLE_STATES
+        and row["run_at_ms"] <= now_ms
+        and row["queue"] in queues
+        and row["wire_name"] in wire_names
     )
+
+
+def _row_claim_order(row: Mapping[str, Any]) -> tuple[int, int, str]:
+    return (-row["priority"], row["run_at_ms"], row["id"])
 
 
 def _claim_order(job: JobRecord) -> tuple[int, int, str]:
