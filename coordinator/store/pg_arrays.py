@@ -34,7 +34,9 @@ MIN_ROWS = 8
 (``row_update_sql``): a statement over ``unnest`` costs the server a join that a plain
 update does not, which for the one or two rows of a batch at light load was more than
 the executions it saves (PostgreSQL's CPU per job at 100 jobs/s rose from 3.7 to 4.1-4.8
-ms with arrays for every batch). Inserts join nothing: they always go as arrays."""
+ms with arrays for every batch). Inserts of fewer rows go as ``VALUES`` of one parameter
+a column (``insert_rows_sql``): an array costs its encoding in Python, a few us a column
+(``pg_binary_arrays``), where the driver dumps a plain value in C."""
 
 
 def arrays(
@@ -58,6 +60,16 @@ def insert_sql(table: Table, columns: Sequence[str], prefix: str) -> str:
     """``INSERT`` of rows given as one array per column (parameters ``<prefix><column>``)."""
     source = _unnest(table, [(column, column) for column in columns], prefix)
     return f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM {source}"
+
+
+def insert_rows_sql(table: Table, columns: Sequence[str], count: int, prefix: str) -> str:
+    """``INSERT`` of ``count`` rows given as one parameter per column and row
+    (``<prefix><row number>_<column>``)."""
+    rows = ", ".join(
+        "(" + ", ".join(_cast(table, column, f"{prefix}{number}_{column}") for column in columns) + ")"
+        for number in range(count)
+    )
+    return f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES {rows}"
 
 
 def update_sql(row_update: RowUpdate, prefix: str) -> str:

@@ -1,7 +1,8 @@
-"""A batch's rows go out as arrays in one statement on PostgreSQL (``store.pg_arrays``,
-``store.pg_held``) and through the driver's ``executemany`` on SQLite: on both, every
-column type comes back as written, and a guarded update with one stale row changes no
-row at all."""
+"""A batch's rows go out in one statement on PostgreSQL, as arrays from
+``pg_arrays.MIN_ROWS`` rows on and as one parameter a column and row below it
+(``store.pg_arrays``, ``store.pg_held``), and through the driver's ``executemany`` on
+SQLite: on every path, every column type comes back as written, and a guarded update
+with one stale row changes no row at all."""
 
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ def _jobs(count: int = 3) -> list[JobRecord]:
     return [bare, full, empty, *plain][:count]
 
 
-# A batch goes through executemany on SQLite. On PostgreSQL inserts always go as arrays,
-# updates from MIN_ROWS on (below it, one plain update per row, in the same statement).
+# A batch goes through executemany on SQLite. On PostgreSQL inserts and updates go as
+# arrays from MIN_ROWS rows on; below it, an insert is one VALUES row and an update one
+# plain update per row, with a parameter a column, in the same statement.
 SIZES = pytest.mark.parametrize("count", [3, pg_arrays.MIN_ROWS], ids=["few rows", "many rows"])
 
 
@@ -65,8 +67,8 @@ def test_every_column_type_is_written_as_given(store: Store, count: int) -> None
     assert [store.get_job(job.id) for job in written] == written
     inserts = [sql for sql, _ in sent if "INSERT INTO jobs" in sql]
     assert len(inserts) == 1  # one statement for all the rows, on either engine
-    # PostgreSQL: arrays, and the first transitions in the same statement.
-    assert ("unnest(" in inserts[0]) is store.postgres
+    # PostgreSQL: arrays for many rows, and the first transitions in the same statement.
+    assert ("unnest(" in inserts[0]) is (store.postgres and count >= pg_arrays.MIN_ROWS)
     assert ("INSERT INTO transitions" in inserts[0]) is store.postgres
 
 
