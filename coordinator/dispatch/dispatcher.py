@@ -158,6 +158,9 @@ class Dispatcher:
         """Claims out before their commit, and the messages held back for them."""
         self._joining: dict[str, JoiningStarts[_TakenStart]] = {}
         """The transaction waiting for each attempt's start, by attempt ID."""
+        self._turns = 0
+        """Claim rounds so far: each round's claims start with the next session in turn
+        (``_in_turn``)."""
 
     # -- called by stream handlers -------------------------------------------------
 
@@ -272,7 +275,8 @@ class Dispatcher:
         if self._stopping or self.draining:
             return None
         self._heard_of_work()
-        sessions = [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
+        with_credit = [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
+        sessions = self._in_turn(with_credit)
         if not sessions:
             return None
         return ReservedClaims(sessions, [_reserve(s) for s in sessions])
@@ -515,15 +519,27 @@ class Dispatcher:
             if self._work_arrived:
                 self._work_arrived = False
                 self._heard_of_work()
-            for session in self.sessions:
-                # A drained session claims again when work is heard of, not merely because
-                # a run ended and gave its credit back: at a light load, that would be a
-                # claim (and its credit set aside) after every result.
-                if session.credit > 0 and not session.draining and session.wire_names and not session.drained:
-                    # Set aside until delivered: an enqueue's claims must not spend it too.
-                    batch.claims.append(_reserve(session))
-                    routes.claims.append(session)
+            # A drained session claims again when work is heard of, not merely because a
+            # run ended and gave its credit back: at a light load, that would be a claim
+            # (and its credit set aside) after every result.
+            claiming = [
+                s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names and not s.drained
+            ]
+            for session in self._in_turn(claiming):
+                # Set aside until delivered: an enqueue's claims must not spend it too.
+                batch.claims.append(_reserve(session))
+                routes.claims.append(session)
         return batch, routes
+
+    def _in_turn(self, sessions: list[WorkerSession]) -> list[WorkerSession]:
+        """``sessions`` starting with the next one in turn. A round's claims take jobs in
+        the order of their requests, so without turns the same session would get every
+        job of a light load while the others wait: all of it on one worker process."""
+        if len(sessions) < 2:
+            return sessions
+        first = self._turns % len(sessions)
+        self._turns += 1
+        return sessions[first:] + sessions[:first]
 
     def _heard_of_work(self) -> None:
         """Jobs may have become claimable: every session may claim again, and one whose
