@@ -275,8 +275,7 @@ class Dispatcher:
         if self._stopping or self.draining:
             return None
         self._heard_of_work()
-        with_credit = [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
-        sessions = self._in_turn(with_credit)
+        sessions = self._in_turn(self._with_credit())
         if not sessions:
             return None
         return ReservedClaims(sessions, [_reserve(s) for s in sessions])
@@ -522,14 +521,16 @@ class Dispatcher:
             # A drained session claims again when work is heard of, not merely because a
             # run ended and gave its credit back: at a light load, that would be a claim
             # (and its credit set aside) after every result.
-            claiming = [
-                s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names and not s.drained
-            ]
-            for session in self._in_turn(claiming):
+            for session in self._in_turn([s for s in self._with_credit() if not s.drained]):
                 # Set aside until delivered: an enqueue's claims must not spend it too.
                 batch.claims.append(_reserve(session))
                 routes.claims.append(session)
         return batch, routes
+
+    def _with_credit(self) -> list[WorkerSession]:
+        """The sessions a claim may be made for: credit left, not draining, wire names to
+        ask for."""
+        return [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
 
     def _in_turn(self, sessions: list[WorkerSession]) -> list[WorkerSession]:
         """``sessions`` starting with the next one in turn. A round's claims take jobs in

@@ -87,9 +87,14 @@ class HeldWrites:
     def inserted(self, table: Table) -> Iterator[dict[str, Any]]:
         """The rows the held inserts into ``table`` create, as they stand (with the
         updates folded into them)."""
+        for _, rows in self._inserts_into(table):
+            yield from rows
+
+    def _inserts_into(self, table: Table) -> Iterator[tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """The held inserts into ``table``: the columns each names, and its rows."""
         for index, part in enumerate(self._parts):
             if part[0] == "insert" and part[1] is table:
-                yield from self._inserted[index]
+                yield part[2], self._inserted[index]
 
     def only_inserts(self) -> bool:
         """Whether every held write is an insert (and no notification is held): a read
@@ -128,9 +133,9 @@ class HeldWrites:
         gets its default, which a folded update could not change)."""
         return {
             row[key]: row
-            for index, part in enumerate(self._parts)
-            if part[0] == "insert" and part[1] is table and columns.issubset(part[2])
-            for row in self._inserted[index]
+            for named, rows in self._inserts_into(table)
+            if columns.issubset(named)
+            for row in rows
         }
 
     def holds_any(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> bool:

@@ -79,6 +79,8 @@ jobs = Table(
     # Unique jobs: at most one job per (wire_name, unique_key) that has not ended.
     Column("unique_key", _identifier(256)),
 )
+JOB_COLUMNS = tuple(jobs.columns.keys())
+"""The jobs table's columns in table order: what a statement written out selects of a job."""
 
 _CLAIMABLE = "state IN ('available', 'scheduled')"
 CLAIMABLE_PREDICATE = _CLAIMABLE

@@ -38,6 +38,7 @@ from coordinator.store.rows import (
 )
 from coordinator.store.schedules import ScheduleWrites
 from coordinator.store.schema import (
+    JOB_COLUMNS,
     LEASED_PREDICATE,
     SCHEDULED_PREDICATE,
     attempts,
@@ -89,7 +90,6 @@ _JOBS_WITH_ATTEMPTS = Prepared(
     .order_by(jobs.c.id)
     .with_for_update()
 )
-_JOB_COLUMNS = tuple(jobs.columns.keys())
 _ATTEMPT_COLUMNS = tuple(attempts.columns.keys())
 
 
@@ -168,8 +168,8 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
             return found, self.jobs_by_ids(attempt.job_id for attempt in found.values())
         if len(ordered) <= IN_CHUNK:
             rows = _JOBS_WITH_ATTEMPTS.execute(self._conn, {"ids": ordered}).rows
-            split = len(_JOB_COLUMNS)
-            job_rows = DriverRows(_JOB_COLUMNS, [row[:split] for row in rows])
+            split = len(JOB_COLUMNS)
+            job_rows = DriverRows(JOB_COLUMNS, [row[:split] for row in rows])
             attempt_rows = DriverRows(_ATTEMPT_COLUMNS, [row[split:] for row in rows])
             locked = {job.id: job for job in jobs_from(job_rows)}  # a job once per attempt
             return {attempt.id: attempt for attempt in attempts_from(attempt_rows)}, locked

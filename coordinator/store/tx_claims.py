@@ -18,7 +18,7 @@ from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import CLAIMABLE_STATES
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.rows import job_from_mapping, jobs_from
-from coordinator.store.schema import CLAIMABLE_PREDICATE, jobs
+from coordinator.store.schema import CLAIMABLE_PREDICATE, JOB_COLUMNS, jobs
 from coordinator.store.tx_base import Lockable, TxBase
 
 _CLAIMABLE_IN_QUEUE = Lockable(
@@ -37,7 +37,6 @@ _CLAIMABLE_IN_QUEUE = Lockable(
     skip_locked=True,
 )
 
-_JOB_COLUMNS = tuple(jobs.columns.keys())
 # PostgreSQL: the queue's controls and, when they let claims take from it, its claimable
 # jobs, in one statement. One row at least: the queue's (NULLs when it has none), with
 # NULL job columns when no job is claimed. The jobs are read as ``_CLAIMABLE_IN_QUEUE``
@@ -45,7 +44,7 @@ _JOB_COLUMNS = tuple(jobs.columns.keys())
 _CONTROLS_AND_CLAIMABLE = Prepared(
     text(
         "SELECT q.name, q.paused, q.concurrency_limit, "
-        + ", ".join(f"c.{column}" for column in _JOB_COLUMNS)
+        + ", ".join(f"c.{column}" for column in JOB_COLUMNS)
         + " FROM (SELECT 1) AS one "
         "LEFT JOIN queues AS q ON q.name = :queue "
         "LEFT JOIN LATERAL ("
@@ -59,11 +58,11 @@ _CONTROLS_AND_CLAIMABLE = Prepared(
         "ORDER BY c.priority DESC, c.run_at_ms, c.id"
     )
     .bindparams(bindparam("limit", type_=Integer), bindparam("now_ms", type_=BigInteger))
-    .columns(*(literal_column(name) for name in ("q_name", "q_paused", "q_limit", *_JOB_COLUMNS)))
+    .columns(*(literal_column(name) for name in ("q_name", "q_paused", "q_limit", *JOB_COLUMNS)))
 )
 _CLAIMABLE_STATES = frozenset(state.value for state in CLAIMABLE_STATES)
 """As a held job row names its state."""
-_JOB_ID_AT = 3 + _JOB_COLUMNS.index("id")
+_JOB_ID_AT = 3 + JOB_COLUMNS.index("id")
 """Where a row of ``_CONTROLS_AND_CLAIMABLE`` has its job's ID (None: no job)."""
 
 
