@@ -148,9 +148,7 @@ class HeldWrites:
             return False
         table = row_update.table
         param, column = row_update.keys[0]
-        if column != _first_primary_key(table) and any(
-            part[0] == "insert" and part[1] is table for part in self._parts
-        ):
+        if column != _first_primary_key(table) and next(self._inserts_into(table), None) is not None:
             return True
         return any((table.name, column, row[param]) in self._written for row in rows)
 
@@ -166,9 +164,7 @@ class HeldWrites:
             self._params.update(pg_arrays.arrays(f"w{index}_", row_update.table, pairs, rows))
             self._parts.append(("arrays", row_update))
         else:
-            for number, row in enumerate(rows):
-                prefix = f"w{index}_{number}_"
-                self._params.update({prefix + param: row[param] for param, _ in pairs})
+            self._params.update(_row_values(index, rows, [param for param, _ in pairs]))
             self._parts.append(("rows", row_update, len(rows)))
         self._checks.append((len(rows), conflict))
 
@@ -186,9 +182,7 @@ class HeldWrites:
                 # A value a column: an array a column costs its encoding in Python (a few
                 # us each, 52 for an enqueue's claimed job) where a value costs almost none.
                 parts[index] = ("insert rows", table, columns, len(rows))
-                for number, row in enumerate(rows):
-                    prefix = f"w{index}_{number}_"
-                    params.update({prefix + column: row[column] for column in columns})
+                params.update(_row_values(index, rows, columns))
             else:
                 params.update(pg_arrays.arrays(f"w{index}_", table, [(c, c) for c in columns], rows))
         self._parts, self._params, self._checks, self._written, self._notify = [], {}, [], set(), None
@@ -199,6 +193,13 @@ class HeldWrites:
         for count, (expected, conflict) in zip(counts, checks, strict=False):
             if conflict is not None and count != expected:
                 raise WriteConflict(conflict)
+
+
+def _row_values(index: int, rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """The parameters of part ``index``'s rows sent as plain values: one per row and
+    name, ``w<index>_<row number>_<name>`` (``pg_arrays.insert_rows_sql`` and
+    ``row_update_sql`` name them so)."""
+    return {f"w{index}_{number}_{name}": row[name] for number, row in enumerate(rows) for name in names}
 
 
 @functools.cache
