@@ -9,6 +9,7 @@ and drops it at the end.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,29 @@ ADMIN_URL = os.environ.get(
     "RUNWICK_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+DEFAULT_PORTS = (7233, 7234, 7235, 9233)
+"""``runwick serve``'s default API, health, dashboard and metrics ports."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_ports_taken() -> Iterator[None]:
+    """Holds the coordinator's default ports for the whole run, where they are free.
+
+    Every test takes its ports from the OS: one that falls back on a default fails here,
+    as it would on a machine where the quick start's coordinator is running.
+    """
+    held = []
+    for port in DEFAULT_PORTS:
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(1)
+            held.append(sock)
+        except OSError:  # taken already: by another test process, or a real coordinator
+            sock.close()
+    yield
+    for sock in held:
+        sock.close()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 from tests.conftest import ADMIN_URL
 from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
+from tests.support.processes import NO_FIXED_PORTS
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,9 @@ async def test_migrate_then_serve_on_postgresql(postgres_url: str) -> None:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     try:
-        refused = await runwick("serve", "--database-url", url, "--port", "0", "--insecure", check=False)
+        refused = await runwick(
+            "serve", "--database-url", url, "--port", "0", *NO_FIXED_PORTS, "--insecure", check=False
+        )
         assert refused.returncode == 2
         assert "runwick migrate" in refused.stderr
 
