@@ -286,13 +286,10 @@ def attack_metric_series(c: Coordinator) -> Outcome:
     started = time.perf_counter()
     answers: Counter[str] = Counter()
     for first in range(0, len(pairs), 500):
-        jobs = [
-            job_service_pb2.NewJob(wire_name=w, queue=q, payload=b"{}") for q, w in pairs[first : first + 500]
-        ]
+        batch = pairs[first : first + 500]
+        jobs = [job_service_pb2.NewJob(wire_name=w, queue=q, payload=b"{}") for q, w in batch]
         try:
-            enqueue(
-                job_service_pb2.EnqueueRequest(jobs=jobs), metadata=(("authorization", f"Bearer {c.token}"),)
-            )
+            enqueue(job_service_pb2.EnqueueRequest(jobs=jobs), metadata=metadata)
             answers["OK"] += 1
         except grpc.RpcError as error:
             answers[error.code().name] += 1
