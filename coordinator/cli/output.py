@@ -15,9 +15,10 @@ documented shapes are in docs/cli-json.md):
 - a command prints one object: a single thing under its name (``{"job": ...}``), lists
   under the plural (``{"jobs": [...], "next_page_token": ...}``).
 
-Tables: columns are truncated with an ellipsis to the terminal's width (``COLUMNS``, or
-80 when stdout is not a terminal); IDs are never cut. ``wide`` shows more columns and
-cuts nothing.
+Tables: on a terminal, columns are truncated with an ellipsis to its width (or to
+``COLUMNS`` when set); IDs are never cut. Into a pipe or a file without ``COLUMNS``,
+nothing is cut: ``runwick jobs list | grep -c succeeded`` must see whole states.
+``wide`` shows more columns and cuts nothing.
 """
 
 from __future__ import annotations
@@ -155,12 +156,14 @@ class Column:
 
 
 def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool = False) -> None:
-    """Prints ``rows`` under the headers, fitted to the terminal (or, ``wide``, whole)."""
+    """Prints ``rows`` under the headers, fitted to the terminal (or, ``wide`` or into a
+    pipe, whole)."""
     shown = [index for index, column in enumerate(columns) if wide or not column.wide_only]
+    fit = None if wide else _fit_width()
     grid = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
     for index in shown:
         column = columns[index]
-        if column.keep or wide:
+        if column.keep or fit is None:
             width = _keep_width(column, rows, index)
             grid.add_column(column.header, no_wrap=True, overflow="ignore", min_width=width)
         else:
@@ -174,11 +177,10 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: boo
     for row in rows:
         grid.add_row(*(Text(str(row[index])) for index in shown))
     terminal = sys.stdout.isatty()
-    width = _WIDE_WIDTH if wide else Console(file=sys.stdout).width
     buffer = io.StringIO()
     console = Console(
         file=buffer,
-        width=width,
+        width=_WIDE_WIDTH if fit is None else fit,
         force_terminal=terminal,
         color_system="auto" if terminal else None,
         highlight=False,
@@ -189,6 +191,14 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: boo
     console.print(grid)
     for line in buffer.getvalue().splitlines():
         print(line.rstrip())
+
+
+def _fit_width() -> int | None:
+    """The width a table is cut to: the terminal's, or ``COLUMNS`` when set; None (cut
+    nothing) when stdout is a pipe or a file, where a cut value would mislead a script."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console(file=sys.stdout).width
+    return None
 
 
 def _keep_width(column: Column, rows: Sequence[Sequence[str]], index: int) -> int:

@@ -244,11 +244,31 @@ async def test_tables_fit_the_terminal_and_wide_cuts_nothing(
             )
             widths = [len(line) for line in shown.stdout.splitlines()]
             assert max(widths, default=0) <= int(columns), (command, shown.stdout)
-    narrow = (await runwick("jobs", "list", *target)).stdout
-    assert made.id in narrow and long_name not in narrow and "…" in narrow  # IDs whole, the rest cut
+    narrow = await asyncio.to_thread(
+        subprocess.run,
+        runwick_command("jobs", "list", *target),
+        cwd=ROOT,
+        env=_env(COLUMNS="80"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert made.id in narrow.stdout and long_name not in narrow.stdout and "…" in narrow.stdout  # IDs whole
+    piped_env = {k: v for k, v in _env().items() if k != "COLUMNS"}
+    piped = await asyncio.to_thread(
+        subprocess.run,
+        runwick_command("jobs", "list", *target),
+        cwd=ROOT,
+        env=piped_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # Into a pipe, nothing is cut: a script grepping for a state or a name must find it.
+    assert made.id in piped.stdout and long_name in piped.stdout and "…" not in piped.stdout
     wide = (await runwick("jobs", "list", "--output", "wide", *target)).stdout
     assert made.id in wide and long_name in wide and "finance-reporting-batch" in wide
-    assert "\x1b[" not in narrow + wide  # no colour codes into a pipe
+    assert "\x1b[" not in narrow.stdout + piped.stdout + wide  # no colour codes into a pipe
 
 
 # -- bulk actions ------------------------------------------------------------------------
