@@ -216,13 +216,13 @@ def fields_view(rows: Sequence[tuple[str, str]]) -> None:
 
 
 def show_time(moment: datetime | None, *, wide: bool = True) -> str:
-    """A time for people: ``-`` when unset; UTC to the second in tables (to the
-    millisecond, RFC 3339, when ``wide``)."""
+    """A time for people: ``-`` when unset; UTC to the second in tables, marked ``Z`` so
+    nobody reads it as local time (to the millisecond, RFC 3339, when ``wide``)."""
     if moment is None:
         return "-"
     if wide:
         return show_instant(moment)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def show_age(moment: datetime | None, now: datetime | None = None) -> str:

@@ -194,7 +194,7 @@ def test_bytes_are_json_when_they_are_json() -> None:
 def test_times_for_people() -> None:
     moment = datetime(2026, 1, 1, 10, 0, 0, 7000, tzinfo=UTC)
     assert show_time(moment) == "2026-01-01T10:00:00.007Z"
-    assert show_time(moment, wide=False) == "2026-01-01 10:00:00"
+    assert show_time(moment, wide=False) == "2026-01-01 10:00:00Z"  # UTC, and it says so
     assert show_time(None) == "-"
     assert show_age(moment, moment + timedelta(minutes=5, seconds=3)) == "5m"
     assert show_age(moment, moment + timedelta(days=2)) == "2d"
