@@ -73,6 +73,12 @@ class JobInfo:
         """True once the job is succeeded, failed or cancelled."""
         return self.state.terminal
 
+    @property
+    def cancel_pending(self) -> bool:
+        """A cancel reached the job's run and the run has not ended yet (``cancel_requested``
+        stays set once the job has ended, as a record of how it ended)."""
+        return self.cancel_requested and not self.terminal
+
 
 @dataclass(frozen=True, slots=True)
 class AttemptInfo:

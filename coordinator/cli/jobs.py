@@ -246,7 +246,7 @@ def _show_job(
         ("id", job.id),
         ("wire name", job.wire_name),
         ("queue", job.queue),
-        ("state", job.state.value + ("  (cancel requested)" if job.cancel_requested else "")),
+        ("state", job.state.value + ("  (cancel requested)" if job.cancel_pending else "")),
         ("executions", f"{job.executions} of {settings.max_executions}"),
         ("generation", str(job.generation)),
         ("priority", str(job.priority)),

@@ -54,6 +54,12 @@ class JobRecord:
     returns it instead of creating another."""
 
     @property
+    def cancel_pending(self) -> bool:
+        """A cancel reached the job's run and the run has not ended yet (the flag stays
+        set once the job has ended)."""
+        return self.cancel_requested and not self.state.terminal
+
+    @property
     def settings(self) -> JobSettings:
         return JobSettings(
             max_executions=self.max_executions,
