@@ -46,6 +46,10 @@ fi
 # The layers are a contract (pyproject.toml [tool.importlinter]): a broken one fails the run.
 .venv/bin/lint-imports --no-cache
 
+# The package as users install it: sdist and wheel built, the wheel installed with no
+# extras into a fresh virtualenv and smoke-tested there (its size is printed).
+bash tests/wheel_smoke.sh
+
 # Two pytest-xdist processes by default (RUNWICK_TEST_WORKERS; `-n 0` in the arguments
 # runs in this one). Every test makes its own databases, ports and directories, and each
 # process its own PostgreSQL database, so the processes share nothing.
