@@ -3,7 +3,13 @@ background loops, and exposes every operation with its follow-ups. Transports (t
 API, the CLI's in-process commands, the dashboard) call only it."""
 
 from coordinator.app.facade import Coordinator
-from coordinator.app.offline import MigrationLocked, SchemaNotCurrent, migrate_database, open_scratch_store
+from coordinator.app.offline import (
+    MigrationLocked,
+    SchemaNotCurrent,
+    database_failure,
+    migrate_database,
+    open_scratch_store,
+)
 from coordinator.app.workers import ConnectedWorker
 from coordinator.service.bulk import BulkOutcome, JobFilter, SkippedJob
 
@@ -15,6 +21,7 @@ __all__ = [
     "MigrationLocked",
     "SchemaNotCurrent",
     "SkippedJob",
+    "database_failure",
     "migrate_database",
     "open_scratch_store",
 ]

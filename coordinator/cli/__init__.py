@@ -29,6 +29,7 @@ import argcomplete
 from coordinator.cli.admin import add_admin_commands, run_admin_command
 from coordinator.cli.bench import add_bench_command, run_bench
 from coordinator.cli.completion import add_completion_command, run_completion
+from coordinator.cli.database import database_refusal
 from coordinator.cli.jobs import add_jobs_commands, run_jobs_command
 from coordinator.cli.purge import add_purge_command, run_purge
 from coordinator.cli.queues import add_queue_commands, run_queue_command
@@ -130,6 +131,11 @@ def _run(options: argparse.Namespace) -> int:
                 print(f"runwick: {COORDINATOR_EXTRA_HINT} (missing module {exc.name})", file=sys.stderr)
                 return 2
             raise
+        except Exception as exc:
+            refused = database_refusal(command, options, exc)
+            if refused is None:
+                raise
+            return refused
     if command == "worker":
         return run_worker(options)
     if command in ("tokens", "audit"):

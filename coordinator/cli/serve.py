@@ -415,7 +415,7 @@ def run_migrate(options: argparse.Namespace) -> int:
     except (ConfigError, MigrationLocked) as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
-    where = _redacted(url)
+    where = redacted_url(url)
     if before is None:
         said = f"created the database schema (revision {after}) in {where}"
     elif before != after:
@@ -426,7 +426,7 @@ def run_migrate(options: argparse.Namespace) -> int:
     return 0
 
 
-def _redacted(url: str) -> str:
+def redacted_url(url: str) -> str:
     """The database URL without its password, to print."""
     scheme, sep, rest = url.partition("://")
     credentials, at, host = rest.rpartition("@")

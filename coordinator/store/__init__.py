@@ -2,7 +2,7 @@
 methods are named operations over domain values (``Store`` for reads and transactions,
 ``Tx`` for the writes of one transaction)."""
 
-from coordinator.store.engine import DatabaseTimeouts
+from coordinator.store.engine import DatabaseTimeouts, UnsupportedDatabase
 from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
 from coordinator.store.store import Store
 from coordinator.store.tx import Tx
@@ -15,6 +15,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Tx",
+    "UnsupportedDatabase",
     "Unset",
     "WriteConflict",
 ]

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from coordinator.store import pg_binary_arrays, pg_parsing
 from coordinator.store.pg_cursor import OneSyncPerStatementCursor
@@ -64,14 +65,31 @@ DEFAULT_TIMEOUTS = DatabaseTimeouts()
 
 
 def is_sqlite(url: str) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
+    return make_url(normalize_url(url)).get_backend_name() == "sqlite"
+
+
+class UnsupportedDatabase(ValueError):
+    """A database URL that does not parse, or names a database Runwick does not run on."""
+
+
+SUPPORTED_URLS = "sqlite:///PATH or postgresql://USER@HOST/DATABASE"
 
 
 def normalize_url(url: str) -> str:
-    """Lets users write ``postgresql://`` and still get the psycopg 3 driver."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+    """Lets users write ``postgresql://`` (or the common ``postgres://``) and still get
+    the psycopg 3 driver. Raises UnsupportedDatabase for anything but SQLite and
+    PostgreSQL, and for a URL that does not parse."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UnsupportedDatabase(f"the database URL does not parse; write {SUPPORTED_URLS}") from None
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres") and parsed.drivername in ("postgresql", "postgres"):
         return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    if backend not in ("sqlite", "postgresql"):
+        raise UnsupportedDatabase(
+            f"Runwick runs on SQLite and PostgreSQL, not {backend!r}; write {SUPPORTED_URLS}"
+        )
     return url
 
 

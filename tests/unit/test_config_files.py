@@ -17,6 +17,7 @@ from coordinator.config import (
     check_security,
     env_or_file,
 )
+from coordinator.store.engine import UnsupportedDatabase, normalize_url
 
 
 def test_a_setting_comes_from_its_variable_or_from_the_file_its_file_variable_names(tmp_path: Path) -> None:
@@ -81,3 +82,22 @@ def test_the_supplied_token_never_shows_in_the_config_repr() -> None:
 def test_label_values_need_room_for_at_least_one() -> None:
     with pytest.raises(ConfigError, match="metrics_max_label_values must be at least 1"):
         check_security(CoordinatorConfig(metrics_max_label_values=0))
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("postgres://app@db/app", "postgresql+psycopg://app@db/app"),
+        ("postgresql://app@db/app", "postgresql+psycopg://app@db/app"),
+        ("postgresql+psycopg://app@db/app", "postgresql+psycopg://app@db/app"),
+        ("sqlite:///runwick.db", "sqlite:///runwick.db"),
+    ],
+)
+def test_database_urls_take_the_common_postgres_scheme(given: str, used: str) -> None:
+    assert normalize_url(given) == used
+
+
+@pytest.mark.parametrize("url", ["mysql://app@db/app", "oracle://x@y/z", "::::", "mssql+pyodbc://a@b/c"])
+def test_database_urls_of_other_databases_are_refused_by_name(url: str) -> None:
+    with pytest.raises(UnsupportedDatabase, match=r"SQLite and PostgreSQL|does not parse"):
+        normalize_url(url)
