@@ -30,6 +30,7 @@ from coordinator.cli.admin import add_admin_commands, run_admin_command
 from coordinator.cli.bench import add_bench_command, run_bench
 from coordinator.cli.completion import add_completion_command, run_completion
 from coordinator.cli.database import database_refusal
+from coordinator.cli.exits import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 from coordinator.cli.jobs import add_jobs_commands, run_jobs_command
 from coordinator.cli.purge import add_purge_command, run_purge
 from coordinator.cli.queues import add_queue_commands, run_queue_command
@@ -40,7 +41,6 @@ from coordinator.cli.workers import add_workers_command, run_workers_command
 
 __all__ = ["EXIT_BROKEN_PIPE", "RunwickParser", "build_parser", "main"]
 
-EXIT_BROKEN_PIPE = 128 + 13
 """As a shell reports a process ended by SIGPIPE."""
 COORDINATOR_EXTRA_HINT = 'this command needs the coordinator: pip install "runwick[coordinator]"'
 
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("runwick: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     return code
 
 

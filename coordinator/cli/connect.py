@@ -13,6 +13,9 @@ import os
 import sys
 from collections.abc import Callable
 
+import grpc
+
+from coordinator.cli.exits import EXIT_BAD_INPUT, EXIT_REFUSED
 from coordinator.cli.output import add_output_flags
 from worker_sdk import Client, ConnectionOptions, CoordinatorUnavailable, RunwickError, Unauthenticated
 
@@ -77,14 +80,14 @@ def run_client_command(options: argparse.Namespace, command: Callable[[Client], 
         client = Client(connection_options(options), rpc_timeout=None)
     except ValueError as exc:
         print(f"runwick: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     with client:
         try:
             return command(client)
         except RunwickError as exc:
             if exc.status_code is None:  # found by the SDK before any call
                 print(f"runwick: {exc}", file=sys.stderr)
-                return 2
+                return EXIT_BAD_INPUT
             print(f"runwick: {failure(exc)}", file=sys.stderr)
             if isinstance(exc, Unauthenticated) and not options.token:
                 print("runwick: pass a token with --token or RUNWICK_TOKEN", file=sys.stderr)
@@ -96,7 +99,8 @@ def run_client_command(options: argparse.Namespace, command: Callable[[Client], 
                     "RUNWICK_TARGET (host:port of `runwick serve`) and that it is running",
                     file=sys.stderr,
                 )
-            return 1
+            # Bad input is bad input whether the command or the coordinator found it.
+            return EXIT_BAD_INPUT if exc.status_code == grpc.StatusCode.INVALID_ARGUMENT else EXIT_REFUSED
         except ValueError as exc:
             print(f"runwick: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from rich.console import Console
 
 from coordinator.cli.connect import add_connection_flags
+from coordinator.cli.exits import confirmed
 from coordinator.cli.output import emit, fields_view, output_mode, to_json
 from worker_sdk import BulkResult, Client, JobInfo, JobState
 
@@ -138,9 +139,12 @@ def _bulk(client: Client, options: argparse.Namespace, verb: str, eligible: Call
             print(f"no job to {verb} ({what})", file=sys.stderr)
             return 0
         many = f"about {count}+" if more else str(count)
-        if not _confirm(f"{verb.capitalize()} {many} job(s) ({what})?"):
-            print("runwick: nothing done", file=sys.stderr)
-            return 1
+        refused = confirmed(
+            f"{verb.capitalize()} {many} job(s) ({what})?",
+            refusal_without_terminal=f"{verb} acts on {many} job(s) ({what})",
+        )
+        if refused is not None:
+            return refused
     with _spinner(f"{verb} of the jobs with {what} in progress on the coordinator"):
         if verb == "cancel":
             result = client.bulk_cancel(**filters)
@@ -180,13 +184,3 @@ def _spinner(text: str) -> Iterator[None]:
         return
     with Console(stderr=True).status(text):
         yield
-
-
-def _confirm(question: str) -> bool:
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    try:
-        answer = input()
-    except EOFError:
-        print(file=sys.stderr)
-        return False
-    return answer.strip().lower() in ("y", "yes")

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
 from coordinator.cli.durations import EXAMPLES, DurationError, format_duration_ms, parse_duration_ms
+from coordinator.cli.exits import confirmed
 from coordinator.cli.output import emit, output_mode
 from worker_sdk import Client
 
@@ -51,16 +52,12 @@ def run_purge(options: argparse.Namespace) -> int:
 
     def command(client: Client) -> int:
         if not options.yes:
-            if not sys.stdin.isatty():
-                print(
-                    f"runwick: purge removes {what} for good: pass --yes, or run it on a terminal "
-                    "to be asked",
-                    file=sys.stderr,
-                )
-                return 2
-            if not _confirm(f"Purge {what}, with their attempts and history? This cannot be undone."):
-                print("runwick: nothing done", file=sys.stderr)
-                return 1
+            refused = confirmed(
+                f"Purge {what}, with their attempts and history? This cannot be undone.",
+                refusal_without_terminal=f"purge removes {what} for good",
+            )
+            if refused is not None:
+                return refused
         purged = client.purge_jobs(options.state, timedelta(milliseconds=older_than_ms))
         if output_mode(options) == "json":
             emit({"purged": purged, "state": options.state, "older_than_s": older_than_ms / 1000})
@@ -69,13 +66,3 @@ def run_purge(options: argparse.Namespace) -> int:
         return 0
 
     return run_client_command(options, command)
-
-
-def _confirm(question: str) -> bool:
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    try:
-        answer = input()
-    except EOFError:
-        print(file=sys.stderr)
-        return False
-    return answer.strip().lower() in ("y", "yes")

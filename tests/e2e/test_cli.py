@@ -42,11 +42,11 @@ async def test_jobs_enqueue_get_list_for_people_and_scripts(coordinator: Coordin
 async def test_jobs_commands_report_bad_input_clearly(coordinator: Coordinator) -> None:
     target = ("--target", coordinator.target)
     bad_id = await runwick("jobs", "get", "not-a-uuid", *target, check=False)
-    assert bad_id.returncode == 1
+    assert bad_id.returncode == 2  # bad input, found by the coordinator
     assert "INVALID_ARGUMENT" in bad_id.stderr and "not a UUID" in bad_id.stderr
 
     bad_name = await runwick("jobs", "enqueue", "has spaces", *target, check=False)
-    assert bad_name.returncode == 1 and "wire_name" in bad_name.stderr
+    assert bad_name.returncode == 2 and "wire_name" in bad_name.stderr
 
     bad_payload = await runwick("jobs", "enqueue", "ok.name", "--payload", "{nope", *target, check=False)
     assert bad_payload.returncode == 2 and "not JSON" in bad_payload.stderr

@@ -46,7 +46,7 @@ async def test_queue_commands_refuse_bad_input(coordinator: Coordinator) -> None
     unknown = await runwick("queues", "pause", "nowhere", *target, check=False)
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "nowhere" in unknown.stderr
     zero = await runwick("queues", "limit", "billing", "0", *target, check=False)
-    assert zero.returncode == 1 and "INVALID_ARGUMENT: limit" in zero.stderr and "got 0" in zero.stderr
+    assert zero.returncode == 2 and "INVALID_ARGUMENT: limit" in zero.stderr and "got 0" in zero.stderr
     word = await runwick("queues", "limit", "billing", "many", *target, check=False)
     assert word.returncode == 2 and "'many'" in word.stderr
     listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]

@@ -74,14 +74,14 @@ async def test_schedules_commands_report_bad_input_clearly(coordinator: Coordina
     await runwick(*base, "--cron", "0 3 * * *", "--timezone", "UTC")
 
     bad_cron = await runwick(*base, "--cron", "61 * * * *", "--timezone", "UTC", check=False)
-    assert bad_cron.returncode == 1
+    assert bad_cron.returncode == 2  # bad input, found by the coordinator
     assert (
         "INVALID_ARGUMENT" in bad_cron.stderr
         and "cron" in bad_cron.stderr
         and "'61 * * * *'" in bad_cron.stderr
     )
     bad_zone = await runwick(*base, "--cron", "0 3 * * *", "--timezone", "Europe/Nowhere", check=False)
-    assert bad_zone.returncode == 1
+    assert bad_zone.returncode == 2
     assert "timezone" in bad_zone.stderr and "'Europe/Nowhere'" in bad_zone.stderr
     taken = await runwick(*base, "--cron", "0 4 * * *", "--timezone", "UTC", check=False)
     assert taken.returncode == 1 and "ALREADY_EXISTS" in taken.stderr and "'nightly'" in taken.stderr

@@ -219,7 +219,7 @@ async def test_paging_follows_tokens_or_takes_every_page(
     table = await runwick("jobs", "list", "--limit", "2", *target)
     assert "more jobs: add --page-token " in table.stderr
     bad = await runwick("jobs", "list", "--page-token", "garbage!", *target, check=False)
-    assert bad.returncode == 1 and "page_token" in bad.stderr  # the coordinator refused it
+    assert bad.returncode == 2 and "page_token" in bad.stderr  # bad input, found by the coordinator
     both = await runwick("jobs", "list", "--all", "--page-token", "x", *target, check=False)
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
@@ -305,7 +305,7 @@ async def test_bulk_cancel_and_retry_are_one_call_each_and_audited_per_job(
 
     refused = await runwick("jobs", "cancel", "--state", "succeeded", "--yes", *target, check=False)
     assert (
-        refused.returncode == 1 and "INVALID_ARGUMENT" in refused.stderr and "filter.state" in refused.stderr
+        refused.returncode == 2 and "INVALID_ARGUMENT" in refused.stderr and "filter.state" in refused.stderr
     )
     nothing = await runwick("jobs", "cancel", "--queue", "nowhere", "--yes", "--json", *target)
     assert json.loads(nothing.stdout)["cancelled"] == 0
