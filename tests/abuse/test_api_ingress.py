@@ -25,6 +25,7 @@ from tests.support import eventually, reap, serve, stop, wait_listening
 from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk._errors import translate_rpc_error
 from worker_sdk.proto.runwick.v1 import admin_service_pb2, job_service_pb2
+from worker_sdk.proto.runwick.v1 import worker_service_pb2 as wpb
 
 MIB = 1 << 20
 EMPTY_JOB = b"\x0a\x00"
@@ -184,6 +185,26 @@ async def test_a_token_request_with_too_many_queues_is_refused_and_creates_nothi
         assert (error.status_code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "OUT_OF_RANGE")
         assert [v.field for v in error.field_violations] == ["queues"]
         assert await running.app.list_tokens(include_revoked=True) == []
+
+
+async def test_a_hello_listing_too_many_names_is_refused_before_parsing(database_url: str) -> None:
+    """Names are counted as sent, repeats included: 5,000 copies of one queue (one queue
+    once de-duplicated) are refused, and no worker connects."""
+    async with in_process(database_url) as running:
+        hello = wpb.Hello(worker_id="greedy", capacity=1, queues=["q"] * 5_000, wire_names=["w"])
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            call = channel.stream_stream(
+                "/runwick.v1.WorkerService/Connect",
+                wpb.ConnectRequest.SerializeToString,
+                wpb.ConnectResponse.FromString,
+            )(iter([wpb.ConnectRequest(hello=hello)]), timeout=30)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async for _ in call:
+                    raise AssertionError("the stream was welcomed")
+        error = translate_rpc_error(caught.value)
+        assert (error.status_code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "OUT_OF_RANGE")
+        assert [v.field for v in error.field_violations] == ["hello.queues"]
+        assert not list(running.app.dispatcher.sessions)
 
 
 # -- caps on streams, calls and connections ----------------------------------------------------
