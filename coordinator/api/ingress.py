@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 
 from coordinator.api.errors import MALFORMED_REASON, abort
-from coordinator.api.wire import OTHER_FIELDS, WireError, count_fields, field_values
+from coordinator.api.wire import OTHER_FIELDS, WireError, count_fields, field_values, sole_field
 from coordinator.api.worker_servicer import MAX_HELLO_NAMES
 from coordinator.domain.bounds import KIB, StoreBounds
 from coordinator.errors import CoordinatorError, InvalidArgument, ResourceExhausted
@@ -111,6 +111,9 @@ def _token_check(data: memoryview) -> CoordinatorError | None:
 def _connect_check(data: memoryview) -> CoordinatorError | None:
     """A Hello's queues and wire names, counted as sent (repeats included) over every
     ``hello`` field of the message, since the parser merges them all into one."""
+    sole = sole_field(data)
+    if sole is not None and sole != _CONNECT_HELLO:
+        return None  # the fast path of every stream message but the first: no hello
     names = {_HELLO_QUEUES: 0, _HELLO_WIRE_NAMES: 0}
     for hello in field_values(data, _CONNECT_HELLO, MAX_OTHER_FIELDS):
         limits = {_HELLO_QUEUES: MAX_HELLO_NAMES, _HELLO_WIRE_NAMES: MAX_HELLO_NAMES}

@@ -15,7 +15,7 @@ from coordinator.api.ingress import (
     refusing_deserializer,
     request_limits,
 )
-from coordinator.api.wire import OTHER_FIELDS, WireError, count_fields, field_values
+from coordinator.api.wire import OTHER_FIELDS, WireError, count_fields, field_values, sole_field
 from coordinator.api.worker_servicer import MAX_HELLO_NAMES
 from coordinator.domain.bounds import StoreBounds
 from coordinator.validation import MAX_TOKEN_QUEUES
@@ -152,3 +152,22 @@ def test_hello_names_are_counted_over_every_hello_field() -> None:
     )
     parsed = _deserialize(method, fine.SerializeToString(), wpb.ConnectRequest.FromString)
     assert len(parsed.hello.wire_names) == MAX_HELLO_NAMES  # type: ignore[attr-defined]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+def test_sole_field_names_a_message_of_exactly_one_length_delimited_field(data: bytes) -> None:
+    number = sole_field(data)
+    if number is None:
+        return
+    fields = list(field_values(data, number, max_fields=2))
+    assert len(fields) == 1
+    assert count_fields(data, {number: 1, OTHER_FIELDS: 0}) == {number: 1, OTHER_FIELDS: 0}
+
+
+def test_sole_field_of_stream_messages() -> None:
+    assert sole_field(wpb.ConnectRequest(credit=wpb.Credit(count=1)).SerializeToString()) == 2
+    assert sole_field(wpb.ConnectRequest(hello=wpb.Hello(worker_id="w")).SerializeToString()) == 1
+    two = wpb.ConnectRequest(credit=wpb.Credit(count=1)).SerializeToString() * 2
+    assert sole_field(two) is None
+    assert sole_field(b"\x02\x00") is None  # field 0 is no field
