@@ -11,8 +11,9 @@ and the request deserializer checks, in order, before the parser sees a byte:
    (``REQUEST_TOO_LARGE``);
 2. for requests with repeated fields, how often those fields occur (a scan of the raw
    bytes, ``api.wire``) against their bounds -> INVALID_ARGUMENT with the bound's own
-   reason (``BATCH_TOO_LARGE`` for Enqueue), or ``MALFORMED_MESSAGE`` for bytes that
-   are no protobuf message.
+   reason (``BATCH_TOO_LARGE`` for Enqueue);
+3. bytes that are no protobuf message of the method's type, whatever the method (the
+   health Watch stream too) -> INVALID_ARGUMENT, ``MALFORMED_MESSAGE``.
 
 A refused request is never parsed; the call ends with the error's status.
 """
@@ -163,14 +164,25 @@ def refusing_deserializer(
             try:
                 refused = limit.check(memoryview(data))
             except WireError as exc:
-                refused = InvalidArgument(
-                    "request", f"the message is not a valid protobuf message ({exc})", reason=MALFORMED_REASON
-                )
+                refused = _malformed(exc)
             if refused is not None:
                 return _Refused(refused)
-        return data if parse is None else parse(data)
+        if parse is None:
+            return data
+        try:
+            return parse(data)
+        except Exception as exc:  # gRPC would answer INTERNAL for a parse failure
+            return _Refused(_malformed(exc))
 
     return deserialize
+
+
+def _malformed(error: Exception) -> InvalidArgument:
+    return InvalidArgument(
+        "request",
+        f"the message is not a valid protobuf message of this RPC's request type ({error})",
+        reason=MALFORMED_REASON,
+    )
 
 
 class IngressInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]

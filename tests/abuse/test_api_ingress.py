@@ -291,3 +291,16 @@ async def test_one_connection_gets_no_more_streams_than_the_cap(tmp_path: Path) 
         assert await _healthy(running.target)  # its own connection
         for call in held:
             call.cancel()
+
+
+async def test_a_malformed_health_watch_is_invalid_argument_not_internal(tmp_path: Path) -> None:
+    async with (
+        in_process(f"sqlite:///{tmp_path / 'r.db'}") as running,
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        call = channel.unary_stream("/grpc.health.v1.Health/Watch", None, None)(b"\x0a\x05ab", timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+        error = translate_rpc_error(caught.value)
+        assert (error.status_code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "MALFORMED_MESSAGE")
+        assert await _healthy(running.target)
