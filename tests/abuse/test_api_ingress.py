@@ -115,6 +115,38 @@ async def test_tokenless_30_mb_requests_are_refused_unread(tmp_path: Path) -> No
         assert peak - before < RSS_GROWTH_LIMIT_BYTES, f"peak RSS grew by {(peak - before) // MIB} MiB"
 
 
+async def test_a_token_without_the_scope_gets_its_30_mb_request_refused_unread(tmp_path: Path) -> None:
+    """A valid token lacking the method's scope is refused (PERMISSION_DENIED) as unread
+    as no token at all."""
+    admin = "rwk_" + "0" * 16 + "_" + "a" * 43
+    token_file = tmp_path / "admin-token"
+    token_file.write_text(admin)
+    async with served(tmp_path, "--bootstrap-token-file", str(token_file)) as coordinator:
+        async with grpc.aio.insecure_channel(coordinator.target) as channel:
+            created = await channel.unary_unary(
+                "/runwick.v1.AdminService/CreateToken",
+                admin_service_pb2.CreateTokenRequest.SerializeToString,
+                admin_service_pb2.CreateTokenResponse.FromString,
+            )(
+                admin_service_pb2.CreateTokenRequest(name="reader", scopes=["read"]),
+                metadata=(("authorization", f"Bearer {admin}"),),
+                timeout=10,
+            )
+        pid = coordinator.process.pid
+        before, _ = memory(pid)
+        body = EMPTY_JOB * (15 * MIB)
+        errors = await asyncio.gather(
+            *(
+                _call(coordinator.target, "/runwick.v1.JobService/Enqueue", body, created.secret)
+                for _ in range(4)
+            )
+        )
+        assert {error.code() for error in errors} == {grpc.StatusCode.PERMISSION_DENIED}
+        assert await _healthy(coordinator.target)
+        _, peak = memory(pid)
+        assert peak - before < RSS_GROWTH_LIMIT_BYTES, f"peak RSS grew by {(peak - before) // MIB} MiB"
+
+
 async def test_a_5_million_job_enqueue_is_refused_before_parsing(tmp_path: Path) -> None:
     """A 10 MB Enqueue of 5,000,000 empty jobs (over a gigabyte once parsed and
     converted): BATCH_TOO_LARGE, nothing stored, memory barely moves."""
