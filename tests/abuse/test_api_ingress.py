@@ -19,6 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.api.ingress import SMALL_REQUEST_BYTES
 from coordinator.config import CoordinatorConfig, IngressLimits
+from coordinator.domain.access import COORDINATOR, Actor
+from coordinator.errors import InvalidArgument
 from coordinator.process import RunningCoordinator, start_coordinator
 from coordinator.validation import MAX_TOKEN_QUEUES
 from tests.support import eventually, reap, serve, stop, wait_listening
@@ -216,6 +218,10 @@ async def test_a_token_request_with_too_many_queues_is_refused_and_creates_nothi
         )
         assert (error.status_code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "OUT_OF_RANGE")
         assert [v.field for v in error.field_violations] == ["queues"]
+        assert await running.app.list_tokens(include_revoked=True) == []
+        # The token service holds the same bound for callers other than the API.
+        with pytest.raises(InvalidArgument, match="over the limit of 1000"):
+            await running.app.create_token("many", ["work"], request.queues, Actor(COORDINATOR, "test"))
         assert await running.app.list_tokens(include_revoked=True) == []
 
 
