@@ -16,6 +16,35 @@ DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
+class IngressLimits:
+    """Caps on what clients may open on the gRPC ports at once (docs/security.md), so
+    no client, signed in or not, holds more than its share of the process.
+
+    There is no cap on connections: grpcio's (``grpc.max_allowed_incoming_connections``,
+    1.85) kept counting connections that had carried a stream after they closed, so it
+    would lock workers out over time. A connection without calls holds little; the
+    process's open-file limit bounds how many there are."""
+
+    max_streams_per_connection: int = 256
+    """Calls one connection may have open at once (HTTP/2 ``MAX_CONCURRENT_STREAMS``); a
+    client's further calls wait on its side until one ends."""
+    max_concurrent_rpcs: int = 10_000
+    """Calls the API port serves at once, over all connections (worker streams and
+    WaitJob calls included); one past it gets RESOURCE_EXHAUSTED at once."""
+    max_health_watches: int = 1_000
+    """Health ``Watch`` streams each port serves at once; one past it gets
+    RESOURCE_EXHAUSTED (``Check`` is not limited)."""
+
+    def check(self) -> IngressLimits:
+        """Returns self, or raises ConfigError naming the first limit below 1."""
+        for name in ("max_streams_per_connection", "max_concurrent_rpcs", "max_health_watches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     database_url: str = DEFAULT_DATABASE_URL
     """SQLAlchemy URL: ``sqlite:///path`` (default, created on first start) or
@@ -164,6 +193,8 @@ class CoordinatorConfig:
     """After ``max_connection_age_ms``, how long open calls may go on before they are cut;
     above the longest unary call (a WaitJob chunk: 30 s). Worker streams end cleanly
     before that (``WorkerServicer`` retires them at about the connection age)."""
+    ingress: IngressLimits = field(default_factory=IngressLimits)
+    """Caps on connections, calls and health watches (docs/security.md)."""
 
     # Read-only views of bounds that used to be fields here.
     @property
@@ -271,6 +302,7 @@ def check_security(config: CoordinatorConfig) -> None:
         raise ConfigError("TLS needs both --tls-cert and --tls-key")
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ConfigError("--tls-client-ca (client certificates) needs TLS: give --tls-cert and --tls-key")
+    config.ingress.check()
     if config.metrics_max_label_values < 1:
         raise ConfigError(
             f"metrics_max_label_values must be at least 1, got {config.metrics_max_label_values}"

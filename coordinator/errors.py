@@ -95,3 +95,9 @@ class PermissionDenied(CoordinatorError):
 
 class Unavailable(CoordinatorError):
     default_reason = "UNAVAILABLE"
+
+
+class ResourceExhausted(CoordinatorError):
+    """A request over a size or concurrency cap of the API (docs/security.md)."""
+
+    default_reason = "RESOURCE_EXHAUSTED"

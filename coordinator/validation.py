@@ -118,3 +118,34 @@ def check_filter(field: str, value: str | None) -> None:
         raise InvalidArgument(
             field, f"{quote(value)} holds control characters; use printable text", reason="FILTER_INVALID"
         )
+
+
+MAX_TOKEN_SCOPES = 32
+"""Most scope names one token request may list, repeats and blanks included: there are
+six scopes, so a request needs far fewer."""
+MAX_TOKEN_QUEUES = 1_000
+"""Most queues one token may be restricted to."""
+
+
+def batch_too_large(limit: int, count: int | None = None) -> InvalidArgument:
+    """The error for an Enqueue of ``count`` jobs (None: more than ``limit``, counted
+    in the raw request before it was parsed) over ``max_enqueue_batch``."""
+    counted = f"{count} jobs" if count is not None else f"more than {limit} jobs"
+    return InvalidArgument(
+        "jobs",
+        f"{counted} in one call, over the limit of {limit} (max_enqueue_batch); split the batch",
+        reason="BATCH_TOO_LARGE",
+        metadata={"count": count if count is not None else f">{limit}", "limit": limit},
+    )
+
+
+def too_many_items(field: str, limit: int, what: str, count: int | None = None) -> InvalidArgument:
+    """The error for a repeated field with ``count`` entries (None: more than ``limit``,
+    counted in the raw request before it was parsed) over ``limit``."""
+    counted = f"{count} {what}" if count is not None else f"more than {limit} {what}"
+    return InvalidArgument(
+        field,
+        f"{counted}, over the limit of {limit}",
+        reason="OUT_OF_RANGE",
+        metadata={"count": count if count is not None else f">{limit}", "limit": limit},
+    )

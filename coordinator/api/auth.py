@@ -164,30 +164,33 @@ def _short(method: str) -> str:
 
 
 def _refusal(handler: Handler, code: grpc.StatusCode, message: str) -> Handler:
-    """A handler of the same kind as ``handler`` that only aborts with ``code``."""
+    """A handler that aborts with ``code`` without reading the request.
 
-    async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    It reads requests as a stream whatever ``handler`` is (the wire is the same for a
+    client's unary call), so gRPC does not receive, let alone parse, the body of a call
+    refused here: a caller without a token cannot make the coordinator hold or parse
+    megabytes. Its deserializer drops any bytes it is ever given.
+    """
+
+    async def unary(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(code, message)
 
-    async def streaming(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    async def streaming(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         await context.abort(code, message)
         yield  # pragma: no cover - abort raises
 
-    kinds = {
-        "unary_unary": grpc.unary_unary_rpc_method_handler,
-        "stream_unary": grpc.stream_unary_rpc_method_handler,
-        "unary_stream": grpc.unary_stream_rpc_method_handler,
-        "stream_stream": grpc.stream_stream_rpc_method_handler,
+    options: dict[str, Any] = {
+        "request_deserializer": _dropped,
+        "response_serializer": handler.response_serializer,
     }
-    for kind, build in kinds.items():
-        if getattr(handler, kind) is not None:
-            behaviour = streaming if kind.endswith("_stream") else unary
-            return build(
-                behaviour,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-    raise AssertionError("a handler of no known kind")
+    if handler.unary_unary is not None or handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary, **options)
+    return grpc.stream_stream_rpc_method_handler(streaming, **options)
+
+
+def _dropped(data: bytes) -> None:
+    """The request of a refused call: never parsed."""
+    return None
 
 
 def _with_principal(handler: Handler, principal: Principal) -> Handler:

@@ -12,13 +12,18 @@ On the API port, ``""`` and the Runwick service names follow readiness (what cli
 health checking and load balancers expect), plus ``liveness`` and ``readiness``. On the
 plaintext health port, which Kubernetes' native gRPC probes call, ``""`` and
 ``liveness`` follow liveness and ``readiness`` follows readiness.
+
+Each port serves at most ``max_watches`` Watch streams at once: health is open to
+callers without a token, and each stream holds memory for as long as its caller likes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
+import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
@@ -30,13 +35,37 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+class BoundedHealthServicer(HealthServicer):
+    """grpc_health's servicer, refusing a Watch past ``max_watches`` open ones with
+    RESOURCE_EXHAUSTED."""
+
+    def __init__(self, max_watches: int) -> None:
+        super().__init__()
+        self.max_watches = max_watches
+        self.watches = 0
+        """Watch streams open now."""
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
+        if self.watches >= self.max_watches:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self.watches} health watches are open, the most this port serves "
+                "(max_health_watches); use Check, or try again later",
+            )
+        self.watches += 1
+        try:
+            await super().Watch(request, context)
+        finally:
+            self.watches -= 1
+
+
 class Health:
     """Holds the two facts and publishes them to both servicers."""
 
-    def __init__(self, api_services: Iterable[str]) -> None:
-        self.api = HealthServicer()
+    def __init__(self, api_services: Iterable[str], max_watches: int) -> None:
+        self.api = BoundedHealthServicer(max_watches)
         """Served on the API port."""
-        self.probes = HealthServicer()
+        self.probes = BoundedHealthServicer(max_watches)
         """Served on the plaintext health port."""
         self._api_ready_names = ("", *api_services, READINESS)
         self._database_ok = True

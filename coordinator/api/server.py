@@ -22,6 +22,7 @@ from coordinator.api.admin_servicer import AdminServicer
 from coordinator.api.auth import AuthInterceptor
 from coordinator.api.errors import ErrorInterceptor
 from coordinator.api.health import Health
+from coordinator.api.ingress import SMALL_REQUEST_BYTES, IngressInterceptor, request_limits
 from coordinator.api.job_servicer import JobServicer
 from coordinator.api.metrics_interceptor import MetricsInterceptor
 from coordinator.api.worker_servicer import WorkerServicer
@@ -64,11 +65,14 @@ async def bind_health(config: CoordinatorConfig) -> HealthPort:
 
     Raises OSError when the port cannot be bound.
     """
-    state = Health(SERVICE_NAMES)
+    state = Health(SERVICE_NAMES, config.ingress.max_health_watches)
     early = HealthPort(state)
     if config.health_port is not None:
         # Plaintext and health only, for Kubernetes' gRPC probes whatever the API port uses.
-        early.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        early.server = grpc.aio.server(
+            options=health_server_options(config),
+            maximum_concurrent_rpcs=config.ingress.max_concurrent_rpcs,
+        )
         health_pb2_grpc.add_HealthServicer_to_server(state.probes, early.server)
         early.port = _bind(early.server, config.host, config.health_port)
         await early.server.start()
@@ -108,13 +112,17 @@ async def serve_grpc(
     config = app.config
     early = early_health if early_health is not None else await bind_health(config)
     server = grpc.aio.server(
-        # Metrics first: it sees the status the interceptors after it settle on.
+        # Metrics first: it sees the status the interceptors after it settle on. Auth
+        # before the request limits: a call it refuses is never read at all.
         interceptors=[
             MetricsInterceptor(app.metrics),
             AuthInterceptor(app if config.auth_enabled else None),
             ErrorInterceptor(),
+            IngressInterceptor(request_limits(config.bounds, config.message_limit_bytes())),
         ],
         options=server_options(config),
+        # One call past it is answered RESOURCE_EXHAUSTED at once, unread.
+        maximum_concurrent_rpcs=config.ingress.max_concurrent_rpcs,
     )
     job_service_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(app), server)
     admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(app), server)
@@ -162,6 +170,23 @@ def server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
         # workers reconnect and spread over the replicas behind the service.
         ("grpc.max_connection_age_ms", config.max_connection_age_ms),
         ("grpc.max_connection_age_grace_ms", config.max_connection_age_grace_ms),
+        *_connection_caps(config),
+    ]
+
+
+def health_server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
+    """The plaintext health port's channel options: health requests are a service name."""
+    return [
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", SMALL_REQUEST_BYTES),
+        *_connection_caps(config),
+    ]
+
+
+def _connection_caps(config: CoordinatorConfig) -> list[tuple[str, Any]]:
+    return [
+        # HTTP/2 MAX_CONCURRENT_STREAMS: a client's calls past it wait on its side.
+        ("grpc.max_concurrent_streams", config.ingress.max_streams_per_connection),
     ]
 
 

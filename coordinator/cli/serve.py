@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
+from coordinator.cli.ingress import add_ingress_flags, ingress_config
 from coordinator.cli.logs import add_logging_flags, quiet_libraries
 from coordinator.cli.retention import add_retention_flags, retention_from_options
 from worker_sdk import configure_logging
@@ -115,6 +116,7 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         default=float(_env("RUNWICK_MAX_CONNECTION_AGE_GRACE_S", "60")),
         help="seconds open streams get after that [RUNWICK_MAX_CONNECTION_AGE_GRACE_S]",
     )
+    add_ingress_flags(serve)
     serve.add_argument(
         "--processes",
         type=_processes,
@@ -292,6 +294,7 @@ def run_serve(options: argparse.Namespace) -> int:
             **retention,
             **_security_config(options, terminal=terminal),
             **database_timeouts_config(options),
+            **ingress_config(options),
             database_url=url,
             host=options.host,
             port=options.port,

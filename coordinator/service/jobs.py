@@ -25,7 +25,7 @@ from coordinator.errors import InvalidArgument, NotFound
 from coordinator.service.enqueue import NewJob, insert_batch
 from coordinator.service.paging import decode_job_token, encode_job_token
 from coordinator.store import Store, Tx
-from coordinator.validation import check_name, check_parents, quote, require_id
+from coordinator.validation import batch_too_large, check_name, check_parents, quote, require_id
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,7 @@ class JobsService:
             raise InvalidArgument("jobs", "at least one job is required", reason="FIELD_REQUIRED")
         limit = self.store.bounds.max_enqueue_batch
         if len(specs) > limit:
-            raise InvalidArgument(
-                "jobs",
-                f"{len(specs)} jobs in one call, over the limit of {limit} (max_enqueue_batch); "
-                "split the batch",
-                reason="BATCH_TOO_LARGE",
-                metadata={"count": len(specs), "limit": limit},
-            )
+            raise batch_too_large(limit, len(specs))
         batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
         return batch, _insertion_order(batch)
 

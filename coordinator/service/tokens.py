@@ -40,7 +40,7 @@ from coordinator.domain.records import TokenRecord
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.service import audit
 from coordinator.store import Store, Tx
-from coordinator.validation import check_name
+from coordinator.validation import MAX_TOKEN_QUEUES, MAX_TOKEN_SCOPES, check_name, too_many_items
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,11 @@ class TokenService:
     def create(self, name: str, scopes: Iterable[str], queues: Iterable[str], actor: Actor) -> NewToken:
         """Creates a token (audited); raises InvalidArgument for a bad name, scope or queue."""
         name = _check_token_name(name)
+        scopes, queues = list(scopes), list(queues)
+        if len(scopes) > MAX_TOKEN_SCOPES:
+            raise too_many_items("scopes", MAX_TOKEN_SCOPES, "scope names", len(scopes))
+        if len(queues) > MAX_TOKEN_QUEUES:
+            raise too_many_items("queues", MAX_TOKEN_QUEUES, "queues", len(queues))
         try:
             granted = parse_scopes(scopes)
         except ScopeError as exc:
