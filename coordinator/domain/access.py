@@ -7,7 +7,7 @@ scope is the table in ``coordinator.api.auth``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -74,6 +74,13 @@ class Principal:
     def may_work(self, queues: Iterable[str]) -> bool:
         """A worker token restricted to queues may subscribe to those queues only."""
         return self.queues is None or set(queues) <= self.queues
+
+
+def may_serve(token_queues: Collection[str] | None, queue: str | None) -> bool:
+    """Whether a worker whose token is restricted to ``token_queues`` (None: any queue)
+    may receive what a job of ``queue`` produced (a parent's output, R-16). Queues are
+    the tenancy boundary; a queue not known (None) is open to unrestricted tokens only."""
+    return token_queues is None or (queue is not None and queue in token_queues)
 
 
 ANONYMOUS = Principal(token_id=None, name="anonymous", scopes=ALL_SCOPES)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from coordinator.config import CoordinatorConfig
@@ -50,8 +50,10 @@ class JobsService:
         self.config = config
         self.rng = rng or random.Random()
 
-    def enqueue(self, specs: list[NewJobSpec]) -> list[Enqueued]:
+    def enqueue(self, specs: list[NewJobSpec], reachable: Collection[str] | None = None) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
+        ``reachable``: the queues whose existing jobs may be named as parents (the
+        caller's token's queues; None: any).
 
         Raises InvalidArgument naming the index of the first bad job; every bound of
         docs/limits.md (``store.bounds``) is checked before anything is written.
@@ -60,16 +62,20 @@ class JobsService:
         batch, order = self._checked_batch(specs, now)
         # When another enqueue with the same idempotency key commits first, the insert
         # fails and the next pass finds that job and returns it instead (R-14).
-        return self.store.transact(lambda tx: insert_batch(tx, batch, order, now), what="an enqueue")
+        return self.store.transact(
+            lambda tx: insert_batch(tx, batch, order, now, reachable), what="an enqueue"
+        )
 
-    def enqueue_then(self, specs: list[NewJobSpec], then: Callable[[Tx], T]) -> tuple[list[Enqueued], T]:
+    def enqueue_then(
+        self, specs: list[NewJobSpec], then: Callable[[Tx], T], reachable: Collection[str] | None = None
+    ) -> tuple[list[Enqueued], T]:
         """``enqueue``, then ``then`` in the same transaction (the dispatcher's claims for
         workers waiting for work), both retried together on a conflict."""
         now = self.clock.now_ms()
         batch, order = self._checked_batch(specs, now)
 
         def body(tx: Tx) -> tuple[list[Enqueued], T]:
-            return insert_batch(tx, batch, order, now), then(tx)
+            return insert_batch(tx, batch, order, now, reachable), then(tx)
 
         return self.store.transact(body, what="an enqueue")
 
