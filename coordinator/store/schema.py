@@ -266,7 +266,8 @@ dependencies = Table(
     # The parent's queue, kept with its output: a claim hands the output only to a worker
     # whose token may serve that queue, even after the parent itself is purged. NULL on
     # rows of before migration 0017 whose parent was purged already (queue unknown).
-    Column("parent_queue", _identifier(256)),
+    # Only read, never compared in SQL nor indexed: no byte-wise collation is needed.
+    Column("parent_queue", String(256)),
 )
 Index("ix_dependencies_parent", dependencies.c.parent_id)
 

@@ -19,8 +19,8 @@ _UNFINISHED = "unique_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', '
 
 
 def _queue_column() -> sa.Column[str]:
-    # As schema._identifier: compared byte by byte on PostgreSQL (see 0014).
-    return sa.Column("parent_queue", sa.String(256).with_variant(sa.String(256, collation="C"), "postgresql"))
+    # Only read, never compared in SQL: the database's own collation will do.
+    return sa.Column("parent_queue", sa.String(256))
 
 
 def _replace_key_indexes(idempotency: list[str], unique: list[str]) -> None:
