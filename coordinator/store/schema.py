@@ -145,6 +145,9 @@ Index(
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
 _UNFINISHED = "unique_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled')"
+UNIQUE_UNFINISHED_PREDICATE = _UNFINISHED
+"""The unique index's predicate, stated word for word by the unique-key lookup (as text)
+so that both planners use that index."""
 # Keys are per queue (the tenancy boundary): the same key in two queues names two jobs,
 # so a key guessed in one queue never finds, nor blocks, a job of another.
 Index(

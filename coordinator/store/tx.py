@@ -41,6 +41,7 @@ from coordinator.store.schema import (
     JOB_COLUMNS,
     LEASED_PREDICATE,
     SCHEDULED_PREDICATE,
+    UNIQUE_UNFINISHED_PREDICATE,
     attempts,
     jobs,
     transitions,
@@ -201,12 +202,14 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
         wanted = set(keys)
         found: dict[tuple[str, str, str], JobRecord] = {}
         queues = sorted({queue for queue, _, _ in wanted})
+        wire_names = sorted({wire_name for _, wire_name, _ in wanted})
         for chunk in chunks(sorted({key for _, _, key in wanted})):
             rows = self._conn.execute(
                 select(jobs).where(
+                    text(UNIQUE_UNFINISHED_PREDICATE),  # the index's own, so planners use it
                     jobs.c.queue.in_(queues),
+                    jobs.c.wire_name.in_(wire_names),
                     jobs.c.unique_key.in_(chunk),
-                    jobs.c.state.not_in([state.value for state in JobState if state.terminal]),
                 )
             )
             for job in jobs_from(rows):

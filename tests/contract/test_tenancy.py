@@ -14,7 +14,8 @@ from coordinator.domain.states import Outcome
 from coordinator.errors import NotFound
 from coordinator.service.work import Claimed, ClaimRequest, WorkBatch
 
-from .harness import LEASE_MS, WIRE, Harness
+from .harness import LEASE_MS, WIRE, Harness, sent_statements
+from .test_query_plans import postgres_plan, sqlite_plan
 
 
 def _succeed(harness: Harness, job_id: str, output: bytes) -> None:
@@ -119,3 +120,23 @@ def test_a_token_that_may_serve_the_parents_queue_gets_its_output(harness: Harne
     both = _claim_as(harness, "load", frozenset({"extract", "load"}))
 
     assert dict(both.parent_outputs) == {parent: b"rows"}
+
+
+@pytest.mark.parametrize(
+    ("key_field", "index"),
+    [("idempotency_key", "ux_jobs_idempotency_key"), ("unique_key", "ux_jobs_unique_key")],
+)
+def test_a_key_is_looked_up_through_its_per_queue_index(harness: Harness, key_field: str, index: str) -> None:
+    """Per-queue keys stay one indexed read per enqueue batch, not a scan of ``jobs``."""
+    for n in range(40):
+        harness.enqueue(queue=f"q{n % 4}", **{key_field: f"k-{n}"})
+    with sent_statements() as sent:
+        harness.enqueue_specs([NewJobSpec(WIRE, b"", queue="q1", **{key_field: "k-1"})])  # type: ignore[arg-type]
+    [(sql, params)] = [(sql, p) for sql, p in sent if f"jobs.{key_field} IN" in sql]
+    if harness.store.postgres:
+        nodes = postgres_plan(harness.store.url, sql, params)
+        assert not [n for n in nodes if n.startswith("Seq Scan on jobs")], nodes
+        assert [n for n in nodes if index in n], nodes
+    else:
+        lines = sqlite_plan(harness.store.url, sql, params)
+        assert [line for line in lines if f"USING INDEX {index}" in line], lines
