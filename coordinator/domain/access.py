@@ -66,7 +66,9 @@ class Principal:
     name: str
     scopes: frozenset[Scope]
     queues: frozenset[str] | None = None
-    """For ``work``: the only queues a worker may take jobs from; None means any."""
+    """The only queues this token acts in, None meaning any: for ``work`` the queues a
+    worker may take jobs from, for ``enqueue`` those it may enqueue into and name
+    parents in (the queue is the tenancy boundary)."""
 
     def allows(self, scope: Scope) -> bool:
         return scope in self.scopes

@@ -101,6 +101,16 @@ async def test_a_guessed_idempotency_key_from_another_queue_names_a_new_job(tena
     assert (again.id, again.existing) == (tenants.victim, True)
 
 
+async def test_a_queue_restricted_token_cannot_try_keys_in_another_queue(tenants: Tenants) -> None:
+    code, details = await _refusal(_enqueue(tenants.api, tenants.b_both, "tenant-a", idempotency_key=KEY))
+
+    assert code == "PERMISSION_DENIED" and "tenant-a" in details
+    assert tenants.victim not in details
+    # Nothing was written into A's queue: A's worker finds only A's next job.
+    mine = (await _enqueue(tenants.api, tenants.a_enqueue, "tenant-a")).jobs[0]
+    assert (await tenants.a_worker.claim()).job_id == mine.id
+
+
 async def test_a_queue_restricted_token_cannot_name_another_queues_job_as_parent(tenants: Tenants) -> None:
     never = "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f"
     answers = [

@@ -11,7 +11,7 @@ from sqlalchemy.pool import NullPool
 
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import Outcome
-from coordinator.errors import NotFound
+from coordinator.errors import NotFound, PermissionDenied
 from coordinator.service.work import Claimed, ClaimRequest, WorkBatch
 
 from .harness import LEASE_MS, WIRE, Harness, sent_statements
@@ -93,6 +93,22 @@ def test_a_parent_outside_the_reachable_queues_is_refused_as_missing(harness: Ha
     assert not child.existing
 
 
+def test_a_restricted_caller_enqueues_into_its_queues_only(harness: Harness) -> None:
+    victim = harness.enqueue(queue="tenant-a", idempotency_key="capture-o-1")
+    specs = [
+        NewJobSpec(WIRE, b"", queue="tenant-b"),
+        NewJobSpec(WIRE, b"", queue="tenant-a", idempotency_key="capture-o-1"),
+    ]
+
+    with pytest.raises(PermissionDenied) as refused:
+        harness.jobs.enqueue(specs, reachable=frozenset({"tenant-b"}))
+
+    assert refused.value.reason == "QUEUE_NOT_ALLOWED"
+    assert refused.value.metadata == {"index": "1", "queue": "tenant-a"}
+    assert victim not in str(refused.value)  # the key found nothing
+    assert harness.count_jobs() == 1  # nothing of the call was written
+
+
 def test_a_claim_withholds_outputs_of_parents_the_token_may_not_serve(harness: Harness) -> None:
     foreign = harness.enqueue(queue="tenant-a")
     own = harness.enqueue(queue="tenant-b")
@@ -129,7 +145,7 @@ def test_a_token_that_may_serve_the_parents_queue_gets_its_output(harness: Harne
 def test_a_key_is_looked_up_through_its_per_queue_index(harness: Harness, key_field: str, index: str) -> None:
     """Per-queue keys stay one indexed read per enqueue batch, not a scan of ``jobs``."""
     for n in range(40):
-        harness.enqueue(queue=f"q{n % 4}", **{key_field: f"k-{n}"})
+        harness.enqueue_specs([NewJobSpec(WIRE, b"", queue=f"q{n % 4}", **{key_field: f"k-{n}"})])  # type: ignore[arg-type]
     with sent_statements() as sent:
         harness.enqueue_specs([NewJobSpec(WIRE, b"", queue="q1", **{key_field: "k-1"})])  # type: ignore[arg-type]
     [(sql, params)] = [(sql, p) for sql, p in sent if f"jobs.{key_field} IN" in sql]
