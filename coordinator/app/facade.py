@@ -337,7 +337,7 @@ class Coordinator:
         self, specs: Sequence[NewJobSpec], reachable: frozenset[str] | None = None
     ) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``; ``reachable``:
-        the queues whose jobs may be named as parents, None: any). Workers of this
+        the caller's queue restriction, None: any). Workers of this
         replica waiting for work get their claims in the same transaction, so the new
         jobs go out with its commit."""
         now = self.clock.now_ms()

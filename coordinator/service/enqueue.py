@@ -43,7 +43,8 @@ def insert_batch(
 ) -> list[Enqueued]:
     """Inserts ``batch`` (in ``order``: parents of the batch before their children) and
     returns what became of each job, in batch order. ``reachable``: the queues whose
-    existing jobs the caller may name as parents (None: any)."""
+    existing jobs the caller may name as parents (None: any; the batch's own jobs were
+    checked to be in them already)."""
     keys = [_keyed(job.record) for job in batch if job.record.idempotency_key]
     existing_by_key = tx.jobs_by_idempotency_keys(key for key in keys if key is not None)
     unique = [_unique(job.record) for job in batch if job.record.unique_key]

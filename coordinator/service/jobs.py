@@ -52,8 +52,8 @@ class JobsService:
 
     def enqueue(self, specs: list[NewJobSpec], reachable: Collection[str] | None = None) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
-        ``reachable``: the queues whose existing jobs may be named as parents (the
-        caller's token's queues; None: any).
+        ``reachable``: the queues the caller's token is restricted to (None: any); jobs
+        go into them only and name existing parents in them only.
 
         Raises InvalidArgument naming the index of the first bad job; every bound of
         docs/limits.md (``store.bounds``) is checked before anything is written.
