@@ -85,8 +85,9 @@ class AsyncAdminCalls(ClientBase):
             name: A label for people, 1-128 characters, e.g. ``billing-worker``.
             scopes: What the token may do (R-21): any of ``enqueue``, ``read``,
                 ``manage``, ``reveal``, ``work``, ``admin``.
-            queues: For ``work`` tokens: the only queues its worker may take jobs from;
-                empty allows any.
+            queues: For ``work`` and ``enqueue`` tokens: the only queues its worker may
+                take jobs from, and it may enqueue into and name parents in; empty
+                allows any.
 
         Raises:
             ArgumentError: The name, a scope or the queues are invalid (the coordinator

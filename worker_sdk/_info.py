@@ -137,7 +137,8 @@ class TokenInfo:
     scopes: tuple[str, ...]
     """Any of ``enqueue``, ``read``, ``manage``, ``reveal``, ``work``, ``admin``."""
     queues: tuple[str, ...] = ()
-    """For ``work`` tokens: the only queues a worker may take jobs from; empty = any."""
+    """For ``work`` and ``enqueue`` tokens: the only queues it may take jobs from,
+    enqueue into and name parents in; empty = any."""
     created_at: datetime | None = None
     created_by: str | None = None
     """The ID of the token that created this one; None for the bootstrap token."""

@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 
 from coordinator.api import convert
-from coordinator.api.auth import current_actor
+from coordinator.api.auth import current_actor, current_principal
 from coordinator.app import Coordinator
 from worker_sdk.proto.runwick.v1 import job_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import job_service_pb2_grpc
@@ -21,7 +21,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
 
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
         specs = [convert.new_job_spec(job, index) for index, job in enumerate(request.jobs)]
-        enqueued = await self.app.enqueue(specs)
+        # A token restricted to queues names parents in those queues only (docs/security.md).
+        enqueued = await self.app.enqueue(specs, reachable=current_principal().queues)
         response = pb.EnqueueResponse()
         add = response.jobs.add  # each entry built in place: a list of messages is copied in
         for item in enqueued:

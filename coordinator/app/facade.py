@@ -333,20 +333,25 @@ class Coordinator:
 
     # -- jobs ---------------------------------------------------------------------------
 
-    async def enqueue(self, specs: Sequence[NewJobSpec]) -> list[Enqueued]:
-        """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``). Workers of
-        this replica waiting for work get their claims in the same transaction, so the
-        new jobs go out with its commit."""
+    async def enqueue(
+        self, specs: Sequence[NewJobSpec], reachable: frozenset[str] | None = None
+    ) -> list[Enqueued]:
+        """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``; ``reachable``:
+        the caller's queue restriction, None: any). Workers of this
+        replica waiting for work get their claims in the same transaction, so the new
+        jobs go out with its commit."""
         now = self.clock.now_ms()
         due = any(spec.run_at_ms is None or spec.run_at_ms <= now for spec in specs)
         reserved = self.dispatcher.reserve_claims() if due else None
         claims: BatchAnswers | None = None
         try:
             if reserved is None:
-                enqueued = await self.executors.write(self.jobs.enqueue, list(specs))
+                enqueued = await self.executors.write(self.jobs.enqueue, list(specs), reachable)
             else:
                 claim = self.dispatcher.claiming(reserved, self.ops.claim_in)
-                enqueued, claims = await self.executors.write(self.jobs.enqueue_then, list(specs), claim)
+                enqueued, claims = await self.executors.write(
+                    self.jobs.enqueue_then, list(specs), claim, reachable
+                )
         finally:
             if reserved is not None:
                 self.dispatcher.settle_claims(reserved, claims)

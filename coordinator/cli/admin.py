@@ -31,7 +31,8 @@ def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         dest="queues",
         action="append",
         default=[],
-        help="work tokens: a queue the worker may take jobs from (repeatable; default any)",
+        help="work and enqueue tokens: a queue it may take jobs from, enqueue into and name parents in "
+        "(repeatable; default any)",
     )
     add_connection_flags(create)
     listing = actions.add_parser("list", help="list tokens (never their secrets)")

@@ -98,6 +98,7 @@ def _reserve(session: WorkerSession) -> ClaimRequest:
         session.credit,
         session.lease_ms,
         token_id=session.token_id,
+        token_queues=session.token_queues,
     )
     session.reserved += session.credit
     session.credit = 0

@@ -7,7 +7,7 @@ scope is the table in ``coordinator.api.auth``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -66,7 +66,9 @@ class Principal:
     name: str
     scopes: frozenset[Scope]
     queues: frozenset[str] | None = None
-    """For ``work``: the only queues a worker may take jobs from; None means any."""
+    """The only queues this token acts in, None meaning any: for ``work`` the queues a
+    worker may take jobs from, for ``enqueue`` those it may enqueue into and name
+    parents in (the queue is the tenancy boundary)."""
 
     def allows(self, scope: Scope) -> bool:
         return scope in self.scopes
@@ -74,6 +76,13 @@ class Principal:
     def may_work(self, queues: Iterable[str]) -> bool:
         """A worker token restricted to queues may subscribe to those queues only."""
         return self.queues is None or set(queues) <= self.queues
+
+
+def may_serve(token_queues: Collection[str] | None, queue: str | None) -> bool:
+    """Whether a worker whose token is restricted to ``token_queues`` (None: any queue)
+    may receive what a job of ``queue`` produced (a parent's output, R-16). Queues are
+    the tenancy boundary; a queue not known (None) is open to unrestricted tokens only."""
+    return token_queues is None or (queue is not None and queue in token_queues)
 
 
 ANONYMOUS = Principal(token_id=None, name="anonymous", scopes=ALL_SCOPES)

@@ -157,6 +157,8 @@ class Dependency:
     parent_id: str
     satisfied: bool = False
     parent_output: bytes | None = None
+    parent_queue: str | None = None
+    """The parent's queue: its output goes only to workers whose token may serve it."""
 
 
 @dataclass(frozen=True, slots=True)

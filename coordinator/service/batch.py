@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain import changes
+from coordinator.domain.access import may_serve
 from coordinator.domain.clock import Clock
 from coordinator.domain.evolve import evolve
 from coordinator.domain.ids import parse_id, uuid7
@@ -47,6 +48,7 @@ from coordinator.service.work import (
 )
 from coordinator.service.writes import JobWrites
 from coordinator.store import Store, Tx
+from coordinator.store.tx_dependencies import ParentOutput
 from coordinator.validation import quote
 
 log = logging.getLogger(__name__)
@@ -347,7 +349,7 @@ class _BatchRun:
         drained = len(free) == len(request.queues) and len(claimed) < limit
         outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
         if outputs:
-            claimed = [evolve(item, parent_outputs=outputs.get(item.job.id, {})) for item in claimed]
+            claimed = [_with_outputs(item, outputs.get(item.job.id, {}), request) for item in claimed]
         return claimed, drained
 
     def _open_queues(self, names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
@@ -405,6 +407,27 @@ class _BatchRun:
         # and a limited queue's count must see them as reserved.
         self.writes.flush()
         return claimed
+
+
+def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:
+    """``claimed`` with its parents' outputs, but only those of parents in queues the
+    claiming token may serve: a child named across the tenancy boundary (by a token that
+    may reach the parent's queue) must not carry another tenant's output to this worker.
+    The job still runs; its handler finds that parent missing from its parent outputs."""
+    kept: dict[str, bytes] = {}
+    for parent_id, parent in outputs.items():
+        if may_serve(request.token_queues, parent.queue):
+            kept[parent_id] = parent.output
+        else:
+            log.warning(
+                "withheld the output of parent %s (queue %s) from job %s: the claiming token "
+                "(%s) may not serve that queue",
+                parent_id,
+                parent.queue or "unknown",
+                claimed.job.id,
+                request.token_id,
+            )
+    return evolve(claimed, parent_outputs=kept)
 
 
 def _unstarted(claimed: Claimed, request: ClaimRequest, now: int) -> AttemptRecord:

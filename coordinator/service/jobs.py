@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from coordinator.config import CoordinatorConfig
@@ -21,7 +21,7 @@ from coordinator.domain.lifecycle import initial_state
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.settings import JobSettings, SettingsError, SettingsLayer, resolve_settings
 from coordinator.domain.states import JobState
-from coordinator.errors import InvalidArgument, NotFound
+from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.service.enqueue import NewJob, insert_batch
 from coordinator.service.paging import decode_job_token, encode_job_token
 from coordinator.store import Store, Tx
@@ -50,38 +50,48 @@ class JobsService:
         self.config = config
         self.rng = rng or random.Random()
 
-    def enqueue(self, specs: list[NewJobSpec]) -> list[Enqueued]:
+    def enqueue(self, specs: list[NewJobSpec], reachable: Collection[str] | None = None) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (R-3 settings copied, R-14 idempotency keys).
+        ``reachable``: the queues the caller's token is restricted to (None: any); jobs
+        go into them only and name existing parents in them only.
 
         Raises InvalidArgument naming the index of the first bad job; every bound of
         docs/limits.md (``store.bounds``) is checked before anything is written.
         """
         now = self.clock.now_ms()
-        batch, order = self._checked_batch(specs, now)
+        batch, order = self._checked_batch(specs, now, reachable)
         # When another enqueue with the same idempotency key commits first, the insert
         # fails and the next pass finds that job and returns it instead (R-14).
-        return self.store.transact(lambda tx: insert_batch(tx, batch, order, now), what="an enqueue")
+        return self.store.transact(
+            lambda tx: insert_batch(tx, batch, order, now, reachable), what="an enqueue"
+        )
 
-    def enqueue_then(self, specs: list[NewJobSpec], then: Callable[[Tx], T]) -> tuple[list[Enqueued], T]:
+    def enqueue_then(
+        self, specs: list[NewJobSpec], then: Callable[[Tx], T], reachable: Collection[str] | None = None
+    ) -> tuple[list[Enqueued], T]:
         """``enqueue``, then ``then`` in the same transaction (the dispatcher's claims for
         workers waiting for work), both retried together on a conflict."""
         now = self.clock.now_ms()
-        batch, order = self._checked_batch(specs, now)
+        batch, order = self._checked_batch(specs, now, reachable)
 
         def body(tx: Tx) -> tuple[list[Enqueued], T]:
-            return insert_batch(tx, batch, order, now), then(tx)
+            return insert_batch(tx, batch, order, now, reachable), then(tx)
 
         return self.store.transact(body, what="an enqueue")
 
-    def _checked_batch(self, specs: list[NewJobSpec], now: int) -> tuple[list[NewJob], list[int]]:
+    def _checked_batch(
+        self, specs: list[NewJobSpec], now: int, reachable: Collection[str] | None = None
+    ) -> tuple[list[NewJob], list[int]]:
         """The new jobs of a whole enqueue call, every bound checked, in insertion order
-        (parents first). Raises InvalidArgument for the first thing wrong."""
+        (parents first). Raises InvalidArgument for the first thing wrong, and
+        PermissionDenied for a job outside the ``reachable`` queues."""
         if not specs:
             raise InvalidArgument("jobs", "at least one job is required", reason="FIELD_REQUIRED")
         limit = self.store.bounds.max_enqueue_batch
         if len(specs) > limit:
             raise batch_too_large(limit, len(specs))
         batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        _check_reachable(batch, reachable)
         return batch, _insertion_order(batch)
 
     def enqueue_in(self, tx: Tx, specs: list[NewJobSpec]) -> list[Enqueued]:
@@ -268,3 +278,20 @@ def _check_key(field: str, key: str | None, index: int, reason: str) -> None:
         )
     if key and "\x00" in key:
         raise InvalidArgument(field, "must not contain NUL characters", index=index, reason=reason)
+
+
+def _check_reachable(batch: list[NewJob], reachable: Collection[str] | None) -> None:
+    """A token restricted to queues enqueues into those queues only: the queue is the
+    tenancy boundary, and a job in another tenant's queue would find that tenant's jobs
+    by their keys, and run on its workers."""
+    if reachable is None:
+        return
+    for job in batch:
+        if job.record.queue not in reachable:
+            allowed = ", ".join(sorted(reachable))
+            raise PermissionDenied(
+                f"jobs[{job.index}].queue: this token may enqueue into queues [{allowed}] only, not "
+                f"{quote(job.record.queue)}; nothing was enqueued",
+                reason="QUEUE_NOT_ALLOWED",
+                metadata={"index": job.index, "queue": job.record.queue},
+            )

@@ -186,8 +186,10 @@ class TokenService:
         queue_set = frozenset(queues)
         for queue in queue_set:
             check_name("queues", queue)
-        if queue_set and Scope.WORK not in granted:
-            raise InvalidArgument("queues", "a queue restriction applies to tokens with the work scope only")
+        if queue_set and not granted & {Scope.WORK, Scope.ENQUEUE}:
+            raise InvalidArgument(
+                "queues", "a queue restriction applies to tokens with the work or enqueue scope only"
+            )
         return self.store.transact(
             lambda tx: self._insert(tx, name, granted, queue_set or None, actor), what="a token creation"
         )

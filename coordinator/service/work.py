@@ -30,6 +30,9 @@ class ClaimRequest:
     token_id: str | None = None
     """The token of the stream claiming: recorded on each attempt, which only streams of
     this worker with this token may then act on."""
+    token_queues: frozenset[str] | None = None
+    """That token's queue restriction (None: any queue): a parent's output in another
+    queue is withheld from the claim (docs/security.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,8 @@ class Claimed:
     attempt_id: str
     lease_expires_at_ms: int
     parent_outputs: Mapping[str, bytes] = field(default_factory=dict)
-    """The outputs of the job's parents, by parent ID (R-16)."""
+    """The outputs of the job's parents, by parent ID (R-16), without those of parents in
+    queues the claiming token may not serve."""
 
 
 class ResultReport(NamedTuple):

@@ -209,6 +209,7 @@ def dependency_row(dependency: Dependency) -> dict[str, Any]:
         "parent_id": dependency.parent_id,
         "satisfied": dependency.satisfied,
         "parent_output": dependency.parent_output,
+        "parent_queue": dependency.parent_queue,
     }
 
 

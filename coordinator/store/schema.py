@@ -76,7 +76,7 @@ jobs = Table(
     Column("history_seq", Integer, nullable=False),
     # R-8: cancelled while running; the run's end (or its lease lapsing) cancels the job.
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
-    # Unique jobs: at most one job per (wire_name, unique_key) that has not ended.
+    # Unique jobs: at most one job per (queue, wire_name, unique_key) that has not ended.
     Column("unique_key", _identifier(256)),
 )
 JOB_COLUMNS = tuple(jobs.columns.keys())
@@ -145,8 +145,14 @@ Index(
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
 _UNFINISHED = "unique_key IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'cancelled')"
+UNIQUE_UNFINISHED_PREDICATE = _UNFINISHED
+"""The unique index's predicate, stated word for word by the unique-key lookup (as text)
+so that both planners use that index."""
+# Keys are per queue (the tenancy boundary): the same key in two queues names two jobs,
+# so a key guessed in one queue never finds, nor blocks, a job of another.
 Index(
     "ux_jobs_unique_key",
+    jobs.c.queue,
     jobs.c.wire_name,
     jobs.c.unique_key,
     unique=True,
@@ -173,6 +179,7 @@ for _state, _predicate in FINISHED_PREDICATES.items():
 del _state, _predicate
 Index(
     "ux_jobs_idempotency_key",
+    jobs.c.queue,
     jobs.c.idempotency_key,
     unique=True,
     sqlite_where=text("idempotency_key IS NOT NULL"),
@@ -259,6 +266,11 @@ dependencies = Table(
     Column("parent_id", _identifier(36), primary_key=True),
     Column("satisfied", Boolean, nullable=False),
     Column("parent_output", LargeBinary),
+    # The parent's queue, kept with its output: a claim hands the output only to a worker
+    # whose token may serve that queue, even after the parent itself is purged. NULL on
+    # rows of before migration 0017 whose parent was purged already (queue unknown).
+    # Only read, never compared in SQL nor indexed: no byte-wise collation is needed.
+    Column("parent_queue", String(256)),
 )
 Index("ix_dependencies_parent", dependencies.c.parent_id)
 

@@ -41,6 +41,7 @@ from coordinator.store.schema import (
     JOB_COLUMNS,
     LEASED_PREDICATE,
     SCHEDULED_PREDICATE,
+    UNIQUE_UNFINISHED_PREDICATE,
     attempts,
     jobs,
     transitions,
@@ -180,30 +181,41 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
         locked = self.jobs_by_ids(job_ids)
         return self.attempts_by_ids(ordered), locked  # the attempts after the lock (see above)
 
-    def jobs_by_idempotency_keys(self, keys: Iterable[str]) -> dict[str, JobRecord]:
-        ordered = sorted(set(keys))
-        if not ordered:
-            return {}
-        rows = self._conn.execute(select(jobs).where(jobs.c.idempotency_key.in_(ordered)))
-        return {r.idempotency_key: r for r in jobs_from(rows) if r.idempotency_key}
-
-    def unfinished_by_unique_keys(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], JobRecord]:
-        """The jobs that have not ended among those with these ``(wire_name, unique_key)``."""
+    def jobs_by_idempotency_keys(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], JobRecord]:
+        """The jobs with these ``(queue, idempotency_key)``: keys are per queue, so a job of
+        another queue with the same key is never found (nor read)."""
         wanted = set(keys)
-        if not wanted:
-            return {}
         found: dict[tuple[str, str], JobRecord] = {}
+        queues = sorted({queue for queue, _ in wanted})
         for chunk in chunks(sorted({key for _, key in wanted})):
+            query = select(jobs).where(jobs.c.queue.in_(queues), jobs.c.idempotency_key.in_(chunk))
+            for job in jobs_from(self._conn.execute(query)):
+                if job.idempotency_key and (job.queue, job.idempotency_key) in wanted:
+                    found[(job.queue, job.idempotency_key)] = job
+        return found
+
+    def unfinished_by_unique_keys(
+        self, keys: Iterable[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], JobRecord]:
+        """The jobs that have not ended among those with these ``(queue, wire_name,
+        unique_key)``."""
+        wanted = set(keys)
+        found: dict[tuple[str, str, str], JobRecord] = {}
+        queues = sorted({queue for queue, _, _ in wanted})
+        wire_names = sorted({wire_name for _, wire_name, _ in wanted})
+        for chunk in chunks(sorted({key for _, _, key in wanted})):
             rows = self._conn.execute(
                 select(jobs).where(
+                    text(UNIQUE_UNFINISHED_PREDICATE),  # the index's own, so planners use it
+                    jobs.c.queue.in_(queues),
+                    jobs.c.wire_name.in_(wire_names),
                     jobs.c.unique_key.in_(chunk),
-                    jobs.c.state.not_in([state.value for state in JobState if state.terminal]),
                 )
             )
             for job in jobs_from(rows):
                 assert job.unique_key is not None
-                if (job.wire_name, job.unique_key) in wanted:
-                    found[(job.wire_name, job.unique_key)] = job
+                if (job.queue, job.wire_name, job.unique_key) in wanted:
+                    found[(job.queue, job.wire_name, job.unique_key)] = job
         return found
 
     def expired_leases(self, now_ms: int, limit: int) -> list[JobRecord]:

@@ -4,6 +4,7 @@ to its parents, and the parents' outputs copied onto them."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from sqlalchemy import bindparam, insert, select, update
 
@@ -35,11 +36,20 @@ _SATISFY = Prepared(
     .values(satisfied=True, parent_output=bindparam("o"))
 )
 _PARENT_OUTPUTS = Prepared(
-    select(dependencies.c.child_id, dependencies.c.parent_id, dependencies.c.parent_output).where(
-        dependencies.c.child_id.in_(bindparam("child_ids", expanding=True))
-    )
+    select(
+        dependencies.c.child_id,
+        dependencies.c.parent_id,
+        dependencies.c.parent_output,
+        dependencies.c.parent_queue,
+    ).where(dependencies.c.child_id.in_(bindparam("child_ids", expanding=True)))
 )
 _INSERT_DEPENDENCIES = insert(dependencies)
+
+
+class ParentOutput(NamedTuple):
+    output: bytes
+    queue: str | None
+    """The parent's queue; None on rows older than migration 0017 whose parent was gone."""
 
 
 class DependencyOps(TxBase):
@@ -91,15 +101,18 @@ class DependencyOps(TxBase):
                 found.setdefault(child_id, []).append(parent_id)
         return found
 
-    def parent_outputs(self, child_ids: Iterable[str]) -> dict[str, dict[str, bytes]]:
-        """The outputs of the parents of each of ``child_ids`` (R-16), for their claims.
-        Jobs this transaction inserted without parents are not asked about: an enqueue
-        that claims its own new jobs reads nothing here."""
-        found: dict[str, dict[str, bytes]] = {}
+    def parent_outputs(self, child_ids: Iterable[str]) -> dict[str, dict[str, ParentOutput]]:
+        """The outputs of the parents of each of ``child_ids`` (R-16), with the queue
+        each parent is in, for their claims. Jobs this transaction inserted without
+        parents are not asked about: an enqueue that claims its own new jobs reads
+        nothing here."""
+        found: dict[str, dict[str, ParentOutput]] = {}
         orphans = self._inserted_jobs - self._inserted_with_parents
         for chunk in chunks(sorted(set(child_ids) - orphans)):
-            for child_id, parent_id, output in _PARENT_OUTPUTS.execute(self._conn, {"child_ids": chunk}):
-                found.setdefault(child_id, {})[parent_id] = bytes(output) if output is not None else b""
+            rows = _PARENT_OUTPUTS.execute(self._conn, {"child_ids": chunk})
+            for child_id, parent_id, output, queue in rows:
+                kept = bytes(output) if output is not None else b""
+                found.setdefault(child_id, {})[parent_id] = ParentOutput(kept, queue)
         return found
 
     def children_failed_by_parent(self, parent_id: str) -> list[JobRecord]:

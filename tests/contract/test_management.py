@@ -325,7 +325,7 @@ def test_r21_token_creation_checks_scopes_queues_and_names(tokens: TokenService)
         tokens.create("x", ["root"], [], OPERATOR)
     with pytest.raises(InvalidArgument, match="at least one scope"):
         tokens.create("x", [], [], OPERATOR)
-    with pytest.raises(InvalidArgument, match="work scope only"):
+    with pytest.raises(InvalidArgument, match="work or enqueue scope only"):
         tokens.create("x", ["read"], ["billing"], OPERATOR)
     with pytest.raises(InvalidArgument, match="queues"):
         tokens.create("x", ["work"], ["bad queue"], OPERATOR)
