@@ -1,6 +1,8 @@
 """Smaller findings of issue 40, attacked on a real coordinator (port 0, both engines):
-a schedule's tick cannot be taken over by an enqueue token, and a queue named dots
-alone is refused. After each attack the coordinator still serves another client."""
+a schedule's tick cannot be taken over by an enqueue token, a cancel reaches only the
+stream holding the attempt (not another tenant's stream with the same worker ID), and
+a queue named dots alone is refused. After each attack the coordinator still serves
+another client."""
 
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import OffsetClock
 from coordinator.domain.schedules import idempotency_key
 from coordinator.process import RunningCoordinator, start_coordinator
+from tests.integration.rawstream import RawWorker
 from worker_sdk import ArgumentError, AsyncClient
 from worker_sdk._errors import translated_rpc_errors
 from worker_sdk.proto.runwick.v1 import job_service_pb2
+from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 HOUR_MS = 3_600_000
 
@@ -91,6 +95,44 @@ async def _raw_enqueue(client: AsyncClient, job: job_service_pb2.NewJob) -> Any:
     client's channel with its token; errors come out as the SDK's exceptions."""
     with translated_rpc_errors():
         return await client._stub.Enqueue(job_service_pb2.EnqueueRequest(jobs=[job]), **client._call_kwargs())
+
+
+async def test_a_cancel_reaches_only_the_stream_holding_the_attempt_not_a_namesake(
+    secured: tuple[RunningCoordinator, OffsetClock],
+) -> None:
+    """Tenant B opens a stream with tenant A's worker ID, hoping to hear A's cancels
+    (and so the IDs of A's attempts)."""
+    running, _ = secured
+    async with AsyncClient(running.target, token=running.bootstrap_token) as admin:
+        tenant_a = (await admin.create_token("tenant-a", ["work"], queues=["tenant-a"])).secret
+        tenant_b = (await admin.create_token("tenant-b", ["work"], queues=["tenant-b"])).secret
+    holder = RawWorker(running.target, "shared-id", ["tests.tenant"], token=tenant_a, queues=["tenant-a"])
+    namesake = RawWorker(running.target, "shared-id", ["tests.tenant"], token=tenant_b, queues=["tenant-b"])
+    try:
+        await holder.next("welcome")
+        await namesake.next("welcome")
+        async with client_with(running, "enqueue", "manage", "read") as operator:
+            job = job_service_pb2.NewJob(wire_name="tests.tenant", payload=b"{}", queue="tenant-a")
+            [enqueued] = (await _raw_enqueue(operator, job)).jobs
+            assignment = await holder.claim()
+            assert (await holder.start(assignment.attempt_id)).granted
+
+            await operator.cancel(enqueued.id)
+
+            cancel = await holder.next("cancel")
+            assert isinstance(cancel, pb.Cancel) and cancel.attempt_id == assignment.attempt_id
+            # The push was queued before the cancel call returned; whatever the namesake
+            # reads before the answer to a message sent now was meant for it.
+            namesake.send(start=pb.StartRequest(attempt_id=assignment.attempt_id))
+            await namesake.next("start_answer")
+            assert "cancel" not in namesake.kinds()
+            assert assignment.attempt_id not in str(namesake.received[:-1])
+
+            await holder.succeed(assignment.attempt_id)  # the holder is served on
+            assert (await operator.get(enqueued.id)).cancel_requested
+    finally:
+        await holder.close()
+        await namesake.close()
 
 
 @pytest.mark.parametrize("queue", [".", "..", "..."])
