@@ -27,8 +27,8 @@ def quote(text: str) -> str:
 def check_name(
     field: str, name: str, *, index: int | None = None, max_length: int = MAX_NAME_UTF16_UNITS
 ) -> None:
-    """Wire names and queues: letters and digits of any script, ``.``, ``_``, ``-``, at
-    most ``max_length`` UTF-16 code units (wire names: ``StoreBounds.max_wire_name_length``;
+    """Wire names and queues: letters and digits of any script, ``.``, ``_``, ``-``, not
+    dots alone, at most ``max_length`` UTF-16 code units (wire names: ``StoreBounds.max_wire_name_length``;
     queues: 128). The rule is ``worker_sdk.grammar.name_problem``, the SDK's too."""
     problem = name_problem(name, max_length)
     if problem is None:
@@ -44,6 +44,14 @@ def check_name(
             index=index,
             reason="NAME_TOO_LONG",
             metadata={"length_utf16": units, "limit": max_length},
+        )
+    if problem.fault is NameFault.DOTS_ONLY:
+        raise InvalidArgument(
+            field,
+            f"{quote(name)} is dots alone, which paths and URLs read as a directory; "
+            "add a letter, digit, '_' or '-'",
+            index=index,
+            reason="NAME_INVALID",
         )
     raise InvalidArgument(
         field,

@@ -35,9 +35,11 @@ Defaults shown are those of an empty environment: a flag whose help names a vari
 brackets (`[RUNWICK_TARGET]`) takes its default from that variable when it is set.
 
 Client commands (`jobs`, `workers`, `queues`, `schedules`, `tokens`, `audit`, `purge`)
-reach the coordinator with `--target`, `--token`, `--ca`, `--cert`, `--key` (or
-`RUNWICK_TARGET`, `RUNWICK_TOKEN`, `RUNWICK_CA`, `RUNWICK_CERT`, `RUNWICK_KEY`); the token
-needs the scope named in [Security](security.md). They print a table fitted to the
+reach the coordinator with `--target`, `--token` or `--token-file`, `--ca`, `--cert`,
+`--key` (or `RUNWICK_TARGET`, `RUNWICK_TOKEN` or `RUNWICK_TOKEN_FILE`, `RUNWICK_CA`,
+`RUNWICK_CERT`, `RUNWICK_KEY`); the token needs the scope named in
+[Security](security.md). Prefer `--token-file`: other users of the host see `--token`
+in the process list. They print a table fitted to the
 terminal, `--output wide`, or `--output json` (`--json`): the shapes are in
 [CLI JSON output](cli-json.md). Flags are never abbreviated. `runwick completion
 bash|zsh|fish` prints shell completion code. `serve`, `migrate` and `bench` run the coordinator's own

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from worker_sdk._connection import ConnectionOptions
+from worker_sdk._connection import ConnectionOptions, warn_if_token_travels_in_clear
 from worker_sdk._convert import duration, enqueued_from_proto, state_to_proto
 from worker_sdk._errors import ArgumentError, CoordinatorError
 from worker_sdk._info import EnqueuedJob, JobState
@@ -62,6 +62,7 @@ class ClientBase:
     """Settings levels and request building shared by both clients."""
 
     def __init__(self, connection: ConnectionOptions, *, rpc_timeout: timedelta | None) -> None:
+        warn_if_token_travels_in_clear(connection, type(self).__name__)
         self._metadata = connection.metadata
         self._rpc_timeout_s = None if rpc_timeout is None else rpc_timeout.total_seconds()
         self._defaults = SettingsLayer()

@@ -12,6 +12,8 @@ with ``-----BEGIN``) or PEM bytes.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +24,8 @@ import grpc
 import grpc.aio
 
 from worker_sdk._errors import ArgumentError
+
+logger = logging.getLogger(__name__)
 
 PemSource = str | os.PathLike[str] | bytes
 """A path to a PEM file, PEM text, or PEM bytes."""
@@ -146,6 +150,52 @@ def connection_options(
     if any(value is not None for value in given) or tls or channel_options:
         raise ArgumentError("pass the connection as ConnectionOptions or as arguments, not both")
     return target
+
+
+def warn_if_token_travels_in_clear(connection: ConnectionOptions, who: str) -> bool:
+    """Logs a WARNING when ``who`` (a client or worker, each calling this once, when it
+    is made) will send its bearer token without TLS to another host: anyone on the path
+    can read the token and use it. Returns whether it warned."""
+    if connection.token is None or connection.secure or is_local_target(connection.target):
+        return False
+    logger.warning(
+        "%s sends its bearer token to %s WITHOUT TLS: anyone on the network path can read "
+        "and reuse it; pass ca= (or tls=True) and serve the coordinator with --tls-cert",
+        who,
+        connection.target,
+    )
+    return True
+
+
+def is_local_target(target: str) -> bool:
+    """Whether a gRPC target names this host: a Unix socket, ``localhost`` or a loopback
+    address (``127.0.0.1:7233``, ``[::1]:7233``, ``dns:///localhost:7233``,
+    ``ipv4:127.0.0.1:7233``). A name that merely resolves to one is not known here."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    address = target
+    if address.startswith("dns:"):
+        address = address[4:]
+        if address.startswith("//"):  # dns://authority/host:port
+            address = address[2:].partition("/")[2]
+    elif address.startswith(("ipv4:", "ipv6:")):
+        address = address[5:].split(",")[0]
+    host = _host_of(address)
+    if host.lower() in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(address: str) -> str:
+    """The host of ``host:port``, ``[v6]:port``, or a bare host."""
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    if address.count(":") == 1:
+        return address.partition(":")[0]
+    return address  # a bare IPv6 address, or a host without a port
 
 
 def _auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

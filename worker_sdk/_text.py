@@ -15,7 +15,7 @@ def name_problem(name: object) -> str | None:
     """Why ``name`` is not a valid wire name, or None when it is.
 
     Wire names are letters and digits of any script, ``.``, ``_`` and ``-``, at most 128
-    UTF-16 code units (a character outside the BMP counts 2).
+    UTF-16 code units (a character outside the BMP counts 2), and not dots alone.
     """
     if not isinstance(name, str):
         return f"must be a str, got {type(name).__name__}"
@@ -26,5 +26,7 @@ def name_problem(name: object) -> str | None:
         return "must not be empty"
     if problem.fault is NameFault.TOO_LONG:
         return f"is {problem.length_utf16} UTF-16 code units long; the limit is {problem.limit}"
+    if problem.fault is NameFault.DOTS_ONLY:
+        return "must hold a letter, digit, '_' or '-', not dots alone"
     bad = "".join(sorted(problem.bad_characters))
     return f"has characters outside letters, digits, '.', '_' and '-': {bad!r}"

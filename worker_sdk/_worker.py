@@ -21,7 +21,12 @@ from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
 from worker_sdk._background import BackgroundWorker, start_in_background
 from worker_sdk._config import WorkerConfig, build_config, default_worker_id
-from worker_sdk._connection import ConnectionOptions, PemSource, connection_options
+from worker_sdk._connection import (
+    ConnectionOptions,
+    PemSource,
+    connection_options,
+    warn_if_token_travels_in_clear,
+)
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
 from worker_sdk._metrics import WorkerMetrics
@@ -126,6 +131,7 @@ class Worker:
             credentials=credentials,
             channel_options=options,
         )
+        warn_if_token_travels_in_clear(self._connection, "Worker")
         self._config: WorkerConfig = build_config(
             worker_id=worker_id,
             queues=queues,

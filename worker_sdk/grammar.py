@@ -88,6 +88,8 @@ class NameFault(StrEnum):
     EMPTY = "empty"
     TOO_LONG = "too_long"
     BAD_CHARACTERS = "bad_characters"
+    DOTS_ONLY = "dots_only"
+    """Only dots (``.``, ``..``): path segments, which break URLs and paths built from names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +110,9 @@ def name_problem(name: str, max_units: int = MAX_NAME_UTF16_UNITS) -> NameProble
     """Why ``name`` is not a valid name (wire name or queue), or None when it is.
 
     Names are letters and digits of any script, ``.``, ``_`` and ``-``, at most
-    ``max_units`` UTF-16 code units (a character outside the BMP counts 2). The checks run
-    in ``NameFault`` order: empty, then too long, then bad characters. Never raises,
+    ``max_units`` UTF-16 code units (a character outside the BMP counts 2), and not dots
+    alone. The checks run in ``NameFault`` order: empty, then too long, then bad
+    characters, then dots only. Never raises,
     whatever the string holds (a lone surrogate is a bad character). Answers are
     remembered (a bounded number): a batch of jobs names the same few queues and types,
     and checking them character by character was a third of an enqueue's validation.
@@ -122,6 +125,10 @@ def name_problem(name: str, max_units: int = MAX_NAME_UTF16_UNITS) -> NameProble
     bad = tuple(dict.fromkeys(ch for ch in name if not is_name_character(ch)))
     if bad:
         return NameProblem(NameFault.BAD_CHARACTERS, units, max_units, bad)
+    if not name.strip("."):
+        # "." and ".." are path segments: a queue so named turns the dashboard's
+        # /queues/<name>/pause into another URL.
+        return NameProblem(NameFault.DOTS_ONLY, units, max_units)
     return None
 
 

@@ -315,7 +315,7 @@ class Coordinator:
         self.dispatcher.absorb(effects)
         self._wake_maintenance(leases=effects.leases_taken, scheduled=effects.next_run_at_ms is not None)
         for push in effects.cancel_pushes:
-            self.dispatcher.cancel_attempt(push.worker_id, push.attempt_id)
+            self.dispatcher.cancel_attempt(push.worker_id, push.attempt_id, token_id=push.token_id)
 
     def _heard_of_jobs(self, origin: str | None) -> None:
         """Another replica made jobs claimable (or, at None, one may have while nobody

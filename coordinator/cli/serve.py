@@ -313,6 +313,9 @@ def run_serve(options: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
+    warning = plaintext_warning(config)
+    if warning is not None:
+        logging.getLogger("runwick").warning(warning)
     try:
         asyncio.run(
             _serve_until_signalled(
@@ -378,6 +381,20 @@ async def _serve_until_signalled(
     await stop.wait()
     logging.getLogger("runwick").info("shutting down: draining workers")
     await asyncio.gather(running.stop(), *([replicas.stop()] if replicas else []))
+
+
+def plaintext_warning(config: CoordinatorConfig) -> str | None:
+    """What to warn of when the coordinator listens beyond this host without TLS: every
+    call's bearer token and every payload crosses the network in clear. None otherwise."""
+    from coordinator.config import is_loopback
+
+    if config.tls_cert_file or is_loopback(config.host):
+        return None
+    return (
+        f"PLAINTEXT on {config.host}: without TLS, bearer tokens, payloads and dashboard logins "
+        "cross the network readable (and replayable) by anyone on the path; serve with "
+        "--tls-cert and --tls-key, or listen on 127.0.0.1 only"
+    )
 
 
 def _port_text(port: int | None) -> str:

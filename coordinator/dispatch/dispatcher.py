@@ -568,10 +568,14 @@ class Dispatcher:
 
     # -- management -----------------------------------------------------------------
 
-    def cancel_attempt(self, worker_id: str, attempt_id: str) -> int:
-        """R-8: pushes a cancel to the streams of ``worker_id`` on this replica; returns
-        how many. A worker on another replica hears it in its next heartbeat answer."""
-        sessions = [s for s in self.sessions if s.worker_id == worker_id]
+    def cancel_attempt(self, worker_id: str, attempt_id: str, *, token_id: str | None) -> int:
+        """R-8: pushes a cancel to the streams on this replica that hold the attempt (its
+        worker ID with the token it was claimed with); returns how many. A worker on
+        another replica hears it in its next heartbeat answer.
+
+        The token counts: any client may name any worker ID, so a stream of another
+        tenant with the same ID must not learn the attempt's ID."""
+        sessions = [s for s in self.sessions if s.worker_id == worker_id and s.token_id == token_id]
         for session in sessions:
             session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
         return len(sessions)

@@ -199,10 +199,16 @@ def plan_ticks(
     return TickPlan(tuple(run), skipped, cron.next_after(resume_after))
 
 
+TICK_KEY_PREFIX = "schedule:"
+"""Idempotency keys starting so belong to schedules' ticks: only the scheduler writes
+them, and a client's enqueue with one is refused. Were they open, an enqueue token could
+take a future tick's key first, and the schedule would then record that job as its run."""
+
+
 def idempotency_key(name: str, tick_ms: int) -> str:
     """The key of a tick's job, ``schedule:<name>:<tick in UTC, ISO 8601>``: the jobs
     table's unique key makes each tick one job, whichever replica enqueues it."""
-    return f"schedule:{name}:{iso_tick(tick_ms)}"
+    return f"{TICK_KEY_PREFIX}{name}:{iso_tick(tick_ms)}"
 
 
 def iso_tick(tick_ms: int) -> str:

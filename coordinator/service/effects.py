@@ -47,10 +47,14 @@ class JobFinished(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class CancelPush:
-    """A cancel to send over the stream of the worker running the attempt (R-8)."""
+    """A cancel to send over the streams holding the attempt (R-8): its worker ID with
+    the token it claimed with. The worker ID alone is the client's to choose, so another
+    tenant's stream may carry it too."""
 
     worker_id: str
     attempt_id: str
+    token_id: str | None = None
+    """The token the attempt was claimed with (None with authentication off)."""
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from coordinator.domain.evolve import draft_class
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
+from coordinator.domain.schedules import TICK_KEY_PREFIX
 from coordinator.domain.settings import JobSettings, SettingsError, SettingsLayer, resolve_settings
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
@@ -90,7 +91,7 @@ class JobsService:
         limit = self.store.bounds.max_enqueue_batch
         if len(specs) > limit:
             raise batch_too_large(limit, len(specs))
-        batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        batch = [self._new_job(index, spec, now, from_client=True) for index, spec in enumerate(specs)]
         _check_reachable(batch, reachable)
         return batch, _insertion_order(batch)
 
@@ -98,10 +99,10 @@ class JobsService:
         """``enqueue`` inside the caller's transaction (a schedule's tick commits with the
         schedule's advance); checks every job first, as ``enqueue`` does."""
         now = self.clock.now_ms()
-        batch = [self._new_job(index, spec, now) for index, spec in enumerate(specs)]
+        batch = [self._new_job(index, spec, now, from_client=False) for index, spec in enumerate(specs)]
         return insert_batch(tx, batch, _insertion_order(batch), now)
 
-    def _new_job(self, index: int, spec: NewJobSpec, now: int) -> NewJob:
+    def _new_job(self, index: int, spec: NewJobSpec, now: int, *, from_client: bool = True) -> NewJob:
         bounds = self.store.bounds
         check_name("wire_name", spec.wire_name, index=index, max_length=bounds.max_wire_name_length)
         check_name("queue", spec.queue, index=index)
@@ -122,6 +123,8 @@ class JobsService:
         parents = check_parents(spec.parent_ids, bounds.max_parents_per_job, index=index)
         job_id = require_id("job_id", spec.job_id, index=index) if spec.job_id else uuid7(now)
         _check_key("idempotency_key", spec.idempotency_key, index, "IDEMPOTENCY_KEY_INVALID")
+        if from_client:
+            _check_not_a_tick_key(spec.idempotency_key, index)
         _check_key("unique_key", spec.unique_key, index, "UNIQUE_KEY_INVALID")
         try:
             settings = _effective_settings(self.config.job_defaults, spec.settings)
@@ -264,6 +267,18 @@ def _effective_settings(defaults: SettingsLayer, requested: SettingsLayer) -> Jo
 
 
 _JobRecordDraft = draft_class(JobRecord)
+
+
+def _check_not_a_tick_key(key: str | None, index: int) -> None:
+    if key and key.startswith(TICK_KEY_PREFIX):
+        raise InvalidArgument(
+            "idempotency_key",
+            f"{quote(key)} starts with {TICK_KEY_PREFIX!r}, which is reserved for the jobs of "
+            "schedules' ticks; choose a key with another prefix",
+            index=index,
+            reason="IDEMPOTENCY_KEY_RESERVED",
+            metadata={"prefix": TICK_KEY_PREFIX},
+        )
 
 
 def _check_key(field: str, key: str | None, index: int, reason: str) -> None:

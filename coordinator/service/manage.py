@@ -76,7 +76,7 @@ class ManagementService:
             if not job.cancel_requested:
                 writes.change(job, changes.cancel_requested(job), "cancel_requested", attempt_id)
             if job.worker_id is not None and attempt_id is not None:
-                writes.effects.cancel_pushes.append(CancelPush(job.worker_id, attempt_id))
+                writes.effects.cancel_pushes.append(_cancel_push(tx, job.worker_id, attempt_id))
             detail = "cancel requested while running"
         if bulk is not None:
             detail += f" (bulk: {bulk})"
@@ -179,6 +179,12 @@ def _reopen_dependents(writes: JobWrites, tx: Tx, root_id: str, now: int) -> lis
             reopened.append(child.id)
             frontier.append(child.id)
     return reopened
+
+
+def _cancel_push(tx: Tx, worker_id: str, attempt_id: str) -> CancelPush:
+    """The push to the streams holding the attempt: they claimed it with its token."""
+    attempt = tx.attempts_by_ids([attempt_id]).get(attempt_id)
+    return CancelPush(worker_id, attempt_id, attempt.token_id if attempt is not None else None)
 
 
 def _locked_job(tx: Tx, job_id: str) -> JobRecord:

@@ -316,8 +316,9 @@ tokens = Table(
     Column("revoked_at_ms", BigInteger),
 )
 
-# Append-only (the migration adds triggers that refuse UPDATE and DELETE): who did what
-# to which job, attempt or token, when and from where. Never error text.
+# Append-only (migrations 0002 and 0019 add triggers that refuse UPDATE, DELETE and, on
+# PostgreSQL, TRUNCATE): who did what to which job, attempt or token, when and from
+# where. Never error text.
 audit_events = Table(
     "audit_events",
     metadata,

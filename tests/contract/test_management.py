@@ -351,6 +351,20 @@ def test_r22_the_audit_log_is_append_only_in_the_database(harness: Harness, toke
     assert [e.actor_name for e in events(harness)] == ["ops"]
 
 
+def test_the_audit_log_cannot_be_emptied_at_once_either(harness: Harness, tokens: TokenService) -> None:
+    """PostgreSQL's TRUNCATE fires no row trigger; SQLite's form of it, DELETE without a
+    WHERE, is refused by the row trigger."""
+    tokens.create("x", ["read"], [], OPERATOR)
+    statement = "TRUNCATE audit_events" if harness.store.postgres else "DELETE FROM audit_events"
+    engine = create_write_engine(harness.store.url)
+    try:
+        with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+            conn.execute(text(statement))
+    finally:
+        engine.dispose()
+    assert [e.actor_name for e in events(harness)] == ["ops"]
+
+
 def test_the_audit_log_pages_newest_first(harness: Harness, tokens: TokenService) -> None:
     created = [tokens.create(f"t{n}", ["read"], [], OPERATOR).record.id for n in range(5)]
     log = AuditLog(harness.store, CoordinatorConfig())

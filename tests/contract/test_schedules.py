@@ -5,6 +5,7 @@ both DST changes; pause, resume and delete; bad input changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import threading
@@ -459,6 +460,38 @@ def test_jobs_a_lowered_bound_refuses_are_recorded_as_skipped(
     assert fired.enqueued == [] and fired.skipped == 1
     assert scheduled_jobs(harness) == []
     assert isos(listed(restarted)["nightly"].next_runs_ms)[0] == "2026-01-01T02:00:00Z"
+
+
+# -- a tick's key is the scheduler's alone -----------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["schedule:nightly:2026-01-01T01:00:00Z", "schedule:", "schedule:anything"])
+def test_a_client_enqueue_with_a_tick_key_is_refused_and_writes_nothing(harness: Harness, key: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        harness.enqueue(idempotency_key=key)
+    error = refused.value
+    assert (error.field, error.reason) == ("jobs[0].idempotency_key", "IDEMPOTENCY_KEY_RESERVED")
+    assert "reserved for the jobs of schedules' ticks" in error.description
+    assert harness.all_jobs() == []
+
+
+def test_a_tick_key_taken_before_its_tick_cannot_replace_the_run(
+    harness: Harness, service: SchedulesService
+) -> None:
+    """The attack: enqueue the next tick's key first, so the schedule records that job."""
+    service.create(spec(cron="0 * * * *", payload=b'{"real": true}'), ACTOR)
+    with contextlib.suppress(InvalidArgument):
+        harness.enqueue(
+            "attacker.job", b'{"evil": true}', idempotency_key="schedule:nightly:2026-01-01T01:00:00Z"
+        )
+    move_to(harness, at("2026-01-01T01:00:00"))
+
+    [fired] = run_pass(service)
+
+    assert [item.existing for _, item in fired.enqueued] == [False]
+    [job] = scheduled_jobs(harness)
+    assert (job.wire_name, job.payload) == (WIRE, b'{"real": true}')
+    assert listed(service)["nightly"].record.last_job_id == job.id
 
 
 # -- replicas ----------------------------------------------------------------------------

@@ -24,15 +24,12 @@ Doc = dict[str, Any]
 USER_OVERLAYS: dict[str, Doc] = {
     # The README's way to add the Prometheus Operator objects.
     "monitored": {"resources": ["../postgres"], "components": ["../../components/servicemonitor"]},
-    # Everything optional, in a namespace of the user's, with the parameters changed.
+    # Everything optional, in a namespace of the user's, with the parameters changed
+    # (TLS is in every overlay already).
     "full": {
         "namespace": "jobs",
         "resources": ["../postgres"],
-        "components": [
-            "../../components/servicemonitor",
-            "../../components/tls",
-            "../../components/parameters",
-        ],
+        "components": ["../../components/servicemonitor", "../../components/parameters"],
         "configMapGenerator": [
             {
                 "name": "runwick-parameters",

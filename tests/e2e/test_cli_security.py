@@ -230,3 +230,26 @@ async def test_serve_refuses_insecure_off_loopback(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2 and "refused" in result.stderr and "loopback" in result.stderr
+
+
+async def test_the_token_can_come_from_a_file_and_never_shows_in_the_command_line(
+    served: Served, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(served.admin_token + "\n")  # as `echo` or an editor leaves it
+    target = ("--target", served.target)
+
+    listed = await runwick("tokens", "list", *target, "--token-file", str(token_file), "--json")
+    assert [token["name"] for token in json.loads(listed.stdout)["tokens"]] != []
+
+    both = await runwick(
+        "tokens", "list", *target, "--token", served.admin_token, "--token-file", str(token_file), check=False
+    )
+    assert both.returncode == 2
+    assert "--token-file: not allowed with argument --token" in both.stderr
+
+    missing = await runwick("tokens", "list", *target, "--token-file", str(tmp_path / "nope"), check=False)
+    assert missing.returncode == 2
+    assert f"--token-file: cannot read the token file {tmp_path / 'nope'}: No such file or directory" in (
+        missing.stderr
+    )

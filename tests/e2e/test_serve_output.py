@@ -125,6 +125,24 @@ async def test_text_start_up_is_a_few_lines_without_library_noise(tmp_path: Path
     assert "migrated" not in second_start and "None" not in second_start
 
 
+async def test_serving_beyond_loopback_without_tls_warns_loudly(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    database = f"sqlite:///{tmp_path / 'runwick.db'}"
+    token_file = tmp_path / "admin-token"
+    process = serve(
+        log,
+        *("--database-url", database, "--host", "0.0.0.0", "--admin-token-file", str(token_file)),
+        *QUIET,
+        env=clean_env(),
+    )
+    try:
+        await wait_listening(process, log)
+    finally:
+        assert await stop(process) == 0
+    [warning] = [line for line in log.read_text().splitlines() if "PLAINTEXT on 0.0.0.0" in line]
+    assert "WARNING" in warning and "--tls-cert and --tls-key" in warning
+
+
 async def test_the_start_up_heap_is_frozen_before_the_ready_line(tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     database = f"sqlite:///{tmp_path / 'runwick.db'}"

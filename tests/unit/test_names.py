@@ -38,11 +38,13 @@ SDK_REASON = {
     NameFault.EMPTY: "must not be empty",
     NameFault.TOO_LONG: "UTF-16 code units long; the limit is",
     NameFault.BAD_CHARACTERS: "has characters outside letters, digits",
+    NameFault.DOTS_ONLY: "not dots alone",
 }
 COORDINATOR_REASON = {
     NameFault.EMPTY: "NAME_EMPTY",
     NameFault.TOO_LONG: "NAME_TOO_LONG",
     NameFault.BAD_CHARACTERS: "NAME_INVALID",
+    NameFault.DOTS_ONLY: "NAME_INVALID",
 }
 
 
@@ -135,6 +137,7 @@ def test_a_too_long_name_with_a_lone_surrogate_is_answered_not_raised() -> None:
 @given(name=st.one_of(ANY_TEXT, NAMEISH))
 @example(name="")
 @example(name=LONE_SURROGATE * 200)
+@example(name="..")
 def test_name_problem_matches_its_definition(name: str) -> None:
     problem = name_problem(name)
     units = utf16_length(name)
@@ -144,6 +147,8 @@ def test_name_problem_matches_its_definition(name: str) -> None:
         expected = NameFault.TOO_LONG
     elif not all(ch.isalnum() or ch in "._-" for ch in name):
         expected = NameFault.BAD_CHARACTERS
+    elif set(name) == {"."}:
+        expected = NameFault.DOTS_ONLY
     else:
         assert problem is None
         return
@@ -214,6 +219,22 @@ def test_check_name_bad_characters_names_the_first(name: str, first_bad: str) ->
     )
 
 
+@pytest.mark.parametrize("name", [".", "..", "..."])
+def test_check_name_refuses_dots_alone(name: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        check_name("queue", name)
+    error = caught.value
+    assert (error.field, error.reason) == ("queue", "NAME_INVALID")
+    assert error.description == (
+        f"{name!r} is dots alone, which paths and URLs read as a directory; add a letter, digit, '_' or '-'"
+    )
+
+
+@pytest.mark.parametrize("name", [".hidden", "a..b", "v1.2", "._", "-.."])
+def test_names_with_dots_and_something_else_stay_valid(name: str) -> None:
+    assert name_problem(name) is None
+
+
 # --- the SDK's wording -----------------------------------------------------------------
 
 
@@ -226,6 +247,7 @@ def test_check_name_bad_characters_names_the_first(name: str, first_bad: str) ->
         ("", "must not be empty"),
         ("x" * 129, "is 129 UTF-16 code units long; the limit is 128"),
         ("b a/a b", "has characters outside letters, digits, '.', '_' and '-': ' /'"),
+        ("..", "must hold a letter, digit, '_' or '-', not dots alone"),
     ],
 )
 def test_sdk_name_problem_messages(name: object, message: str | None) -> None:
