@@ -119,3 +119,17 @@ def test_a_named_bind_answers_its_name_and_a_wildcard_bind_any_unless_names_are_
     assert allowed_hosts("10.0.0.5", ["runwick.internal"]) == {"10.0.0.5", "runwick.internal"}
     assert allowed_hosts("0.0.0.0", ()) is None
     assert allowed_hosts("::", ["runwick.internal"]) == {"runwick.internal", "127.0.0.1", "localhost", "::1"}
+
+
+def test_allowed_host_flags_are_names_or_addresses_without_ports() -> None:
+    from coordinator.cli.serve import _host_names
+    from coordinator.config import ConfigError
+
+    assert _host_names(["Runwick.Internal", " [::1] ", "10.0.0.5"]) == (
+        "runwick.internal",
+        "[::1]",
+        "10.0.0.5",
+    )
+    for bad in ("", "host:7235", "a b", "http://host", "host/x"):
+        with pytest.raises(ConfigError, match="not a host name"):
+            _host_names([bad])
