@@ -37,10 +37,11 @@ class DashboardLimits:
     """Largest request head (request line and headers); more ends the connection (431)."""
     backlog: int = 128
     """Connections the kernel queues before the server accepts them."""
-    signin_burst: int = 10
-    """Sign-in attempts a client address may make at once (429 after)."""
-    signin_refill_per_s: float = 0.2
-    """How fast an address earns attempts back: one every 5 s."""
+    signin_burst: int = 20
+    """Sign-in attempts a client address may make at once (429 after): enough for a few
+    operators behind one address, or a browser test's many sign-ins."""
+    signin_refill_per_s: float = 0.5
+    """How fast an address earns attempts back: one every 2 s."""
     signin_clients_tracked: int = 10_000
     """Client addresses the sign-in limiter remembers; the least recently seen is
     forgotten first, so the table stays bounded whatever the number of addresses."""
