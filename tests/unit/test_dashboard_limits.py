@@ -111,14 +111,18 @@ def test_the_host_name_of_a_host_header(header: str, name: str | None) -> None:
 
 
 def test_a_loopback_bind_answers_the_loopback_names_and_the_listed_ones_only() -> None:
-    assert allowed_hosts("127.0.0.1", ()) == {"127.0.0.1", "localhost", "::1"}
-    assert allowed_hosts("::1", ["Dash.Example"]) == {"127.0.0.1", "localhost", "::1", "dash.example"}
+    assert allowed_hosts("127.0.0.1", ()) == frozenset({"127.0.0.1", "localhost", "::1"})
+    assert allowed_hosts("::1", ["Dash.Example"]) == frozenset(
+        {"127.0.0.1", "localhost", "::1", "dash.example"}
+    )
 
 
 def test_a_named_bind_answers_its_name_and_a_wildcard_bind_any_unless_names_are_listed() -> None:
-    assert allowed_hosts("10.0.0.5", ["runwick.internal"]) == {"10.0.0.5", "runwick.internal"}
+    assert allowed_hosts("10.0.0.5", ["runwick.internal"]) == frozenset({"10.0.0.5", "runwick.internal"})
     assert allowed_hosts("0.0.0.0", ()) is None
-    assert allowed_hosts("::", ["runwick.internal"]) == {"runwick.internal", "127.0.0.1", "localhost", "::1"}
+    assert allowed_hosts("::", ["runwick.internal"]) == frozenset(
+        {"runwick.internal", "127.0.0.1", "localhost", "::1"}
+    )
 
 
 def test_allowed_host_flags_are_names_or_addresses_without_ports() -> None:
