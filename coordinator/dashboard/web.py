@@ -246,6 +246,12 @@ class Dashboard:
     async def signin(self, request: Request) -> Response:
         if not self.auth_enabled:
             return RedirectResponse("/", status_code=303)
+        try:
+            return await self._signin(request)
+        except CoordinatorError as exc:  # the database unavailable: say so, not a 500
+            return self.error(request, None, _status(exc), str(exc))
+
+    async def _signin(self, request: Request) -> Response:
         form = await request.form(max_fields=10)
         given, token, next_path = form.get(sessions.CSRF_FIELD), form.get("token"), form.get("next")
         nonce = request.cookies.get(self.cookies.signin)

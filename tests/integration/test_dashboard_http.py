@@ -22,6 +22,7 @@ from coordinator.domain.access import SYSTEM_ACTOR
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import NewJobSpec, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
+from coordinator.errors import Unavailable
 from coordinator.process import RunningCoordinator, start_coordinator
 from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport, WorkBatch
 from tests.integration.test_tls import Pki, pki  # noqa: F401  (the fixture)
@@ -479,3 +480,19 @@ async def test_no_page_reads_the_jobs_table_unbounded(dashboard: Dashboard) -> N
             or "state IN ('reserved', 'running')" in statement
         )
         assert bounded, statement
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_sign_in_while_the_database_is_unavailable_says_so_and_sets_no_session(
+    dashboard: Dashboard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unavailable(*args: object) -> str:
+        raise Unavailable("the database is unavailable; try again")
+
+    monkeypatch.setattr(dashboard.running.app, "open_dashboard_session", unavailable)
+    session = Session(dashboard.port)
+
+    refused = await session.sign_in(dashboard.tokens["read"])
+
+    assert refused.status == 503 and "unavailable" in refused.body
+    assert "runwick_session" not in session.cookies
