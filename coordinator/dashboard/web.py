@@ -138,8 +138,11 @@ class Dashboard:
             return None
         if not request.cookies.get(self.cookies.session):
             if path == "/signout":
-                return self._signed_out(RedirectResponse("/signin", status_code=303))
-            return self.error(request, None, 401, SIGNED_OUT)
+                refused = self._signed_out(RedirectResponse("/signin", status_code=303))
+            else:
+                refused = self.error(request, None, 401, SIGNED_OUT)
+            refused.headers["connection"] = "close"  # its body is left unread
+            return refused
         return None
 
     async def _principal(self, token: str) -> Principal | None:

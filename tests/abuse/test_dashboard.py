@@ -162,6 +162,28 @@ async def test_a_form_over_the_cap_is_refused_whether_its_length_is_declared_or_
     assert status == 413 and "runwick_session" not in answer
 
 
+@SQLITE_ONLY
+async def test_an_action_without_a_session_is_refused_before_its_endless_body(
+    secured: RunningCoordinator,
+) -> None:
+    port = _port(secured)
+    head = _post_head(port, "/queues/default/pause", "application/x-www-form-urlencoded", None)
+
+    def refused_then_closed() -> tuple[int, bool]:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
+            sock.sendall(head + b"1000\r\n" + b"a" * 4_096)  # a chunked body that never ends
+            received = b""
+            while True:
+                chunk = sock.recv(65_536)
+                if not chunk:
+                    break  # closed by the server: the rest of the body is not waited for
+                received += chunk
+        return int(received[9:12]), True
+
+    status, closed = await asyncio.to_thread(refused_then_closed)
+    assert status == 401 and closed
+
+
 # -- 2. sessions: the cookie is not the token, and sign-out ends it --------------------
 
 
