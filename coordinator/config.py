@@ -45,6 +45,43 @@ class IngressLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class DashboardLimits:
+    """What one client may ask of the dashboard's port (docs/security.md, "The
+    dashboard"): each bound is checked before any work is done for the request."""
+
+    max_form_bytes: int = 8_192
+    """Largest POST body; a larger one is refused (413) before it is read. The dashboard's
+    forms are a few hundred bytes (a bulk retry of a page of 50 jobs is about 2 KiB)."""
+    body_timeout_s: float = 10.0
+    """How long a POST body may take to arrive once its headers have (408 after)."""
+    idle_timeout_s: int = 5
+    """A connection that has not sent a complete request head this long after it opened
+    or after its last response is closed: idle keep-alive connections and headers
+    trickled in a byte at a time alike."""
+    max_connections: int = 64
+    """Open connections at once; more are closed as soon as they are accepted (and
+    requests beyond it on open ones answered 503), so the dashboard cannot use up the
+    process's file descriptors the gRPC API needs."""
+    max_header_bytes: int = 16_384
+    """Largest request head (request line and headers); more ends the connection (431)."""
+    backlog: int = 128
+    """Connections the kernel queues before the server accepts them."""
+    signin_burst: int = 20
+    """Sign-in attempts a client address may make at once (429 after): enough for a few
+    operators behind one address, or a browser test's many sign-ins."""
+    signin_refill_per_s: float = 0.5
+    """How fast an address earns attempts back: one every 2 s."""
+    signin_clients_tracked: int = 10_000
+    """Client addresses the sign-in limiter remembers; the least recently seen is
+    forgotten first, so the table stays bounded whatever the number of addresses."""
+    signin_log_interval_s: float = 60.0
+    """At most one log line about refused sign-ins per client address this often, with
+    the count of those it stood for."""
+    max_sessions_per_token: int = 32
+    """Sessions one token may hold at once; a new sign-in ends its oldest beyond this."""
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     database_url: str = DEFAULT_DATABASE_URL
     """SQLAlchemy URL: ``sqlite:///path`` (default, created on first start) or
@@ -169,9 +206,16 @@ class CoordinatorConfig:
     TLS is configured); 0 picks a free one, None serves none (``runwick serve`` defaults
     to 7235)."""
     dashboard_session_ttl_s: float = 12 * 3600.0
-    """How long a dashboard sign-in lasts; the token is checked again on every request,
-    so a revoked token's sessions end at once (within ``auth_cache_ttl_s`` on replicas
-    other than the one that revoked it)."""
+    """How long a dashboard sign-in lasts. Sessions are kept in the database, so a
+    sign-out or the token's revocation ends them at once on every replica."""
+    dashboard_allowed_hosts: tuple[str, ...] = ()
+    """Host names the dashboard answers besides ``host`` itself (and, when ``host`` is a
+    loopback address, ``localhost``, ``127.0.0.1`` and ``::1``): the names operators reach
+    it by, e.g. an Ingress's. A request naming another ``Host`` is refused (421), which
+    stops DNS rebinding. On a wildcard bind (``0.0.0.0``, ``::``) with none listed, any
+    ``Host`` is answered (authentication is on there: ``--insecure`` is loopback-only)."""
+    dashboard_limits: DashboardLimits = field(default_factory=DashboardLimits)
+    """Bounds on the dashboard's connections, requests and sign-ins."""
     health_check_interval_s: float = 5.0
     """How often a background task reads the database: readiness and the queue gauges."""
     queue_count_fold_interval_s: float = 1.0

@@ -65,6 +65,7 @@ from coordinator.service.bulk import (
     JobFilter,
     check_filter,
 )
+from coordinator.service.dashboard import DashboardSessions
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 from coordinator.service.jobs import JobsService
@@ -110,6 +111,9 @@ class Coordinator:
         self.executors = Executors(postgres=store.postgres)
         self.watch = TerminalWatch()
         self.tokens = TokenService(store, clock, config.auth_cache_ttl_s)
+        self.dashboard_sessions = DashboardSessions(
+            store, clock, config.dashboard_session_ttl_s, config.dashboard_limits
+        )
         self.jobs = JobsService(store, clock, config, rng)
         self.ops = WorkerOps(store, clock, config, rng)
         self.manage = ManagementService(store, clock)
@@ -554,6 +558,17 @@ class Coordinator:
         record = await self.executors.write(self.tokens.revoke, token_id, actor)
         self.dispatcher.close_token_sessions(record.id)
         return record
+
+    async def open_dashboard_session(self, principal: Principal) -> str:
+        """A dashboard session for a token that authenticated; its ID (the cookie)."""
+        return await self.executors.write(self.dashboard_sessions.open, principal)
+
+    async def dashboard_principal(self, session_id: str) -> Principal | None:
+        """Who a dashboard session stands for, or None when it ended or never was."""
+        return await self.executors.read(self.dashboard_sessions.principal, session_id)
+
+    async def close_dashboard_session(self, session_id: str) -> bool:
+        return await self.executors.write(self.dashboard_sessions.close, session_id)
 
     async def list_audit_events(
         self, *, action: str | None, target: str | None, page_size: int, page_token: str

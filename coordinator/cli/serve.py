@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Mapping
@@ -34,6 +35,9 @@ READY_LINE = "runwick coordinator listening on "
 with ``--log-format json`` it is the ``message`` of a JSON line that also has ``target``."""
 DATABASE_URL_ENV = "RUNWICK_DATABASE_URL"
 BOOTSTRAP_TOKEN_ENV = "RUNWICK_BOOTSTRAP_TOKEN"
+
+
+_HOST_NAME = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)$")
 
 
 def _env(name: str, default: str) -> str:
@@ -95,6 +99,14 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         type=int,
         default=int(_env("RUNWICK_DASHBOARD_PORT", "7235")),
         help="web dashboard HTTP port (HTTPS with --tls-cert), 0 = any, -1 = none [RUNWICK_DASHBOARD_PORT]",
+    )
+    serve.add_argument(
+        "--dashboard-allowed-host",
+        action="append",
+        metavar="NAME",
+        default=[name for name in _env("RUNWICK_DASHBOARD_ALLOWED_HOSTS", "").split(",") if name.strip()],
+        help="a host name the dashboard answers besides --host (repeatable; others get 421) "
+        "[RUNWICK_DASHBOARD_ALLOWED_HOSTS, comma-separated]",
     )
     serve.add_argument(
         "--metrics-max-label-values",
@@ -271,6 +283,21 @@ def _security_config(options: argparse.Namespace, *, terminal: bool) -> dict[str
     }
 
 
+def _host_names(names: list[str]) -> tuple[str, ...]:
+    """``--dashboard-allowed-host`` values, checked: a name or address, no port."""
+    from coordinator.config import ConfigError
+
+    checked = []
+    for name in (name.strip() for name in names):
+        if not name or not _HOST_NAME.match(name):
+            raise ConfigError(
+                f"--dashboard-allowed-host {name[:100]!r} is not a host name or address "
+                "(letters, digits, dots and dashes, or an IPv6 address in brackets; no port)"
+            )
+        checked.append(name.lower())
+    return tuple(checked)
+
+
 def _port_or_none(port: int) -> int | None:
     return None if port < 0 else port
 
@@ -306,6 +333,7 @@ def run_serve(options: argparse.Namespace) -> int:
             health_port=_port_or_none(options.health_port),
             metrics_port=_port_or_none(options.metrics_port),
             dashboard_port=_port_or_none(options.dashboard_port),
+            dashboard_allowed_hosts=_host_names(options.dashboard_allowed_host),
             metrics_max_label_values=options.metrics_max_label_values,
             max_connection_age_ms=int(options.max_connection_age * 1000),
             max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),

@@ -4,7 +4,8 @@ the gRPC API a transport that calls only the facade and reads domain values.
 ``serve_dashboard(app)`` serves it on the coordinator's event loop (``server``);
 ``build_app`` is the ASGI application (``web``: sign-in, scopes, CSRF; ``views``: the
 pages and actions; ``render``: templates and headers; ``sessions``: cookies and CSRF
-tokens). Templates, styles and the one script are plain files in the package.
+tokens; ``guard``: Host, Origin and body checks before any work; ``limits``: the sign-in
+limit). Templates, styles and the one script are plain files in the package.
 """
 
 from coordinator.dashboard.server import DashboardServer, serve_dashboard

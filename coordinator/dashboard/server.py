@@ -4,6 +4,10 @@
 ``config.dashboard_port`` (0 picks a free port, which ``.port`` reports), with TLS when
 the API has a certificate, and serves until ``await server.stop()``. The coordinator
 process owns the signals: this server installs no handlers of its own.
+
+The port is bounded (``DashboardLimits``): connections at once, the size of a request
+head, and how long a connection may sit without sending one, so idle or trickling
+clients cannot hold the process's file descriptors, which the gRPC API needs too.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import socket
 from collections.abc import Iterator
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from coordinator.app import Coordinator
+from coordinator.config import DashboardLimits
 from coordinator.dashboard.web import build_app
 
 STARTUP_TIMEOUT_S = 10.0
@@ -29,6 +35,50 @@ class _Server(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         # SIGTERM and SIGINT belong to the coordinator process (graceful drain).
         yield
+
+
+class _BoundedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with two more bounds. uvicorn times out keep-alive
+    only after a response and restarts that timer on every byte received, so a client
+    that connects and sends nothing, or sends its head a byte at a time, is never closed:
+    here each connection must complete a request head within ``timeout_keep_alive`` of
+    opening or of its last response, bytes or not. And past ``max_connections`` open
+    connections a new one is closed at once instead of held open."""
+
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        limit = self.limit_concurrency  # max_connections + 1: uvicorn's 503 starts at the limit
+        if limit is not None and len(self.connections) >= limit:
+            transport.close()
+            return
+        self._arm_head_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_deadline()
+        super().connection_lost(exc)
+
+    def _arm_head_deadline(self) -> None:
+        self._disarm_head_deadline()
+        if not self.transport.is_closing():
+            self._head_deadline = self.loop.call_later(self.timeout_keep_alive, self._head_deadline_passed)
+
+    def _disarm_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_deadline_passed(self) -> None:
+        self._head_deadline = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being answered: its body has its own deadline (guard)
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 class DashboardServer:
@@ -44,7 +94,7 @@ class DashboardServer:
             await self._task
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named, so asyncio turns Nagle off on accepted connections (it checks
     # the protocol): else a response's header and body writes wait on delayed ACKs.
@@ -52,7 +102,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock.listen(backlog)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -69,10 +119,17 @@ async def serve_dashboard(app: Coordinator) -> DashboardServer:
     # the coordinator's log says when the dashboard listens. Failures still show.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     tls = bool(config.tls_cert_file and config.tls_key_file)
-    sock = _bind(config.host, config.dashboard_port)
+    limits: DashboardLimits = config.dashboard_limits
+    sock = _bind(config.host, config.dashboard_port, limits.backlog)
     try:
         uvicorn_config = uvicorn.Config(
             build_app(app, tls=tls),
+            http=_BoundedH11Protocol,
+            ws="none",
+            limit_concurrency=limits.max_connections + 1,
+            timeout_keep_alive=limits.idle_timeout_s,
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            backlog=limits.backlog,
             log_config=None,
             access_log=False,
             lifespan="off",

@@ -1,17 +1,20 @@
-"""Dashboard sign-in sessions and CSRF tokens, kept in the browser and checked on every
-request, so any replica answers any request and nothing is stored server-side.
+"""Dashboard cookies and CSRF tokens.
 
-The session cookie holds the API token the operator signed in with and when it was
-issued, bound together by an HMAC keyed with the token: without the token nobody can
-mint or stretch a session, and every request authenticates the token again through the
-facade (as the gRPC API does), so a revoked token's sessions end. The cookie is
-``HttpOnly`` and ``SameSite=Strict`` (and ``Secure`` under TLS): scripts cannot read it
-and other sites' pages do not send it.
+A signed-in browser holds a session ID (random, opaque; ``Coordinator.
+open_dashboard_session``), never the API token: the database keeps the ID's hash and
+its token, so every replica knows the session and a sign-out or the token's revocation
+ends it. The cookie is ``HttpOnly`` and ``SameSite=Strict``. Under TLS it is named
+``__Host-runwick_session`` and is ``Secure`` with ``Path=/`` and no ``Domain``, so
+browsers accept it only from this origin over HTTPS and let no other host or path set
+or shadow it. Over plain HTTP (loopback, or behind a proxy that terminates TLS)
+browsers refuse ``__Host-`` and ``Secure`` cookies from an ``http://`` page, so it is
+plain ``runwick_session`` there.
 
-Every form that changes something carries a CSRF token derived from the session the
-same way (the synchronizer-token pattern without server state); the sign-in form, which
-has no session yet, carries a random value that must match a short-lived cookie
-(double submit). With authentication off, a per-process key stands in for the token.
+Every form that changes something carries a CSRF token: an HMAC of a fixed label keyed
+with the session ID, which only the session's own pages can show (the synchronizer-token
+pattern, with no state of its own). The sign-in form, which has no session yet, carries
+a random value that must match a short-lived cookie (double submit). With
+authentication off, a per-process key stands in for the session ID.
 """
 
 from __future__ import annotations
@@ -22,41 +25,30 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-SESSION_COOKIE = "runwick_session"
-SIGNIN_COOKIE = "runwick_signin"
 CSRF_FIELD = "csrf"
-_VERSION = "v1"
-MAX_COOKIE_CHARS = 1_024
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
-    token: str
-    issued_at_ms: int
+class CookieNames:
+    """The dashboard's cookies, named and scoped for TLS or plain HTTP."""
 
-    def csrf_token(self) -> str:
-        """The CSRF token of this session's forms."""
-        return _mac(self.token.encode(), f"csrf:{self.issued_at_ms}")
+    session: str
+    signin: str
+    signin_path: str
+    secure: bool
 
-    def cookie_value(self) -> str:
-        mac = _mac(self.token.encode(), f"session:{self.issued_at_ms}")
-        return f"{_VERSION}.{self.issued_at_ms}.{mac}.{self.token}"
+    @classmethod
+    def for_tls(cls, tls: bool) -> CookieNames:
+        if tls:
+            # __Host- cookies must be Secure, Path=/ and carry no Domain: browsers hold
+            # this origin's own, which no subdomain or plain-HTTP page can overwrite.
+            return cls("__Host-runwick_session", "__Host-runwick_signin", "/", True)
+        return cls("runwick_session", "runwick_signin", "/signin", False)
 
 
-def read_session(value: str | None, now_ms: int, ttl_ms: int) -> Session | None:
-    """The session a cookie holds, or None when it is missing, malformed, forged or
-    expired (issued more than ``ttl_ms`` ago, or in the future)."""
-    if not value or len(value) > MAX_COOKIE_CHARS:
-        return None
-    parts = value.split(".", 3)
-    if len(parts) != 4 or parts[0] != _VERSION or not parts[1].isdigit() or not parts[3]:
-        return None
-    issued_at_ms, mac, token = int(parts[1]), parts[2], parts[3]
-    if not hmac.compare_digest(mac, _mac(token.encode(), f"session:{issued_at_ms}")):
-        return None
-    if not now_ms - ttl_ms <= issued_at_ms <= now_ms + 60_000:  # a minute of clock skew between replicas
-        return None
-    return Session(token, issued_at_ms)
+def csrf_token(session_id: str) -> str:
+    """The CSRF token of the forms of the session ``session_id``."""
+    return _mac(session_id.encode(), "csrf")
 
 
 def anonymous_csrf_token(process_key: bytes) -> str:

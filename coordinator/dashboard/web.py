@@ -1,7 +1,8 @@
-"""The dashboard's ASGI application: sign-in and sign-out, who is asking (the session's
-token, authenticated through the facade like a gRPC call), the scope each route needs
-(the API's: views ``read``, actions ``manage``, reveals ``reveal``, the audit log
-``admin``), CSRF on every POST, and errors turned into pages.
+"""The dashboard's ASGI application: sign-in (rate-limited per client address) and
+sign-out, who is asking (the session the cookie names, looked up in the database through
+the facade), the scope each route needs (the API's: views ``read``, actions ``manage``,
+reveals ``reveal``, the audit log ``admin``), CSRF on every POST, and errors turned into
+pages. ``guard`` checks every request's head and bounds its body first.
 
 A route is ``(path, view, scope, methods)``; views (``views``) get the request and the
 ``Visitor`` and call the facade only.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +26,8 @@ from starlette.staticfiles import StaticFiles
 
 from coordinator.app import Coordinator
 from coordinator.dashboard import sessions
+from coordinator.dashboard.guard import RequestGuard, allowed_hosts, refusal
+from coordinator.dashboard.limits import LogSampler, SigninLimiter, client_key
 from coordinator.dashboard.render import STATIC, Renderer, SecurityHeaders
 from coordinator.dashboard.requests import View, Visitor, is_fragment, live_url, local_path, peer
 from coordinator.dashboard.views import ROUTES
@@ -42,11 +46,13 @@ log = logging.getLogger(__name__)
 
 SIGNIN_COOKIE_MAX_AGE_S = 3_600
 SIGNED_OUT = "Sign in first: your session ended or never began."
+SIGNIN_EXPIRED = "The sign-in form expired (CSRF check failed); try again."
 CSRF_FAILED = (
     "This form has expired or did not come from this dashboard (CSRF check failed). "
     "Reload the page and try again."
 )
 MAX_FORM_FIELDS = 1_000
+TOO_MANY_SIGNINS = "Too many sign-in attempts from this address; wait a little and try again."
 _STATUS = {
     InvalidArgument: 400,
     NotFound: 404,
@@ -73,7 +79,24 @@ class Dashboard:
         self.tls = tls
         self.renderer = Renderer()
         self.process_key = secrets.token_bytes(32)
-        self.ttl_ms = int(app.config.dashboard_session_ttl_s * 1000)
+        self.cookies = sessions.CookieNames.for_tls(tls)
+        limits = app.config.dashboard_limits
+        self.signin_limiter = SigninLimiter(
+            burst=limits.signin_burst,
+            refill_per_s=limits.signin_refill_per_s,
+            max_clients=limits.signin_clients_tracked,
+            now=time.monotonic,
+        )
+        self.refused_signins = LogSampler(
+            interval_s=limits.signin_log_interval_s,
+            max_clients=limits.signin_clients_tracked,
+            now=time.monotonic,
+        )
+        self.limited_signins = LogSampler(
+            interval_s=limits.signin_log_interval_s,
+            max_clients=limits.signin_clients_tracked,
+            now=time.monotonic,
+        )
 
     @property
     def auth_enabled(self) -> bool:
@@ -82,20 +105,45 @@ class Dashboard:
     # -- who is asking -------------------------------------------------------------------
 
     async def visitor(self, request: Request) -> Visitor | None:
-        """The signed-in operator, or None (no session, expired, or its token unknown or
-        revoked: the token is authenticated again on every request)."""
+        """The signed-in operator, or None (no session, or it ended: signed out, expired,
+        or its token revoked; the database is asked on every request)."""
         where = peer(request)
         if not self.auth_enabled:
             return Visitor(ANONYMOUS, sessions.anonymous_csrf_token(self.process_key), where)
-        session = sessions.read_session(
-            request.cookies.get(sessions.SESSION_COOKIE), self.app.clock.now_ms(), self.ttl_ms
-        )
-        if session is None:
+        session_id = request.cookies.get(self.cookies.session)
+        if not session_id:
             return None
-        principal = await self._principal(session.token)
+        principal = await self.app.dashboard_principal(session_id)
         if principal is None:
             return None
-        return Visitor(principal, session.csrf_token(), where)
+        return Visitor(principal, sessions.csrf_token(session_id), where)
+
+    def admit(self, request: Request) -> Response | None:
+        """What a POST must show before its body is read (``guard``): a sign-in, an
+        attempt left in its address's budget and the form's nonce cookie; an action, a
+        session cookie."""
+        if not self.auth_enabled:
+            return None
+        path = request.url.path
+        if path == "/signin":
+            client = client_key(request.client.host if request.client else None)
+            if not self.signin_limiter.allow(client):
+                count = self.limited_signins.note(client)
+                if count:
+                    log.info("dashboard: %d sign-in attempts from %s over the limit (429)", count, client)
+                wait_s = self.signin_limiter.retry_after_s(client)
+                return refusal(429, TOO_MANY_SIGNINS, close=True, **{"retry-after": str(wait_s)})
+            if not request.cookies.get(self.cookies.signin):
+                return self._signin_page(request, SIGNIN_EXPIRED, 403, None, close=True)
+            return None
+        if not request.cookies.get(self.cookies.session):
+            if path == "/signout":
+                refused = self._signed_out(RedirectResponse("/signin", status_code=303))
+            else:
+                refused = self.error(request, None, 401, SIGNED_OUT)
+            refused.headers["connection"] = "close"  # its body is left unread
+            return refused
+        return None
 
     async def _principal(self, token: str) -> Principal | None:
         known, principal = self.app.cached_principal(token)
@@ -172,7 +220,9 @@ class Dashboard:
             return RedirectResponse("/", status_code=303)
         return self._signin_page(request, "", 200, request.query_params.get("next"))
 
-    def _signin_page(self, request: Request, message: str, status: int, next_path: object) -> Response:
+    def _signin_page(
+        self, request: Request, message: str, status: int, next_path: object, *, close: bool = False
+    ) -> Response:
         nonce = sessions.new_signin_nonce()
         response = self.page(
             request,
@@ -184,32 +234,43 @@ class Dashboard:
             next=local_path(next_path if isinstance(next_path, str) else None),
         )
         response.set_cookie(
-            sessions.SIGNIN_COOKIE,
+            self.cookies.signin,
             nonce,
             max_age=SIGNIN_COOKIE_MAX_AGE_S,
-            path="/signin",
-            secure=self.tls,
+            path=self.cookies.signin_path,
+            secure=self.cookies.secure,
             httponly=True,
             samesite="strict",
         )
+        if close:  # answered before the body was read: the connection cannot go on
+            response.headers["connection"] = "close"
         return response
 
     async def signin(self, request: Request) -> Response:
         if not self.auth_enabled:
             return RedirectResponse("/", status_code=303)
+        try:
+            return await self._signin(request)
+        except CoordinatorError as exc:  # the database unavailable: say so, not a 500
+            return self.error(request, None, _status(exc), str(exc))
+
+    async def _signin(self, request: Request) -> Response:
         form = await request.form(max_fields=10)
         given, token, next_path = form.get(sessions.CSRF_FIELD), form.get("token"), form.get("next")
-        nonce = request.cookies.get(sessions.SIGNIN_COOKIE)
+        nonce = request.cookies.get(self.cookies.signin)
         if not nonce or not isinstance(given, str) or not sessions.same(given, nonce):
-            return self._signin_page(
-                request, "The sign-in form expired (CSRF check failed); try again.", 403, next_path
-            )
+            return self._signin_page(request, SIGNIN_EXPIRED, 403, next_path)
         token = token.strip() if isinstance(token, str) else ""
         if not token:
             return self._signin_page(request, "Enter a token.", 400, next_path)
         principal = await self._principal(token)
         if principal is None:
-            log.info("dashboard: sign-in refused from %s: unknown or revoked token", peer(request))
+            client = client_key(request.client.host if request.client else None)
+            count = self.refused_signins.note(client)
+            if count:  # one line per address and interval, however fast it guesses
+                log.info(
+                    "dashboard: %d sign-in(s) refused from %s: unknown or revoked token", count, peer(request)
+                )
             return self._signin_page(request, "Unknown or revoked token.", 401, next_path)
         if not principal.allows(Scope.READ):
             return self._signin_page(
@@ -218,19 +279,21 @@ class Dashboard:
                 403,
                 next_path,
             )
-        session = sessions.Session(token, self.app.clock.now_ms())
+        session_id = await self.app.open_dashboard_session(principal)
         response = RedirectResponse(
             local_path(next_path if isinstance(next_path, str) else None), status_code=303
         )
         response.set_cookie(
-            sessions.SESSION_COOKIE,
-            session.cookie_value(),
+            self.cookies.session,
+            session_id,
             path="/",
-            secure=self.tls,
+            secure=self.cookies.secure,
             httponly=True,
             samesite="strict",
         )
-        response.delete_cookie(sessions.SIGNIN_COOKIE, path="/signin")
+        response.delete_cookie(
+            self.cookies.signin, path=self.cookies.signin_path, secure=self.cookies.secure, httponly=True
+        )
         log.info("dashboard: %s (%s) signed in from %s", principal.name, principal.token_id, peer(request))
         return response
 
@@ -240,9 +303,14 @@ class Dashboard:
         given = form.get(sessions.CSRF_FIELD)
         if visitor is not None and not sessions.same(given if isinstance(given, str) else None, visitor.csrf):
             return self.error(request, visitor, 403, "CSRF check failed; reload the page and sign out again.")
-        response = RedirectResponse("/signin", status_code=303)
+        session_id = request.cookies.get(self.cookies.session)
+        if visitor is not None and session_id:
+            await self.app.close_dashboard_session(session_id)  # ended on every replica
+        return self._signed_out(RedirectResponse("/signin", status_code=303))
+
+    def _signed_out(self, response: Response) -> Response:
         response.delete_cookie(
-            sessions.SESSION_COOKIE, path="/", secure=self.tls, httponly=True, samesite="strict"
+            self.cookies.session, path="/", secure=self.cookies.secure, httponly=True, samesite="strict"
         )
         return response
 
@@ -264,9 +332,16 @@ def build_app(app: Coordinator, *, tls: bool) -> Starlette:
     for path, view, needs, methods in ROUTES:
         action = methods != ("GET",)
         routes.append(Route(path, dashboard.endpoint(view, needs, action=action), methods=list(methods)))
+    config = app.config
+    hosts = allowed_hosts(config.host, config.dashboard_allowed_hosts)
     return Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders, tls=tls)],
+        middleware=[
+            Middleware(SecurityHeaders, tls=tls),
+            Middleware(
+                RequestGuard, hosts=hosts, tls=tls, limits=config.dashboard_limits, admit=dashboard.admit
+            ),
+        ],
         exception_handlers={404: dashboard.not_found},
     )
 

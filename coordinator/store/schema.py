@@ -368,3 +368,19 @@ schedule_skipped_ticks = Table(
     Column("tick_ms", BigInteger, primary_key=True),
     Column("recorded_at_ms", BigInteger, nullable=False),
 )
+
+# Dashboard sign-ins (``coordinator.service.dashboard``): the browser holds only a random
+# session ID; the table keeps its SHA-256 (like a token's, nothing here signs anyone in),
+# the token it stands for, and when it ends. A row lives until sign-out, its expiry, or
+# the next sign-in's clean-up; every request joins it with ``tokens``, so a revoked
+# token's sessions end with it. Shared by every replica, so any of them answers.
+dashboard_sessions = Table(
+    "dashboard_sessions",
+    metadata,
+    Column("id_sha256", String(64), primary_key=True),
+    Column("token_id", String(32), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("expires_at_ms", BigInteger, nullable=False),
+)
+Index("ix_dashboard_sessions_token", dashboard_sessions.c.token_id, dashboard_sessions.c.created_at_ms)
+Index("ix_dashboard_sessions_expires", dashboard_sessions.c.expires_at_ms)

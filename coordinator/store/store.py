@@ -37,8 +37,8 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.states import JobState
+from coordinator.store import dashboard_sessions, planner, reads
 from coordinator.store import migrate as migrations
-from coordinator.store import planner, reads
 from coordinator.store import schedules as schedule_reads
 from coordinator.store.engine import (
     DEFAULT_TIMEOUTS,
@@ -387,6 +387,11 @@ class Store:
         """Those of ``token_ids`` that are revoked or do not exist (any more)."""
         with self._reading() as conn:
             return reads.revoked_tokens(conn, token_ids)
+
+    def dashboard_session_token(self, id_sha256: str, now_ms: int) -> TokenRecord | None:
+        """The unrevoked token of an unexpired dashboard session, else None."""
+        with self._reading() as conn:
+            return dashboard_sessions.session_token(conn, id_sha256, now_ms)
 
     def list_tokens(self, *, include_revoked: bool) -> list[TokenRecord]:
         with self._reading() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, insert, select, text, update
 
 from coordinator.domain.records import AuditEvent, TokenRecord
+from coordinator.store import dashboard_sessions
 from coordinator.store.rows import event_row, token_from_row, token_row
 from coordinator.store.schema import audit_events, tokens
 from coordinator.store.tx_base import TxBase
@@ -42,3 +43,18 @@ class AccessOps(TxBase):
         """Audit events commit or roll back with the change they record; the database
         refuses updates and deletes of them."""
         self._conn.execute(insert(audit_events), [event_row(event)])
+
+    # -- dashboard sessions (``store.dashboard_sessions``) ---------------------------------
+
+    def insert_dashboard_session(
+        self, id_sha256: str, token_id: str, now_ms: int, expires_at_ms: int, keep_per_token: int
+    ) -> None:
+        dashboard_sessions.insert_session(
+            self._conn, id_sha256, token_id, now_ms, expires_at_ms, keep_per_token
+        )
+
+    def delete_dashboard_session(self, id_sha256: str) -> bool:
+        return dashboard_sessions.delete_session(self._conn, id_sha256)
+
+    def purge_expired_dashboard_sessions(self, now_ms: int, limit: int) -> int:
+        return dashboard_sessions.purge_expired(self._conn, now_ms, limit)

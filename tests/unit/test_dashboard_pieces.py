@@ -1,4 +1,4 @@
-"""The dashboard's pure pieces: session cookies and CSRF tokens, the filters pages use,
+"""The dashboard's pure pieces: cookie names and CSRF tokens, the filters pages use,
 and the throughput summary of the overview."""
 
 from __future__ import annotations
@@ -7,48 +7,40 @@ import pytest
 
 from coordinator.dashboard.render import format_duration, preview
 from coordinator.dashboard.requests import local_path
-from coordinator.dashboard.sessions import Session, read_session, same
+from coordinator.dashboard.sessions import CookieNames, csrf_token, same
 from coordinator.domain.activity import MINUTE_MS, throughput
 from coordinator.domain.records import FinishedMinute
 from coordinator.domain.states import JobState
 
-TOKEN = "rwk_0123456789abcdef_secret-part"
-NOW = 1_800_000_000_000
-TTL = 3_600_000
+SESSION = "A" * 43
+OTHER_SESSION = "B" * 43
 
 
-def test_a_session_cookie_reads_back_until_it_expires() -> None:
-    cookie = Session(TOKEN, NOW).cookie_value()
-    assert read_session(cookie, NOW, TTL) == Session(TOKEN, NOW)
-    assert read_session(cookie, NOW + TTL, TTL) == Session(TOKEN, NOW)
-    assert read_session(cookie, NOW + TTL + 1, TTL) is None
-    assert read_session(cookie, NOW - 61_000, TTL) is None  # issued "in the future"
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        None,
-        "",
-        "v1",
-        "v2." + Session(TOKEN, NOW).cookie_value()[3:],
-        Session(TOKEN, NOW).cookie_value().replace(f".{NOW}.", f".{NOW + 1}."),
-        Session(TOKEN, NOW).cookie_value() + "x",
-        "v1.abc.mac.token",
-        "v1." + str(NOW) + "." + "A" * 43 + "." + "x" * 2_000,
-    ],
-)
-def test_a_malformed_or_forged_cookie_is_no_session(value: str | None) -> None:
-    assert read_session(value, NOW, TTL) is None
+def test_cookies_under_tls_are_host_only_and_secure_and_plain_over_http() -> None:
+    # Sessions themselves (expiry, forged IDs, revocation) are the store's: see
+    # tests/contract/test_dashboard_sessions.py.
+    tls, plain = CookieNames.for_tls(True), CookieNames.for_tls(False)
+    assert (tls.session, tls.signin, tls.signin_path, tls.secure) == (
+        "__Host-runwick_session",
+        "__Host-runwick_signin",
+        "/",  # __Host- cookies must be Path=/
+        True,
+    )
+    assert (plain.session, plain.signin, plain.signin_path, plain.secure) == (
+        "runwick_session",
+        "runwick_signin",
+        "/signin",
+        False,
+    )
 
 
 def test_csrf_tokens_are_per_session_and_compared_whole() -> None:
-    first, second = Session(TOKEN, NOW), Session(TOKEN, NOW + 1)
-    assert first.csrf_token() != second.csrf_token()
-    assert first.csrf_token() != Session(TOKEN + "x", NOW).csrf_token()
-    assert same(first.csrf_token(), first.csrf_token())
-    assert not same(first.csrf_token()[:-1], first.csrf_token())
-    assert not same(None, first.csrf_token()) and not same("", first.csrf_token())
+    first, second = csrf_token(SESSION), csrf_token(OTHER_SESSION)
+    assert first != second and SESSION not in first
+    assert first == csrf_token(SESSION)  # any replica derives the same one
+    assert same(first, first)
+    assert not same(first[:-1], first)
+    assert not same(None, first) and not same("", first)
 
 
 @pytest.mark.parametrize(
