@@ -19,9 +19,12 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.config import CoordinatorConfig
@@ -29,7 +32,7 @@ from coordinator.metrics import OVERFLOW
 from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.test_tls import Pki, pki  # noqa: F401 - the certificates fixture
 from tests.support import eventually_async
-from worker_sdk import AsyncClient
+from worker_sdk import AsyncClient, JobContext, MetricsHttpLimits, Worker, job
 from worker_sdk.proto.runwick.v1 import job_service_pb2 as pb
 from worker_sdk.proto.runwick.v1 import job_service_pb2_grpc
 
@@ -136,23 +139,34 @@ async def closed_by_server(reader: asyncio.StreamReader) -> bool:
     return True
 
 
+async def half_send(port: int, count: int) -> tuple[list[asyncio.StreamWriter], list[asyncio.Task[bool]]]:
+    """Opens ``count`` connections to ``port``, each sending a request head without its
+    end; returns them with a task per connection that ends when the server closes it."""
+    connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(count)]
+    for _, writer in connections:
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: runwick\r\n")  # never the blank line
+        await writer.drain()
+    return [w for _, w in connections], [asyncio.ensure_future(closed_by_server(r)) for r, _ in connections]
+
+
+async def surplus_closed(closing: list[asyncio.Task[bool]], held: int) -> None:
+    """Waits until every connection past the ``held`` ones the server keeps is closed."""
+
+    async def closed() -> bool:
+        return sum(task.done() for task in closing) >= len(closing) - held
+
+    await eventually_async(closed, timeout=30, what="the connections past the cap to be closed")
+
+
 async def test_hundreds_of_half_sent_requests_get_no_threads_and_are_closed(
     secured: RunningCoordinator,
 ) -> None:
     threads_before = threading.active_count()
-    connections = [
-        await asyncio.open_connection("127.0.0.1", secured.metrics_port) for _ in range(PARTIAL_REQUESTS)
-    ]
-    for _, writer in connections:
-        writer.write(b"GET /metrics HTTP/1.1\r\nHost: runwick\r\n")  # never the blank line
-        await writer.drain()
-    closing = [asyncio.ensure_future(closed_by_server(reader)) for reader, _ in connections]
+    assert secured.metrics_port is not None
+    writers, closing = await half_send(secured.metrics_port, PARTIAL_REQUESTS)
     try:
         # Past the connection cap, connections are closed as they come, unread.
-        async def surplus_closed() -> bool:
-            return sum(task.done() for task in closing) >= PARTIAL_REQUESTS - MAX_CONNECTIONS
-
-        await eventually_async(surplus_closed, timeout=30, what="the connections past the cap to be closed")
+        await surplus_closed(closing, MAX_CONNECTIONS)
         assert threading.active_count() <= threads_before + 2  # no thread per connection
         # The coordinator keeps serving its API meanwhile.
         async with AsyncClient(secured.target, token=secured.bootstrap_token) as client:
@@ -162,12 +176,68 @@ async def test_hundreds_of_half_sent_requests_get_no_threads_and_are_closed(
     finally:
         for task in closing:
             task.cancel()
-        for _, writer in connections:
+        for writer in writers:
             writer.close()
     assert secured.metrics_server is not None and secured.metrics_server.open_connections == 0
     # And /metrics serves the next scraper.
     exposition = await asyncio.to_thread(scrape, f"http://127.0.0.1:{secured.metrics_port}/metrics")
     assert "runwick_database_up" in exposition
+
+
+@job("abuse.metrics.noop")
+@dataclass
+class Noop:
+    pass
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp writes them) of listening sockets on
+    ``port``: 0100007F is 127.0.0.1, 00000000 is every address."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+async def test_the_worker_serves_its_metrics_on_loopback_without_a_thread_per_connection(
+    secured: RunningCoordinator,
+) -> None:
+    async with AsyncClient(secured.target, token=secured.bootstrap_token) as admin:
+        work_token = (await admin.create_token("worker", ["work"])).secret
+    worker = Worker(
+        secured.target,
+        token=work_token,
+        metrics_registry=CollectorRegistry(),
+        metrics_port=0,
+        metrics_limits=MetricsHttpLimits(max_connections=4, idle_timeout_s=1),
+    )
+
+    @worker.handler(Noop)
+    async def noop(job: Noop, ctx: JobContext) -> None:
+        return None
+
+    await worker.start()
+    try:
+        port = worker.metrics_port
+        assert port is not None
+        assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only, by default
+        threads_before = threading.active_count()
+        writers, closing = await half_send(port, 100)
+        try:
+            await surplus_closed(closing, 4)
+            assert threading.active_count() <= threads_before + 2
+            await asyncio.wait_for(asyncio.gather(*closing), timeout=60)
+        finally:
+            for writer in writers:
+                writer.close()
+        exposition = await asyncio.to_thread(scrape, f"http://127.0.0.1:{port}/metrics")
+        assert "runwick_worker_connected_streams" in exposition
+    finally:
+        await worker.stop()
 
 
 async def test_an_oversized_request_head_is_refused(secured: RunningCoordinator) -> None:
