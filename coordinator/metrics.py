@@ -123,8 +123,7 @@ class _Series(Generic[M]):
     ``labels()`` checks and converts its arguments and takes a lock on every call,
     which cost more than the increment it was for, several times a job. The values are
     bounded already (``LabelValues``, ``SeriesCap``), so this holds as many series as the
-    metric does;
-    only metrics whose series are never removed go through it."""
+    metric does; only metrics whose series are never removed go through it."""
 
     __slots__ = ("_metric", "_series")
 
