@@ -200,7 +200,23 @@ class CoordinatorConfig:
     none (``runwick serve`` defaults to 9233)."""
     metrics_max_label_values: int = 100
     """Distinct values each caller-chosen metric label (``queue``, ``wire_name``) takes
-    before the rest are counted under ``(other)``: bounds the series of every metric."""
+    before the rest are counted under ``(other)``."""
+    metrics_max_series: int = 500
+    """Most series (label combinations) any one metric has, whatever callers send: a
+    queue and wire-name pair past a metric's room is counted under ``(other)`` in both
+    labels. At least 18 (the run-duration histogram splits each pair by 9 outcomes)."""
+    metrics_tls: bool = False
+    """Serve ``/metrics`` over HTTPS with ``tls_cert_file`` and ``tls_key_file``; with
+    ``tls_client_ca_file`` the scraper must also present a client certificate it signed."""
+    metrics_token: str | None = field(default=None, repr=False)
+    """A bearer token every scrape must send (``Authorization: Bearer ...``); None: none."""
+    metrics_max_connections: int = 32
+    """Connections ``/metrics`` holds open at once; more are closed at once."""
+    metrics_max_header_bytes: int = 8192
+    """Largest request head (request line and headers) ``/metrics`` reads."""
+    metrics_idle_timeout_s: float = 10.0
+    """A ``/metrics`` connection that sends no complete request for this long (or
+    reads no response) is closed."""
     dashboard_port: int | None = None
     """HTTP port of the web dashboard (on ``host``; HTTPS with the API's certificate when
     TLS is configured); 0 picks a free one, None serves none (``runwick serve`` defaults
@@ -347,7 +363,45 @@ def check_security(config: CoordinatorConfig) -> None:
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ConfigError("--tls-client-ca (client certificates) needs TLS: give --tls-cert and --tls-key")
     config.ingress.check()
+    check_metrics(config)
+
+
+METRICS_MIN_SERIES = 18
+"""The run-duration histogram splits each queue and wire-name pair by 9 outcomes: a cap
+below twice that would leave it no room for a pair of its own."""
+METRICS_MIN_TOKEN_CHARS = 16
+METRICS_MIN_HEADER_BYTES = 1024
+
+
+def check_metrics(config: CoordinatorConfig) -> None:
+    """Refuses metric caps and ``/metrics`` settings that leave nothing bounded or
+    served, TLS without a certificate and a token that is too short to guess at."""
     if config.metrics_max_label_values < 1:
         raise ConfigError(
             f"metrics_max_label_values must be at least 1, got {config.metrics_max_label_values}"
         )
+    if config.metrics_max_series < METRICS_MIN_SERIES:
+        raise ConfigError(
+            f"--metrics-max-series must be at least {METRICS_MIN_SERIES}, got {config.metrics_max_series}"
+        )
+    if config.metrics_tls and not config.tls_cert_file:
+        raise ConfigError(
+            "--metrics-tls serves /metrics with the API's certificate: give --tls-cert and --tls-key"
+        )
+    token = config.metrics_token
+    if token is not None and (
+        len(token) < METRICS_MIN_TOKEN_CHARS or not all("!" <= char <= "~" for char in token)
+    ):
+        raise ConfigError(
+            f"the metrics token must be at least {METRICS_MIN_TOKEN_CHARS} printable ASCII "
+            "characters without spaces (it is sent in an HTTP header)"
+        )
+    if config.metrics_max_connections < 1:
+        raise ConfigError(f"metrics_max_connections must be at least 1, got {config.metrics_max_connections}")
+    if config.metrics_max_header_bytes < METRICS_MIN_HEADER_BYTES:
+        raise ConfigError(
+            f"metrics_max_header_bytes must be at least {METRICS_MIN_HEADER_BYTES} (a scrape's own "
+            f"headers need that), got {config.metrics_max_header_bytes}"
+        )
+    if not config.metrics_idle_timeout_s > 0:
+        raise ConfigError(f"metrics_idle_timeout_s must be positive, got {config.metrics_idle_timeout_s!r}")

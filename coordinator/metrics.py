@@ -4,8 +4,12 @@ Names follow Prometheus' rules: base units, ``_total`` counters, ``_seconds`` hi
 Labels are bounded: queue, wire_name, outcome, state, and the gRPC method and status code;
 never job or attempt IDs, never error text. Queues and wire names are chosen by callers,
 so each takes at most ``max_label_values`` distinct values (the first seen by this
-process); the rest are counted under ``(other)``, a value no name can have. The queue
-gauges keep series only for queues that have jobs (or, for connected workers, workers).
+process); the rest are counted under ``(other)``, a value no name can have. That alone
+still lets one metric carry ``max_label_values`` squared combinations, so each metric also
+keeps series for at most ``max_series`` label combinations: a queue and wire-name pair
+(or a queue, for the queue gauges) past its room is counted under ``(other)`` in every
+caller-chosen label. The queue gauges keep series only for queues that have jobs (or,
+for connected workers, workers).
 
 Facts are recorded where they are known: the facade hands over the ``Effects`` of every
 transaction (starts, ended attempts and jobs, lease expiries, stale results) and counts
@@ -17,13 +21,11 @@ query.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Generic, TypeVar
-from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -33,13 +35,10 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
 )
 
-from coordinator.domain.states import JobState, Outcome
+from coordinator.domain.states import TERMINAL_STATES, JobState, Outcome
 from coordinator.service.effects import Effects
-
-log = logging.getLogger(__name__)
 
 M = TypeVar("M", Counter, Histogram)
 
@@ -58,7 +57,13 @@ UNKNOWN_METHOD = "unknown"
 OVERFLOW = "(other)"
 """The label value that counts every queue or wire name past ``max_label_values``; the
 name grammar has no parentheses, so no real name reads so."""
+OVERFLOW_PAIR = (OVERFLOW, OVERFLOW)
+"""The queue and wire name of every pair a metric has no room for."""
 DEFAULT_MAX_LABEL_VALUES = 100
+DEFAULT_MAX_SERIES = 500
+MIN_MAX_SERIES = 2 * len(Outcome)
+"""The run-duration histogram gives each queue and wire-name pair a series per outcome:
+below this a cap would leave it no room for any pair of its own."""
 
 
 class LabelValues:
@@ -83,12 +88,42 @@ class LabelValues:
         return OVERFLOW
 
 
+class SeriesCap:
+    """The label combinations (keys) one metric keeps series of its own for: the first
+    ``limit`` distinct keys seen are admitted, later ones are not and the caller counts
+    them under its overflow key. A key made only of ``OVERFLOW`` values is that overflow
+    key: always admitted, never taking room. Keys are never let go, as in ``LabelValues``."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a metric needs room for at least 1 series, got {limit}")
+        self.limit = limit
+        self._admitted: set[Hashable] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_metric(cls, max_series: int, series_per_key: int) -> SeriesCap:
+        """The cap of a metric whose every key has up to ``series_per_key`` series (one
+        per outcome, say), leaving room for the overflow key's: at most ``max_series``
+        series in all."""
+        return cls(max_series // series_per_key - 1)
+
+    def admits(self, key: tuple[str, ...]) -> bool:
+        if key in self._admitted or all(part == OVERFLOW for part in key):
+            return True
+        with self._lock:
+            if key in self._admitted or len(self._admitted) < self.limit:
+                self._admitted.add(key)
+                return True
+        return False
+
+
 class _Series(Generic[M]):
     """A labelled metric's series by their label values, each looked up once:
     ``labels()`` checks and converts its arguments and takes a lock on every call,
     which cost more than the increment it was for, several times a job. The values are
-    bounded already (``LabelValues``), so this holds as many series as the metric does;
-    only metrics whose series are never removed go through it."""
+    bounded already (``LabelValues``, ``SeriesCap``), so this holds as many series as the
+    metric does; only metrics whose series are never removed go through it."""
 
     __slots__ = ("_metric", "_series")
 
@@ -105,14 +140,21 @@ class _Series(Generic[M]):
 
 class CoordinatorMetrics:
     """Every coordinator metric, registered on ``registry`` (a fresh one by default);
-    queue and wire-name labels take at most ``max_label_values`` values each."""
+    queue and wire-name labels take at most ``max_label_values`` values each, and no
+    metric has more than ``max_series`` series (label combinations)."""
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, max_label_values: int = DEFAULT_MAX_LABEL_VALUES
+        self,
+        registry: CollectorRegistry | None = None,
+        max_label_values: int = DEFAULT_MAX_LABEL_VALUES,
+        max_series: int = DEFAULT_MAX_SERIES,
     ) -> None:
+        if max_series < MIN_MAX_SERIES:
+            raise ValueError(f"max_series must be at least {MIN_MAX_SERIES}, got {max_series}")
         self.registry = registry if registry is not None else CollectorRegistry()
         self.queue_label = LabelValues(max_label_values)
         self.wire_name_label = LabelValues(max_label_values)
+        self.max_series = max_series
         r = self.registry
         self.jobs_enqueued = Counter(
             "runwick_jobs_enqueued_total",
@@ -212,47 +254,71 @@ class CoordinatorMetrics:
         self._ran = _Series(self.job_run)
         self._expired = _Series(self.leases_expired)
         self._abandoned = _Series(self.unstarted_abandonments)
+        # Each metric's own room for queue and wire-name pairs: a pair's series multiply
+        # by the outcomes a metric splits them by, so those metrics have room for fewer.
+        self._enqueued_pairs = SeriesCap.for_metric(max_series, 1)
+        self._completed_pairs = SeriesCap.for_metric(max_series, len(TERMINAL_STATES))
+        self._waited_pairs = SeriesCap.for_metric(max_series, 1)
+        self._ran_pairs = SeriesCap.for_metric(max_series, len(Outcome))
+        self._lapsed_pairs = SeriesCap.for_metric(max_series, 1)
+        """Shared by the lease-expiry and unstarted-abandonment counters: the second
+        counts a part of the first, so both keep series for the same pairs."""
+        self._worker_queues_cap = SeriesCap.for_metric(max_series, 1)
+        self._stats_queues_cap = SeriesCap.for_metric(max_series, len(OPEN_STATES))
+        """Shared by the depth and oldest-age gauges, which have series for the same queues."""
+        self._rpc_codes_cap = SeriesCap.for_metric(max_series, 1)
+        self._rpc_methods_cap = SeriesCap.for_metric(max_series, 1)
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
         self._worker_queues: set[str] = set()
         self._depth_keys: set[tuple[str, str]] = set()
         self._age_queues: set[str] = set()
-        self._http: WSGIServer | None = None
-        self._http_thread: threading.Thread | None = None
 
     # -- facts ---------------------------------------------------------------------
 
-    def _labels(self, queue: str, wire_name: str) -> tuple[str, str]:
-        return self.queue_label(queue), self.wire_name_label(wire_name)
+    def _pair(self, cap: SeriesCap, queue: str, wire_name: str) -> tuple[str, str]:
+        """The labels a job of ``queue`` and ``wire_name`` is counted under in the metric
+        that ``cap`` bounds."""
+        pair = (self.queue_label(queue), self.wire_name_label(wire_name))
+        return pair if cap.admits(pair) else OVERFLOW_PAIR
+
+    def _queue(self, cap: SeriesCap, queue: str) -> str:
+        mapped = self.queue_label(queue)
+        return mapped if cap.admits((mapped,)) else OVERFLOW
 
     def enqueued_many(self, jobs: Iterable[tuple[str, str]]) -> None:
         """Counts new jobs given as ``(queue, wire_name)``: one increment per series."""
+        counts: Tally[tuple[str, str]] = Tally()
         for (queue, wire_name), count in Tally(jobs).items():
-            self._enqueued(*self._labels(queue, wire_name)).inc(count)
+            counts[self._pair(self._enqueued_pairs, queue, wire_name)] += count
+        for pair, count in counts.items():
+            self._enqueued(*pair).inc(count)
 
     def completed(self, queue: str, wire_name: str, state: JobState) -> None:
-        self._completed(*self._labels(queue, wire_name), state.value).inc()
+        self._completed(*self._pair(self._completed_pairs, queue, wire_name), state.value).inc()
 
     def observe(self, effects: Effects) -> None:
         """Records what one transaction did (a worker batch, an operator action, a
         maintenance pass): counters once per series, histograms once per value."""
-        labels, waited = self._labels, self._waited
+        pair = self._pair
         for started in effects.started:
-            waited(*labels(started.queue, started.wire_name)).observe(started.waited_ms / 1000)
-        finished = Tally((f.queue, f.wire_name, f.state.value) for f in effects.finished)
-        for (queue, wire_name, state), count in finished.items():
-            self._completed(*labels(queue, wire_name), state).inc(count)
+            waited = pair(self._waited_pairs, started.queue, started.wire_name)
+            self._waited(*waited).observe(started.waited_ms / 1000)
+        finished = Tally(
+            (*pair(self._completed_pairs, f.queue, f.wire_name), f.state.value) for f in effects.finished
+        )
+        for labels, count in finished.items():
+            self._completed(*labels).inc(count)
         for ended in effects.ended:
             if ended.ran_ms is not None:
-                self._ran(*labels(ended.queue, ended.wire_name), ended.outcome.value).observe(
-                    ended.ran_ms / 1000
-                )
+                ran = pair(self._ran_pairs, ended.queue, ended.wire_name)
+                self._ran(*ran, ended.outcome.value).observe(ended.ran_ms / 1000)
             if ended.lease_lapsed:
-                pair = labels(ended.queue, ended.wire_name)
-                self._expired(*pair).inc()
+                lapsed = pair(self._lapsed_pairs, ended.queue, ended.wire_name)
+                self._expired(*lapsed).inc()
                 if ended.outcome is Outcome.UNSTARTED_ABANDONED:
-                    self._abandoned(*pair).inc()
+                    self._abandoned(*lapsed).inc()
         stale = effects.stale_result_count()
         if stale:
             self.stale_results.inc(stale)
@@ -261,16 +327,19 @@ class CoordinatorMetrics:
         self.store_transaction.observe(seconds)
 
     def rpc(self, method: str, code: str, seconds: float | None) -> None:
-        self.grpc_handled.labels(method, code).inc()
+        # Methods and codes come from the server's own lists: these caps are a backstop.
+        counted = (method, code) if self._rpc_codes_cap.admits((method, code)) else OVERFLOW_PAIR
+        self.grpc_handled.labels(*counted).inc()
         if seconds is not None:
-            self.grpc_handling.labels(method).observe(seconds)
+            timed = method if self._rpc_methods_cap.admits((method,)) else OVERFLOW
+            self.grpc_handling.labels(timed).observe(seconds)
 
     def workers(self, queues_by_session: Iterable[Iterable[str]]) -> None:
         """Sets the connected-workers gauge from the sessions' queue lists; a queue no
         worker serves any more loses its series."""
         counts: dict[str, int] = {}
         for queues in queues_by_session:
-            for queue in {self.queue_label(name) for name in queues}:
+            for queue in {self._queue(self._worker_queues_cap, name) for name in queues}:
                 counts[queue] = counts.get(queue, 0) + 1
         for queue in self._worker_queues - counts.keys():
             self._remove(self.connected_workers, queue)
@@ -285,16 +354,17 @@ class CoordinatorMetrics:
         non-terminal state has a series per such state (0 where it has none); a queue
         without jobs has none, and one that had loses them."""
         # Sorted, so the queues that get their own series do not depend on dict order.
+        cap = self._stats_queues_cap
         for queue in sorted({queue for queue, _ in depths} | set(oldest_due_ms)):
-            self.queue_label(queue)
+            self._queue(cap, queue)
         counts: dict[tuple[str, str], int] = {}
         for (queue, state), count in depths.items():
             if count > 0:
-                key = (self.queue_label(queue), state)
+                key = (self._queue(cap, queue), state)
                 counts[key] = counts.get(key, 0) + count
         ages_s: dict[str, float] = {}
         for queue, run_at in oldest_due_ms.items():
-            mapped = self.queue_label(queue)
+            mapped = self._queue(cap, queue)
             ages_s[mapped] = max(ages_s.get(mapped, 0.0), max(now_ms - run_at, 0) / 1000)
         queues = {queue for queue, _ in counts} | set(ages_s)
         keys = {(queue, state) for queue in queues for state in OPEN_STATES}
@@ -314,22 +384,3 @@ class CoordinatorMetrics:
     def _remove(metric: Gauge, *labels: str) -> None:
         with contextlib.suppress(KeyError):  # never set
             metric.remove(*labels)
-
-    # -- exposition ------------------------------------------------------------------
-
-    def serve(self, host: str, port: int) -> int:
-        """Serves ``/metrics`` over HTTP on a daemon thread; returns the bound port."""
-        try:
-            self._http, self._http_thread = start_http_server(port, host, registry=self.registry)
-        except OSError as exc:
-            raise OSError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from exc
-        bound = int(self._http.server_port)
-        log.info("metrics on http://%s:%d/metrics", host, bound)
-        return bound
-
-    def close(self) -> None:
-        """Stops serving ``/metrics`` (blocks up to half a second: call it off the loop)."""
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None

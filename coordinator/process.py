@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import random
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from coordinator.dashboard import DashboardServer, serve_dashboard
 from coordinator.domain.clock import Clock
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.store import Store
+from worker_sdk._metrics_http import MetricsHttpLimits, MetricsHttpServer, serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ class RunningCoordinator:
     metrics_port: int | None = None
     """The HTTP port of ``/metrics``, when it is served."""
     dashboard: DashboardServer | None = None
+    metrics_server: MetricsHttpServer | None = None
     stopped: bool = False
 
     @property
@@ -95,9 +98,45 @@ class RunningCoordinator:
             await self.dashboard.stop()
         await self.app.stop_background()
         await self.grpc.stop(grace_s=min(drain_s, 5.0))
-        await asyncio.to_thread(self.app.metrics.close)
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         self.app.close()
         log.info("coordinator stopped")
+
+
+def metrics_tls_context(config: CoordinatorConfig) -> ssl.SSLContext | None:
+    """With ``metrics_tls``, the API's certificate for ``/metrics`` too, and its client CA:
+    under mutual TLS a scraper needs a client certificate like any other client. Raises
+    OSError (ssl.SSLError) when a file cannot be read or the key does not fit."""
+    if not config.metrics_tls or not config.tls_cert_file or not config.tls_key_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+    if config.tls_client_ca_file:
+        context.load_verify_locations(cafile=config.tls_client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+async def _serve_metrics(app: Coordinator, tls: ssl.SSLContext | None) -> MetricsHttpServer:
+    config = app.config
+    assert config.metrics_port is not None
+    limits = MetricsHttpLimits(
+        max_connections=config.metrics_max_connections,
+        max_header_bytes=config.metrics_max_header_bytes,
+        idle_timeout_s=config.metrics_idle_timeout_s,
+    )
+    server = await serve_metrics(
+        app.metrics.registry,
+        config.host,
+        config.metrics_port,
+        limits=limits,
+        ssl_context=tls,
+        token=config.metrics_token,
+    )
+    scheme = "https" if tls is not None else "http"
+    log.info("metrics on %s://%s:%d/metrics", scheme, config.host, server.port)
+    return server
 
 
 def _write_token_file(path: str, token: str) -> None:
@@ -125,6 +164,7 @@ async def start_coordinator(
     """
     check_security(config)
     tls = tls_credentials(config)  # read first: a bad path fails before anything starts
+    metrics_tls = metrics_tls_context(config)
     # Probes get answers while the store opens (and SQLite migrates): alive, not ready.
     early_health = await bind_health(config)
     try:
@@ -142,12 +182,12 @@ async def start_coordinator(
         app.close()
         raise
     dashboard = None
+    metrics_server = None
     try:
         if config.dashboard_port is not None:
             dashboard = await serve_dashboard(app)
-        metrics_port = None
         if config.metrics_port is not None:
-            metrics_port = app.metrics.serve(config.host, config.metrics_port)
+            metrics_server = await _serve_metrics(app, metrics_tls)
     except OSError:
         if dashboard is not None:
             await dashboard.stop()
@@ -155,6 +195,7 @@ async def start_coordinator(
         app.close()
         raise
     app.start()
+    metrics_port = metrics_server.port if metrics_server is not None else None
     log.info(
         "coordinator listening on %s:%d (%s); health port %s, metrics port %s, dashboard port %s",
         config.host,
@@ -164,4 +205,4 @@ async def start_coordinator(
         metrics_port if metrics_port is not None else "off",
         dashboard.port if dashboard is not None else "off",
     )
-    return RunningCoordinator(app, servers, metrics_port, dashboard)
+    return RunningCoordinator(app, servers, metrics_port, dashboard, metrics_server)

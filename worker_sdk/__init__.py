@@ -49,6 +49,7 @@ from worker_sdk._info import (
 )
 from worker_sdk._jobs import Upgrader, job
 from worker_sdk._logging import configure_logging
+from worker_sdk._metrics_http import MetricsHttpLimits
 from worker_sdk._middleware import CallNext, Middleware
 from worker_sdk._queues import QueueInfo
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
@@ -86,6 +87,7 @@ __all__ = [
     "JobSettings",
     "JobState",
     "MessageTooLarge",
+    "MetricsHttpLimits",
     "Middleware",
     "Outcome",
     "PayloadTooLarge",

@@ -13,11 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
-from wsgiref.simple_server import WSGIServer
 
 import grpc
 import grpc.aio
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from worker_sdk._background import BackgroundWorker, start_in_background
 from worker_sdk._config import WorkerConfig, build_config, default_worker_id
@@ -30,6 +29,7 @@ from worker_sdk._connection import (
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
 from worker_sdk._metrics import WorkerMetrics
+from worker_sdk._metrics_http import MetricsHttpLimits, MetricsHttpServer, serve_metrics
 from worker_sdk._middleware import Middleware
 from worker_sdk._pipeline import HandlerDef
 from worker_sdk._session import Session
@@ -85,8 +85,12 @@ class Worker:
         metrics_registry: The Prometheus registry the worker's metrics go on; default
             prometheus_client's default registry (what the host service exposes).
         metrics_port: Also serve that registry's ``/metrics`` on this HTTP port from
-            ``start`` to ``stop`` (0 picks a free one); None serves nothing.
-        metrics_host: The address ``metrics_port`` listens on.
+            ``start`` to ``stop`` (0 picks a free one); None serves nothing. It is
+            served from the worker's event loop, with ``metrics_limits``' bounds.
+        metrics_host: The address ``metrics_port`` listens on: loopback by default;
+            ``"0.0.0.0"`` (or the pod's address) lets a Prometheus on another host in.
+        metrics_limits: Connections at once, request-head size and idle time of the
+            ``/metrics`` server.
 
     Raises:
         ValueError: An argument is out of range (``ArgumentError`` for the connection
@@ -119,7 +123,8 @@ class Worker:
         options: Sequence[tuple[str, Any]] = (),
         metrics_registry: CollectorRegistry | None = None,
         metrics_port: int | None = None,
-        metrics_host: str = "0.0.0.0",
+        metrics_host: str = "127.0.0.1",
+        metrics_limits: MetricsHttpLimits | None = None,
     ) -> None:
         self._connection = connection_options(
             target,
@@ -155,7 +160,8 @@ class Worker:
         self._metrics_registry = metrics_registry
         self._metrics = WorkerMetrics.for_registry(metrics_registry)
         self._metrics_address = (metrics_host, metrics_port)
-        self._metrics_server: WSGIServer | None = None
+        self._metrics_limits = metrics_limits
+        self._metrics_server: MetricsHttpServer | None = None
         self._handlers: dict[str, HandlerDef] = {}
         self._middleware: list[Middleware] = list(middleware)
         self._engine: Engine | None = None
@@ -177,7 +183,7 @@ class Worker:
     @property
     def metrics_port(self) -> int | None:
         """The port ``/metrics`` is served on while running, if ``metrics_port`` was given."""
-        return None if self._metrics_server is None else int(self._metrics_server.server_port)
+        return None if self._metrics_server is None else self._metrics_server.port
 
     @property
     def connected(self) -> bool:
@@ -232,9 +238,9 @@ class Worker:
         if port is not None and self._metrics_server is None:
             registry = self._metrics_registry if self._metrics_registry is not None else REGISTRY
             try:
-                self._metrics_server, _ = start_http_server(port, host, registry=registry)
+                self._metrics_server = await serve_metrics(registry, host, port, limits=self._metrics_limits)
             except OSError as exc:
-                raise OSError(f"cannot serve worker metrics on {host}:{port}: {exc.strerror or exc}") from exc
+                raise OSError(f"cannot serve worker {exc}") from exc
             logger.info("worker metrics on http://%s:%d/metrics", host, self.metrics_port)
         self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="runwick-handler")
         self._channel = self._connection.open_aio_channel()
@@ -289,9 +295,7 @@ class Worker:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
             if self._metrics_server is not None:
-                # shutdown() waits for the serving thread's poll: not on the event loop.
-                await asyncio.to_thread(self._metrics_server.shutdown)
-                self._metrics_server.server_close()
+                await self._metrics_server.close()
                 self._metrics_server = None
             logger.info("worker %s stopped", self._config.worker_id)
 

@@ -105,7 +105,9 @@ class Coordinator:
         self.clock = clock
         self.bootstrap_token: str | None = None
         """The admin token created on this first start (show it once), else None."""
-        self.metrics = CoordinatorMetrics(max_label_values=config.metrics_max_label_values)
+        self.metrics = CoordinatorMetrics(
+            max_label_values=config.metrics_max_label_values, max_series=config.metrics_max_series
+        )
         """The registry behind ``/metrics`` (also readable in-process)."""
         store.on_transaction = self.metrics.transaction
         self.executors = Executors(postgres=store.postgres)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
 from coordinator.cli.ingress import add_ingress_flags, ingress_config
 from coordinator.cli.logs import add_logging_flags, quiet_libraries
+from coordinator.cli.metrics_flags import add_metrics_flags, metrics_config
 from coordinator.cli.retention import add_retention_flags, retention_from_options
 from worker_sdk import configure_logging
 from worker_sdk._logging import JsonFormatter
@@ -137,6 +138,7 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="PostgreSQL: coordinator processes on this host, sharing the gRPC port, so the "
         "coordinator uses N cores; auto: one per usable core (1 on SQLite) [RUNWICK_PROCESSES]",
     )
+    add_metrics_flags(serve)
     _database_timeout_flags(serve)
     add_logging_flags(serve)
     _security_flags(serve)
@@ -322,6 +324,7 @@ def run_serve(options: argparse.Namespace) -> int:
             **_security_config(options, terminal=terminal),
             **database_timeouts_config(options),
             **ingress_config(options),
+            **metrics_config(options),
             database_url=url,
             host=options.host,
             port=options.port,

@@ -72,7 +72,7 @@ async def test_hundreds_of_queues_and_wire_names_make_a_bounded_number_of_series
                 )
                 job_ids += [job.id for job in made]
             await running.check_database()
-            series = scrape(running.metrics_port)
+            series = await asyncio.to_thread(scrape, running.metrics_port)  # served by this loop
             enqueued = series["runwick_jobs_enqueued_total"]
             assert len({labels["wire_name"] for labels in enqueued}) == LIMIT + 1
             assert len({labels["queue"] for labels in enqueued}) == LIMIT + 1
@@ -88,7 +88,7 @@ async def test_hundreds_of_queues_and_wire_names_make_a_bounded_number_of_series
             for job_id in job_ids:
                 await client.cancel(job_id)
             await running.check_database()
-            after = scrape(running.metrics_port)
+            after = await asyncio.to_thread(scrape, running.metrics_port)
             assert "runwick_queue_depth" not in after
             assert "runwick_queue_oldest_available_job_age_seconds" not in after
             assert len(after["runwick_jobs_enqueued_total"]) == len(enqueued)

@@ -13,7 +13,7 @@ import re
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +24,7 @@ import yaml
 
 from coordinator.config import CoordinatorConfig
 from coordinator.process import RunningCoordinator, start_coordinator
+from tests.integration.test_tls import Pki, pki  # noqa: F401 - the certificates fixture
 from tests.integration.worker_app import Echo, Permanent
 from tests.support import (
     ROOT,
@@ -78,14 +79,15 @@ class Prometheus:
 async def prometheus_factory(tmp_path: Path) -> AsyncIterator[Callable[[dict[str, str]], Prometheus]]:
     started: list[Prometheus] = []
 
-    def start(targets: dict[str, str]) -> Prometheus:
+    def start(targets: dict[str, str], scrape_configs: Sequence[dict[str, Any]] = ()) -> Prometheus:
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(RULES)],
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": [target]}]}
                 for job, target in targets.items()
-            ],
+            ]
+            + list(scrape_configs),
         }
         config_path = tmp_path / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config))
@@ -219,3 +221,61 @@ async def test_prometheus_scrapes_coordinator_and_worker(
     assert any(line.get("message", "").startswith("worker metrics on") for line in lines)
     finished = [line for line in lines if "finished" in line["message"]]
     assert finished and all(line["attempt_id"] and line["job_id"] for line in finished)
+
+
+async def test_prometheus_scrapes_metrics_over_mutual_tls_with_the_token(
+    tmp_path: Path,
+    pki: Pki,  # noqa: F811
+    prometheus_factory: Callable[..., Prometheus],
+) -> None:
+    """The scrape configuration docs/metrics.md gives for ``--metrics-tls`` and
+    ``--metrics-token-file``; scrapes without the token or over plaintext fail."""
+    token = "prometheus-scrape-token-0123456789"
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text(token + "\n")
+    running = await start_coordinator(
+        CoordinatorConfig(
+            database_url=f"sqlite:///{tmp_path / 'runwick.db'}",
+            port=0,
+            metrics_port=0,
+            auth_enabled=True,
+            drain_timeout_s=1,
+            tls_cert_file=str(pki.server_cert),
+            tls_key_file=str(pki.server_key),
+            tls_client_ca_file=str(pki.ca),
+            metrics_tls=True,
+            metrics_token=token,
+        )
+    )
+    try:
+        target = {"static_configs": [{"targets": [f"127.0.0.1:{running.metrics_port}"]}]}
+        tls = {"ca_file": str(pki.ca), "cert_file": str(pki.client_cert), "key_file": str(pki.client_key)}
+        bearer = {"credentials_file": str(token_file)}
+        prometheus = prometheus_factory(
+            {},
+            [
+                {
+                    "job_name": "secured",
+                    "scheme": "https",
+                    "tls_config": tls,
+                    "authorization": bearer,
+                    **target,
+                },
+                {"job_name": "no-token", "scheme": "https", "tls_config": tls, **target},
+                {"job_name": "plaintext", "authorization": bearer, **target},
+            ],
+        )
+        await wait_ready(prometheus)
+
+        async def scraped() -> bool:
+            ups = {
+                job: await asyncio.to_thread(prometheus.values, f'up{{job="{job}"}}')
+                for job in ("secured", "no-token", "plaintext")
+            }
+            return ups == {"secured": [1], "no-token": [0], "plaintext": [0]}
+
+        await eventually_async(scraped, timeout=30, interval=0.25, what="the three scrapes to be tried")
+        assert await asyncio.to_thread(prometheus.values, 'runwick_database_up{job="secured"}') == [1]
+        assert not await asyncio.to_thread(prometheus.values, 'runwick_database_up{job!="secured"}')
+    finally:
+        await running.stop(grace_s=1)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import build_parser
+from coordinator.cli.metrics_flags import metrics_config
 from coordinator.cli.serve import bootstrap_token, database_url
 from coordinator.config import (
     DEFAULT_DATABASE_URL,
@@ -101,3 +102,60 @@ def test_database_urls_take_the_common_postgres_scheme(given: str, used: str) ->
 def test_database_urls_of_other_databases_are_refused_by_name(url: str) -> None:
     with pytest.raises(UnsupportedDatabase, match=r"SQLite and PostgreSQL|does not parse"):
         normalize_url(url)
+
+
+METRICS_TOKEN = "a-metrics-token-0123456789"
+
+
+def test_the_metrics_token_comes_from_its_file_flag_or_variables(tmp_path: Path) -> None:
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text(METRICS_TOKEN + "\n")
+    options = serve_options(
+        "--metrics-token-file", str(token_file), "--metrics-tls", "--metrics-max-series", "50"
+    )
+    assert metrics_config(options, {"RUNWICK_METRICS_TOKEN": "other"}) == {
+        "metrics_max_series": 50,
+        "metrics_tls": True,
+        "metrics_token": METRICS_TOKEN,
+    }
+    assert metrics_config(serve_options(), {"RUNWICK_METRICS_TOKEN_FILE": str(token_file)})[
+        "metrics_token"
+    ] == (METRICS_TOKEN)
+    assert metrics_config(serve_options(), {}) == {
+        "metrics_max_series": 500,
+        "metrics_tls": False,
+        "metrics_token": None,
+    }
+    with pytest.raises(ConfigError, match="--metrics-token-file: cannot read"):
+        metrics_config(serve_options("--metrics-token-file", str(tmp_path / "missing")), {})
+    assert METRICS_TOKEN not in repr(CoordinatorConfig(metrics_token=METRICS_TOKEN))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"metrics_max_series": 17}, "--metrics-max-series must be at least 18"),
+        ({"metrics_tls": True}, "--metrics-tls serves /metrics with the API's certificate"),
+        ({"metrics_token": "short"}, "at least 16 printable ASCII characters"),
+        ({"metrics_token": "x" * 20 + " y"}, "without spaces"),
+        ({"metrics_token": "x" * 20 + "\r\nX-Injected: 1"}, "without spaces"),
+        ({"metrics_max_connections": 0}, "metrics_max_connections must be at least 1"),
+        ({"metrics_max_header_bytes": 100}, "metrics_max_header_bytes must be at least 1024"),
+        ({"metrics_idle_timeout_s": 0}, "metrics_idle_timeout_s must be positive"),
+    ],
+    ids=[
+        "series",
+        "tls-without-cert",
+        "short-token",
+        "spaced-token",
+        "header-token",
+        "connections",
+        "head",
+        "idle",
+    ],
+)
+def test_metrics_settings_that_leave_nothing_bounded_or_served_are_refused(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_security(CoordinatorConfig(**settings))  # type: ignore[arg-type]

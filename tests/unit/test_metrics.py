@@ -14,7 +14,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import InvalidArgument
-from coordinator.metrics import OVERFLOW, CoordinatorMetrics, LabelValues
+from coordinator.metrics import OVERFLOW, CoordinatorMetrics, LabelValues, SeriesCap
 from coordinator.service.effects import AttemptEnded, Effects, JobFinished, RunStarted
 from coordinator.service.work import BatchAnswers, ResultAnswer
 from worker_sdk import configure_logging
@@ -232,3 +232,82 @@ def test_json_lines_carry_the_run_context_and_extra_fields() -> None:
 def test_configure_logging_refuses_an_unknown_format() -> None:
     with pytest.raises(ValueError, match="log format"):
         configure_logging("INFO", "xml")
+
+
+def series_per_family(metrics: CoordinatorMetrics) -> dict[str, int]:
+    """Label combinations per metric (a histogram's buckets of one combination count once)."""
+    return {
+        family.name: len(
+            {
+                tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+                for sample in family.samples
+                if not sample.name.endswith("_created")
+            }
+        )
+        for family in metrics.registry.collect()
+        if family.name.startswith("runwick_")
+    }
+
+
+def test_no_metric_has_more_series_than_its_cap_whatever_queues_and_wire_names_come() -> None:
+    """60 queues x 60 wire names, each label within its own 100 values: the per-label
+    cap alone left 3,600 series per metric (times outcomes)."""
+    metrics = CoordinatorMetrics(max_series=100)
+    pairs = [(f"q{q}", f"w{w}") for q in range(60) for w in range(60)]
+    metrics.enqueued_many(pairs)
+    run_outcomes = [o for o in Outcome if o is not Outcome.UNSTARTED_ABANDONED]
+    metrics.observe(
+        Effects(
+            started=[RunStarted(q, w, 10) for q, w in pairs],
+            ended=[
+                AttemptEnded(q, w, outcome, JobState.SCHEDULED, ran_ms=5, lease_lapsed=True)
+                for n, (q, w) in enumerate(pairs)
+                for outcome in (run_outcomes[n % len(run_outcomes)], Outcome.UNSTARTED_ABANDONED)
+            ],
+            finished=[
+                JobFinished(f"j{n}", q, w, state)
+                for n, (q, w) in enumerate(pairs)
+                for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+            ],
+        )
+    )
+    metrics.workers([[f"q{q}" for q in range(60)], [f"q{q}" for q in range(30, 90)]])
+    metrics.queue_stats(
+        {(f"q{q}", "available"): 1 for q in range(99)}, {f"q{q}": 0 for q in range(99)}, now_ms=1
+    )
+    for method in range(150):
+        metrics.rpc(f"runwick.v1.Svc/M{method}", "OK", 0.01)
+
+    counts = series_per_family(metrics)
+    assert max(counts.values()) <= 100, counts
+    # Every job is still counted: the pairs past a metric's room under (other) in both.
+    enqueued = series(metrics, "runwick_jobs_enqueued_total")
+    assert sum(value(metrics, "runwick_jobs_enqueued_total", **labels) or 0 for labels in enqueued) == 3600
+    assert value(metrics, "runwick_jobs_enqueued_total", queue=OVERFLOW, wire_name=OVERFLOW) == 3600 - 99
+    assert value(metrics, "runwick_job_wait_seconds_count", queue=OVERFLOW, wire_name=OVERFLOW) == 3600 - 99
+    assert value(metrics, "runwick_queue_depth", queue=OVERFLOW, state="available") == 99 - (100 // 5 - 1)
+
+
+def test_a_pair_keeps_all_its_outcomes_in_one_metric_or_none() -> None:
+    """A metric split by outcome admits whole pairs, so a pair's failure share is never
+    made of some outcomes in its own series and others under (other)."""
+    metrics = CoordinatorMetrics(max_series=18)  # room for 18 // 9 - 1 = 1 pair in runs
+    ended = [
+        AttemptEnded(f"q{n}", "w", outcome, JobState.SCHEDULED, ran_ms=5)
+        for n in range(3)
+        for outcome in (Outcome.SUCCEEDED, Outcome.PERMANENT_FAILURE)
+    ]
+    metrics.observe(Effects(ended=ended))
+    runs = "runwick_job_run_duration_seconds_count"
+    assert value(metrics, runs, queue="q0", wire_name="w", outcome="succeeded") == 1
+    assert value(metrics, runs, queue="q0", wire_name="w", outcome="permanent_failure") == 1
+    assert value(metrics, runs, queue=OVERFLOW, wire_name=OVERFLOW, outcome="succeeded") == 2
+    assert value(metrics, runs, queue=OVERFLOW, wire_name=OVERFLOW, outcome="permanent_failure") == 2
+    assert value(metrics, runs, queue="q1", wire_name="w", outcome="succeeded") is None
+
+
+def test_a_metric_cap_needs_room_for_a_pair_of_every_outcome() -> None:
+    with pytest.raises(ValueError, match="at least 18"):
+        CoordinatorMetrics(max_series=17)
+    with pytest.raises(ValueError, match="at least 1 series"):
+        SeriesCap(0)

@@ -41,6 +41,7 @@ EXPECTED = [
     "JobSettings",
     "JobState",
     "MessageTooLarge",
+    "MetricsHttpLimits",
     "Middleware",
     "Outcome",
     "PayloadTooLarge",
