@@ -15,7 +15,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Tx",
-    "UnsupportedDatabase",
     "Unset",
+    "UnsupportedDatabase",
     "WriteConflict",
 ]

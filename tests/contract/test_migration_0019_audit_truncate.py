@@ -37,7 +37,7 @@ def _empty(engine: Engine) -> None:
 def test_0019_refuses_truncate_of_the_audit_log_and_downgrades(unmigrated_url: str) -> None:
     engine = create_write_engine(unmigrated_url)
     try:
-        upgrade(engine, "0016_attempts_fillfactor")
+        upgrade(engine, "0018_dashboard_sessions")
         _insert_event(engine)
 
         upgrade(engine, "0019_audit_truncate")
@@ -46,7 +46,7 @@ def test_0019_refuses_truncate_of_the_audit_log_and_downgrades(unmigrated_url: s
             _empty(engine)
         assert _events(engine) == 1
 
-        command.downgrade(_config(engine), "0016_attempts_fillfactor")
+        command.downgrade(_config(engine), "0018_dashboard_sessions")
         if engine.dialect.name == "postgresql":
             _empty(engine)  # what 0019 refuses, and only that, is allowed again
             assert _events(engine) == 0

@@ -2,7 +2,7 @@
 token and its end, so a sign-out or a token's revocation ends it on every replica
 
 Revision ID: 0018_dashboard_sessions
-Revises: 0016_attempts_fillfactor
+Revises: 0017_keys_per_queue
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_dashboard_sessions"
-down_revision = "0016_attempts_fillfactor"
+down_revision = "0017_keys_per_queue"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """The audit log refuses TRUNCATE on PostgreSQL, as it refuses UPDATE and DELETE
 
 Revision ID: 0019_audit_truncate
-Revises: 0016_attempts_fillfactor
+Revises: 0018_dashboard_sessions
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0019_audit_truncate"
-down_revision = "0016_attempts_fillfactor"
+down_revision = "0018_dashboard_sessions"
 branch_labels = None
 depends_on = None
 
