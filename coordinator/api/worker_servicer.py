@@ -171,7 +171,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             if count > limit:
                 message_text = f"{count} attempts, over the limit of {limit}"
                 raise InvalidArgument("heartbeat.attempt_ids", message_text, reason="OUT_OF_RANGE")
-            attempt_ids = list(message.heartbeat.attempt_ids)
+            attempt_ids = message.heartbeat.attempt_ids  # copied only if written (not merged away)
             lease_ms = session.lease_ms
             if message.heartbeat.HasField("lease"):
                 lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -230,7 +230,7 @@ class Dispatcher:
         self._batch_items += 1
         self._wake.set()
 
-    def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None:
+    def heartbeat(self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int) -> None:
         if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms):
             return
         request = HeartbeatRequest(attempt_ids, lease_ms, session.identity)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
@@ -65,7 +65,7 @@ class SessionHost(Protocol):
 
     def add_credit(self, session: WorkerSession, count: int) -> None: ...
     def start(self, session: WorkerSession, attempt_id: str) -> None: ...
-    def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None: ...
+    def heartbeat(self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int) -> None: ...
     def result(self, session: WorkerSession, report: ResultReport) -> None: ...
     def release(self, session: WorkerSession, attempt_id: str) -> None: ...
     def retire(self, session: WorkerSession) -> None: ...
@@ -161,7 +161,7 @@ class WorkerSession:
         self.taken += 1
         self.dispatcher.start(self, attempt_id)
 
-    def heartbeat(self, attempt_ids: list[str], lease_ms: int) -> None:
+    def heartbeat(self, attempt_ids: Sequence[str], lease_ms: int) -> None:
         self.taken += 1
         self.dispatcher.heartbeat(self, attempt_ids, lease_ms)
 

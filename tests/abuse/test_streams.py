@@ -24,6 +24,7 @@ from tests.integration.rawstream import RawWorker
 from tests.support import eventually
 from worker_sdk import AsyncClient
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
+from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
 WIRE = "tests.echo"
 
@@ -207,3 +208,31 @@ async def test_an_enqueue_claims_only_for_the_sessions_taking_from_its_queue(
         assert read() == {"tenant"}  # the wide session's 100 queues were never read again
         await tenant.close()
         await wide.close()
+
+
+async def test_once_the_loop_stops_a_stream_sending_without_end_is_read_no_more(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(database_url) as (running, _):
+        starts = counting(monkeypatch, Dispatcher, "start")
+        attempt_id = uuid7(1_700_000_000_000)
+        hello = pb.Hello(worker_id="endless", wire_names=[WIRE], capacity=1)
+
+        async def endless() -> AsyncIterator[pb.ConnectRequest]:
+            yield pb.ConnectRequest(hello=hello)
+            while True:
+                yield pb.ConnectRequest(start=pb.StartRequest(attempt_id=attempt_id))
+
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(endless())
+            await call.read()  # welcome
+            await eventually(lambda: len(starts) > 100, what="the flood is read")
+            loop_task = running.app._dispatch_task
+            assert loop_task is not None
+            running.app.dispatcher.stop()  # what SIGTERM does once the drain is over
+            await eventually(loop_task.done, what="the loop ended")
+            taken = len(starts)
+            await asyncio.sleep(0.5)  # a reader still reading would take thousands meanwhile
+            assert len(starts) <= taken + 1
+            await asyncio.wait_for(running.stop(grace_s=1), timeout=60)
+            call.cancel()
