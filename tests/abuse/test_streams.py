@@ -6,6 +6,7 @@ only for the sessions of its own queues. Real coordinator on port 0, both engine
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -110,6 +111,31 @@ async def test_reader_stops_reading_at_its_budget_while_the_writer_is_busy(
         other, _ = await holding_one(running, client, "other-tenant")
         await other.close()
         await worker.close()
+
+
+async def test_the_batch_waiting_for_the_writer_stops_at_its_bound(database_url: str) -> None:
+    async with serving(database_url) as (running, _):
+        dispatcher = running.app.dispatcher
+        bound = 10
+        dispatcher.stream_bounds = dataclasses.replace(STREAM_BOUNDS, max_pending_batch_items=bound)
+        workers = [RawWorker(running.target, f"flooder-{n}", [WIRE], capacity=100) for n in range(2)]
+        for worker in workers:
+            await worker.next("welcome")
+        per_worker = 100
+        with writer_held(dispatcher) as release:
+            for worker in workers:
+                for attempt_id in random_attempt_ids(per_worker):
+                    worker.send(start=pb.StartRequest(attempt_id=attempt_id))
+            await eventually(dispatcher.batch_full, what="the pending batch reached its bound")
+            await asyncio.sleep(0.3)  # the readers would go on here if they did not wait
+            # Each reader checks after the message it took: at most one more each.
+            assert dispatcher._batch_items <= bound + len(workers)
+            release.set()
+            for worker in workers:  # backpressure, not loss: every start is answered
+                answers = [await worker.next("start_answer") for _ in range(per_worker)]
+                assert len(answers) == per_worker
+        for worker in workers:
+            await worker.close()
 
 
 async def test_heartbeats_sent_while_the_writer_is_busy_make_one_store_write(
