@@ -113,6 +113,38 @@ async def test_reader_stops_reading_at_its_budget_while_the_writer_is_busy(
         await worker.close()
 
 
+async def test_a_stream_that_never_reads_its_answers_is_read_no_further(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serving(database_url) as (running, client):
+        starts = counting(monkeypatch, Dispatcher, "start")
+        sent = 20_000
+        hello = pb.Hello(worker_id="deaf", wire_names=[WIRE], capacity=1)
+
+        async def requests() -> AsyncIterator[pb.ConnectRequest]:
+            yield pb.ConnectRequest(hello=hello)
+            for attempt_id in random_attempt_ids(sent):
+                yield pb.ConnectRequest(start=pb.StartRequest(attempt_id=attempt_id))
+
+        # A fixed 64 KiB receive window: the client's buffer fills instead of growing.
+        options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65_535)]
+        channel = grpc.aio.insecure_channel(running.target, options=options)
+        call = worker_service_pb2_grpc.WorkerServiceStub(channel).Connect(requests())
+        await call.read()  # the welcome; nothing is read after it
+        await eventually(lambda: len(starts) > 0, what="the first starts were read")
+        # The answers fill gRPC's window, then the stream's budget: reading stops.
+        previous = -1
+        while previous != len(starts):
+            previous = len(starts)
+            await asyncio.sleep(0.5)
+        assert len(starts) < sent, len(starts)
+        # The coordinator still serves another tenant meanwhile.
+        other, _ = await holding_one(running, client, "other-tenant")
+        await other.close()
+        call.cancel()
+        await channel.close(None)
+
+
 async def test_the_batch_waiting_for_the_writer_stops_at_its_bound(database_url: str) -> None:
     async with serving(database_url) as (running, _):
         dispatcher = running.app.dispatcher
