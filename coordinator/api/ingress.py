@@ -29,8 +29,7 @@ import grpc
 
 from coordinator.api.errors import MALFORMED_REASON, abort
 from coordinator.api.wire import OTHER_FIELDS, WireError, count_fields, field_values, sole_field
-from coordinator.api.worker_servicer import MAX_HELLO_NAMES
-from coordinator.domain.bounds import KIB, StoreBounds
+from coordinator.domain.bounds import KIB, STREAM_BOUNDS, StoreBounds
 from coordinator.errors import CoordinatorError, InvalidArgument, ResourceExhausted
 from coordinator.validation import MAX_TOKEN_QUEUES, MAX_TOKEN_SCOPES, batch_too_large, too_many_items
 from worker_sdk.grammar import MAX_NAME_UTF16_UNITS
@@ -116,13 +115,16 @@ def _connect_check(data: memoryview) -> CoordinatorError | None:
     if sole is not None and sole != _CONNECT_HELLO:
         return None  # the fast path of every stream message but the first: no hello
     names = {_HELLO_QUEUES: 0, _HELLO_WIRE_NAMES: 0}
+    limits = {
+        _HELLO_QUEUES: STREAM_BOUNDS.max_hello_queues,
+        _HELLO_WIRE_NAMES: STREAM_BOUNDS.max_hello_wire_names,
+    }
     for hello in field_values(data, _CONNECT_HELLO, MAX_OTHER_FIELDS):
-        limits = {_HELLO_QUEUES: MAX_HELLO_NAMES, _HELLO_WIRE_NAMES: MAX_HELLO_NAMES}
         counts = count_fields(hello, {**limits, OTHER_FIELDS: MAX_OTHER_FIELDS})
         for number, field in ((_HELLO_QUEUES, "hello.queues"), (_HELLO_WIRE_NAMES, "hello.wire_names")):
             names[number] += counts[number]
-            if names[number] > MAX_HELLO_NAMES:
-                return too_many_items(field, MAX_HELLO_NAMES, "names")
+            if names[number] > limits[number]:
+                return too_many_items(field, limits[number], "names")
         if (refused := _other_fields(counts)) is not None:
             return refused
     return None

@@ -21,9 +21,10 @@ from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
 from coordinator.app import Coordinator
 from coordinator.dispatch import Delivery, WorkerHello, WorkerSession
+from coordinator.domain.bounds import STREAM_BOUNDS
 from coordinator.domain.records import DEFAULT_QUEUE
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
-from coordinator.service.work import ResultAnswer
+from coordinator.service.work import HeartbeatAnswer, ResultAnswer, StartAnswer
 from coordinator.validation import check_name, check_worker_id
 from worker_sdk.grammar import MAX_NAME_UTF16_UNITS
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
@@ -33,9 +34,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_MS = 60_000
 LEASE_RANGE_MS = (100, 24 * 3_600_000)
-MAX_CAPACITY = 10_000
-MAX_HELLO_NAMES = 1_000
-"""Most queues, and most wire names, one Hello may list (each claim binds them all)."""
+MAX_CAPACITY = STREAM_BOUNDS.max_capacity
+_ANSWERS = (StartAnswer, ResultAnswer, HeartbeatAnswer)
+"""What answers an item the worker sent: it stops counting in the stream's budget once sent."""
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
@@ -102,12 +103,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 if not batches:
                     for message in protocol.frame(delivery):
                         yield message
+                    if isinstance(delivery, _ANSWERS):
+                        session.give_back(1)
                     continue
                 # Everything ready for the stream goes out together: one message per
                 # write instead of one per item (the per-message cost dominates here).
                 deliveries, ended = _ready(session.outbox, delivery)
                 for message in protocol.frame_batched(deliveries):
                     yield message
+                # Sent (gRPC took them): the reader may take as many items again.
+                session.give_back(sum(isinstance(d, _ANSWERS) for d in deliveries))
                 if ended:
                     break
             # A protocol violation ends the reader, and the stream with its status.
@@ -127,10 +132,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self, session: WorkerSession, messages: AsyncIterator[pb.ConnectRequest]
     ) -> CoordinatorError | None:
         """Hands every message to the dispatcher; returns the protocol violation that
-        ended the stream, if one did."""
+        ended the stream, if one did. While the stream's budget, or the batch waiting for
+        the writer, is full it reads nothing: gRPC flow control then stops the client."""
+        batch_full = self.app.dispatcher.batch_full
         try:
             async for message in messages:
                 self._handle(session, message)
+                if session.full or batch_full():
+                    await session.wait_for_room(batch_full)
         except CoordinatorError as exc:
             log.warning(
                 "worker %s: stream ended for a protocol violation (%s)", session.worker_id, exc.reason
@@ -158,13 +167,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         elif kind == "start":
             session.start(message.start.attempt_id)
         elif kind == "heartbeat":
-            attempt_ids = list(message.heartbeat.attempt_ids)
-            if len(attempt_ids) > MAX_CAPACITY:
-                raise InvalidArgument(
-                    "heartbeat.attempt_ids",
-                    f"{len(attempt_ids)} attempts, over the limit of {MAX_CAPACITY}",
-                    reason="OUT_OF_RANGE",
-                )
+            count, limit = len(message.heartbeat.attempt_ids), STREAM_BOUNDS.max_heartbeat_attempts
+            if count > limit:
+                message_text = f"{count} attempts, over the limit of {limit}"
+                raise InvalidArgument("heartbeat.attempt_ids", message_text, reason="OUT_OF_RANGE")
+            attempt_ids = message.heartbeat.attempt_ids  # copied only if written (not merged away)
             lease_ms = session.lease_ms
             if message.heartbeat.HasField("lease"):
                 lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
@@ -233,7 +240,7 @@ def _result(session: WorkerSession, result: pb.Result) -> None:
         session.result(protocol.result_report(result))
     except InvalidArgument as exc:
         log.warning("worker %s: rejected a result (%s)", session.worker_id, exc.reason)
-        session.deliver(ResultAnswer(result.attempt_id, False, reason=str(exc), error=exc))
+        session.reject_result(ResultAnswer(result.attempt_id, False, reason=str(exc), error=exc))
 
 
 def _lease_ms(value: Any, field: str) -> int:
@@ -246,16 +253,22 @@ def _lease_ms(value: Any, field: str) -> int:
 
 def _hello(hello: pb.Hello, max_name_length: int) -> WorkerHello:
     check_worker_id("hello.worker_id", hello.worker_id)
-    queues = tuple(dict.fromkeys(hello.queues)) or (DEFAULT_QUEUE,)
-    wire_names = tuple(dict.fromkeys(hello.wire_names))
-    for field, names in (("hello.queues", queues), ("hello.wire_names", wire_names)):
-        if len(names) > MAX_HELLO_NAMES:
-            raise InvalidArgument(
-                field, f"{len(names)} names, over the limit of {MAX_HELLO_NAMES}", reason="OUT_OF_RANGE"
-            )
-        for name in names:
-            limit = max_name_length if field == "hello.wire_names" else MAX_NAME_UTF16_UNITS
-            check_name(field, name, max_length=limit)
+    bounds = STREAM_BOUNDS
+    checked: list[tuple[str, ...]] = []
+    for field, names, most, longest in (
+        ("hello.queues", hello.queues, bounds.max_hello_queues, MAX_NAME_UTF16_UNITS),
+        ("hello.wire_names", hello.wire_names, bounds.max_hello_wire_names, max_name_length),
+    ):
+        # Counted as sent, before any name is looked at: a claim reads every queue,
+        # binding every wire name, so these bound what one stream makes a claim cost.
+        if len(names) > most:
+            too_many = f"{len(names)} names, over the limit of {most}"
+            raise InvalidArgument(field, too_many, reason="OUT_OF_RANGE")
+        unique = tuple(dict.fromkeys(names))
+        for name in unique:
+            check_name(field, name, max_length=longest)
+        checked.append(unique)
+    queues, wire_names = checked[0] or (DEFAULT_QUEUE,), checked[1]
     if not 1 <= hello.capacity <= MAX_CAPACITY:
         raise InvalidArgument(
             "hello.capacity", f"must be 1 to {MAX_CAPACITY}, got {hello.capacity}", reason="OUT_OF_RANGE"

@@ -347,8 +347,9 @@ class Coordinator:
         replica waiting for work get their claims in the same transaction, so the new
         jobs go out with its commit."""
         now = self.clock.now_ms()
-        due = any(spec.run_at_ms is None or spec.run_at_ms <= now for spec in specs)
-        reserved = self.dispatcher.reserve_claims() if due else None
+        due = {spec.queue for spec in specs if spec.run_at_ms is None or spec.run_at_ms <= now}
+        # Only sessions taking from these queues claim, and only from them.
+        reserved = self.dispatcher.reserve_claims(due) if due else None
         claims: BatchAnswers | None = None
         try:
             if reserved is None:
@@ -371,7 +372,7 @@ class Coordinator:
                 self.metrics.completed(spec.queue, spec.wire_name, item.state)
             elif reserved is None or (spec.run_at_ms is not None and spec.run_at_ms > now):
                 # (Every session with credit has just claimed: no wake-up is needed.)
-                self.dispatcher.jobs_available(spec.run_at_ms)
+                self.dispatcher.jobs_available(spec.run_at_ms, spec.queue)
         return enqueued
 
     async def get_job(self, job_id: str) -> JobRecord:

@@ -13,19 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
+from coordinator.dispatch import heartbeats
 from coordinator.dispatch.sessions import (
-    Assignments,
     CancelNotice,
     DrainNotice,
     WorkerHello,
     WorkerSession,
 )
 from coordinator.dispatch.uncommitted import JoiningStarts, UncommittedClaims
+from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
@@ -65,6 +67,9 @@ class _Routes:
     releases: list[WorkerSession] = field(default_factory=list)
     retiring: list[WorkerSession] = field(default_factory=list)
     """Sessions to close once this batch is delivered (it has no claims for them)."""
+    lost_unread: list[set[str]] = field(default_factory=list)
+    """For each heartbeat, the attempts answered lost without a store look-up
+    (``dispatch.heartbeats``)."""
 
     def sessions(self) -> set[WorkerSession]:
         return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}
@@ -86,14 +91,19 @@ class ReservedClaims:
     and ``settle_claims`` comes first)."""
     joining: JoiningStarts[_TakenStart] | None = None
     """The starts the transaction waits for, to write them itself (``dispatch.uncommitted``)."""
+    were_drained: list[bool] | None = None
+    """Each session's ``drained`` before the claims were made: a claim of some of its
+    queues only says nothing about the others."""
 
 
-def _reserve(session: WorkerSession) -> ClaimRequest:
-    """A claim for all of ``session``'s credit, which is set aside (``reserved``) until
-    the claim is handed out (``Dispatcher._hand_out``)."""
+def _reserve(session: WorkerSession, only: AbstractSet[str] | None = None) -> ClaimRequest:
+    """A claim for all of ``session``'s credit (from those of its queues in ``only``, if
+    given), which is set aside (``reserved``) until the claim is handed out
+    (``Dispatcher._hand_out``)."""
+    queues = session.queues if only is None else tuple(q for q in session.queues if q in only)
     request = ClaimRequest(
         session.worker_id,
-        session.queues,
+        queues,
         session.wire_names,
         session.credit,
         session.lease_ms,
@@ -116,6 +126,7 @@ class Dispatcher:
         on_sessions_changed: Callable[[set[WorkerSession]], None] = lambda sessions: None,
         *,
         batches_in_flight: int = 1,
+        stream_bounds: StreamBounds = STREAM_BOUNDS,
     ) -> None:
         """``process`` carries out one batch (``WorkerOps.process``) on the writer;
         ``on_effects`` hears what each batch changed (the facade hands it on).
@@ -139,13 +150,24 @@ class Dispatcher:
         self.on_effects = on_effects
         self.on_sessions_changed = on_sessions_changed
         self.sessions: set[WorkerSession] = set()
+        self.stream_bounds = stream_bounds
         self._batch = WorkBatch()
         self._routes = _Routes()
+        self._batch_items = 0
+        """Starts, results, releases and heartbeats in ``_batch``: bounded by
+        ``stream_bounds.max_pending_batch_items`` (readers wait past it)."""
+        self._heartbeat_at: dict[WorkerSession, int] = {}
+        """Where each session's heartbeat is in ``_batch.heartbeats``: one a session sends
+        before that is written takes its place (only the latest set of attempts matters)."""
         self._wake = asyncio.Event()
         self._claim_needed = True
         self._work_arrived = False
         """Jobs may have become claimable since the last claims were taken (not merely
         credit arrived): claims out in flight then may have read too early."""
+        self._work_in: set[str] | None = set()
+        """The queues work was heard of in since the last claims were taken (None: any
+        queue, e.g. another replica's or a retry's): only the sessions taking from them
+        need to claim again (``_heard_of_work``)."""
         self._next_due_ms: int | None = None
         self._stopping = False
         self.draining = False
@@ -175,6 +197,8 @@ class Dispatcher:
             hello.lease_ms,
             token_id=hello.token_id,
             token_queues=hello.token_queues,
+            budget=self.stream_bounds.stream_budget(hello.capacity),
+            unheld_checks_left=self.stream_bounds.unheld_heartbeat_checks(hello.capacity),
         )
         self.sessions.add(session)
         self._idle.clear()
@@ -204,13 +228,24 @@ class Dispatcher:
             return
         self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
         self._routes.starts.append(session)
+        self._batch_items += 1
         self._wake.set()
 
-    def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None:
+    def heartbeat(self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int) -> None:
         if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms):
             return
-        self._batch.heartbeats.append(HeartbeatRequest(attempt_ids, lease_ms, session.identity))
+        request = HeartbeatRequest(attempt_ids, lease_ms, session.identity)
+        at = self._heartbeat_at.get(session)
+        if at is not None:
+            # The worker holds what it names now: the earlier heartbeat is answered by
+            # this one's answer, and costs nothing more.
+            self._batch.heartbeats[at] = request
+            session.give_back(1)
+            return
+        self._heartbeat_at[session] = len(self._batch.heartbeats)
+        self._batch.heartbeats.append(request)
         self._routes.heartbeats.append(session)
+        self._batch_items += 1
         self._wake.set()
 
     def result(self, session: WorkerSession, report: ResultReport) -> None:
@@ -218,7 +253,14 @@ class Dispatcher:
             ResultReport(report.attempt_id, report.report, report.output, session.identity)
         )
         self._routes.results.append(session)
+        self._batch_items += 1
         self._wake.set()
+
+    def batch_full(self) -> bool:
+        """Whether the batch waiting for the writer is at its bound, or the loop is
+        stopping: readers wait. (While stopping, what was taken in is written and the
+        streams close; a client sending without end cannot keep the loop going.)"""
+        return self._stopping or self._batch_items >= self.stream_bounds.max_pending_batch_items
 
     def retire(self, session: WorkerSession) -> None:
         """Ends a session cleanly (its stream reached its maximum age): no more claims
@@ -236,15 +278,21 @@ class Dispatcher:
             return
         self._batch.releases.append(AttemptMessage(attempt_id, session.identity))
         self._routes.releases.append(session)
+        self._batch_items += 1
         self._wake.set()
 
     # -- called when jobs may have become claimable --------------------------------
 
-    def jobs_available(self, run_at_ms: int | None = None) -> None:
-        """A new or recovered job exists; ``run_at_ms`` when it only becomes due later."""
+    def jobs_available(self, run_at_ms: int | None = None, queue: str | None = None) -> None:
+        """A new or recovered job exists (in ``queue``; None: in any); ``run_at_ms`` when
+        it only becomes due later."""
         if run_at_ms is not None and run_at_ms > self.clock.now_ms():
             self._note_due(run_at_ms)
             return
+        if queue is None:
+            self._work_in = None
+        elif self._work_in is not None:
+            self._work_in.add(queue)
         self._claim_needed = self._work_arrived = True
         self._wake.set()
 
@@ -268,18 +316,26 @@ class Dispatcher:
 
     # -- claims made by an enqueue's own transaction ------------------------------------
 
-    def reserve_claims(self) -> ReservedClaims | None:
-        """The claims of every session with credit, that credit set aside, for an enqueue
-        to make in its own transaction: its jobs then go out with its commit instead of
-        one wake-up and one transaction later. None when no session has credit. Every
-        reservation must end in ``settle_claims``, whatever happened."""
+    def reserve_claims(self, queues: Iterable[str] | None = None) -> ReservedClaims | None:
+        """The claims of every session with credit that takes from ``queues`` (those the
+        enqueue makes work in; None: any), that credit set aside, for an enqueue to make
+        in its own transaction: its jobs then go out with its commit instead of one
+        wake-up and one transaction later. Each claim reads only those of its queues: the
+        enqueue's cost does not grow with other sessions' queues. None when no session
+        has credit. Every reservation must end in ``settle_claims``, whatever happened."""
         if self._stopping or self.draining:
             return None
-        self._heard_of_work()
-        sessions = self._in_turn(self._with_credit())
+        wanted = None if queues is None else frozenset(queues)
+        sessions = self._with_credit()
+        if wanted is not None:
+            sessions = [s for s in sessions if not wanted.isdisjoint(s.queues)]
+        sessions = self._in_turn(sessions)
+        were_drained = [s.drained for s in sessions]  # before this news clears it
+        self._heard_of_work(wanted)
         if not sessions:
             return None
-        return ReservedClaims(sessions, [_reserve(s) for s in sessions])
+        requests = [_reserve(s, wanted) for s in sessions]
+        return ReservedClaims(sessions, requests, were_drained=were_drained)
 
     def claiming(
         self, reserved: ReservedClaims, claim: Callable[[T, list[ClaimRequest], HandOut], BatchAnswers]
@@ -328,7 +384,7 @@ class Dispatcher:
         for session, claimed in zip(reserved.sessions, reserved.handed_out, strict=True):
             if claimed and session in self.sessions:
                 self.uncommitted.add(c.attempt_id for c in claimed)
-                session.deliver(Assignments(tuple(claimed)))
+                session.assign(tuple(claimed))
 
     def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
         """Hands out what the enqueue claimed (``answers``: its claims, one list per
@@ -354,12 +410,19 @@ class Dispatcher:
                 # the jobs a retry enqueued wait for the next round.
                 answers = BatchAnswers(claims=early)
                 self._claim_needed = self._work_arrived = True
+                self._work_in = None
                 self._wake.set()
         elif answers is None:
             answers = BatchAnswers(claims=[[] for _ in reserved.requests])
             self._claim_needed = True  # nothing was claimed: the loop tries again
             self._wake.set()
-        self._hand_out(reserved.sessions, reserved.requests, answers, delivered=early is not None)
+        self._hand_out(
+            reserved.sessions,
+            reserved.requests,
+            answers,
+            delivered=early is not None,
+            were_drained=reserved.were_drained,
+        )
         if any(session in self._retiring for session in reserved.sessions):
             self._wake.set()  # a stream that waited for this delivery to end can end now
 
@@ -379,6 +442,7 @@ class Dispatcher:
         answers: BatchAnswers,
         *,
         delivered: bool = False,
+        were_drained: list[bool] | None = None,
     ) -> None:
         """Delivers claims made for reserved credit (unless ``delivered`` already) and
         gives back the credit not used.
@@ -390,15 +454,20 @@ class Dispatcher:
         refill = False
         bounds = self.config.bounds
         drained = answers.drained or [False] * len(requests)
-        for session, request, claimed, empty in zip(sessions, requests, answers.claims, drained, strict=True):
+        for at, (session, request, claimed, empty) in enumerate(
+            zip(sessions, requests, answers.claims, drained, strict=True)
+        ):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
             if claimed and not delivered and session in self.sessions:
-                session.deliver(Assignments(tuple(claimed)))
+                session.assign(tuple(claimed))
             took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
             missed_work = session.claim_may_be_stale
             session.claim_may_be_stale = False
-            session.drained = empty and not missed_work
+            # A claim of some of its queues only leaves its other queues as they were.
+            partial = were_drained is not None and len(request.queues) < len(session.queues)
+            others_empty = were_drained[at] if were_drained is not None and partial else True
+            session.drained = empty and others_empty and not missed_work
             refill = refill or ((took_all_it_could or missed_work) and session.credit > 0)
         if refill:
             self._claim_needed = True
@@ -478,7 +547,7 @@ class Dispatcher:
             await asyncio.sleep(0.1)
         else:
             self._launch_next()
-            self._deliver(answers, routes, batch.claims)
+            self._deliver(answers, routes, batch)
 
     async def _settle_in_flight(self) -> None:
         while self._in_flight:
@@ -502,14 +571,24 @@ class Dispatcher:
         except TimeoutError:
             # Idle re-check: another replica may have added work.
             self._claim_needed = self._work_arrived = True
+            self._work_in = None
         self._wake.clear()
         if self._next_due_ms is not None and self._next_due_ms <= self.clock.now_ms():
             self._next_due_ms = None
             self._claim_needed = self._work_arrived = True
+            self._work_in = None
 
     def _take(self) -> tuple[WorkBatch, _Routes]:
         batch, routes = self._batch, self._routes
+        was_full = self._batch_items >= self.stream_bounds.max_pending_batch_items
         self._batch, self._routes = WorkBatch(), _Routes()
+        self._batch_items = 0
+        self._heartbeat_at = {}
+        if was_full:
+            for session in self.sessions:
+                session.make_room()
+        if batch.heartbeats:
+            routes.lost_unread = heartbeats.screen(routes.heartbeats, batch.heartbeats)
         # Claims for these were taken, if at all, by the batch before: none is in this one.
         # One whose credit an enqueue is claiming with waits for that claim's delivery.
         routes.retiring = [s for s in self._retiring if not s.reserved]
@@ -518,7 +597,8 @@ class Dispatcher:
             self._claim_needed = False
             if self._work_arrived:
                 self._work_arrived = False
-                self._heard_of_work()
+                self._heard_of_work(self._work_in)
+                self._work_in = set()
             # A drained session claims again when work is heard of, not merely because a
             # run ended and gave its credit back: at a light load, that would be a claim
             # (and its credit set aside) after every result.
@@ -543,28 +623,36 @@ class Dispatcher:
         self._turns += 1
         return sessions[first:] + sessions[:first]
 
-    def _heard_of_work(self) -> None:
-        """Jobs may have become claimable: every session may claim again, and one whose
-        claim is out may have read before that work committed (PostgreSQL writes batches
-        and enqueues at once), so it claims again once the credit is back."""
+    def _heard_of_work(self, queues: AbstractSet[str] | None = None) -> None:
+        """Jobs may have become claimable (in ``queues``; None: anywhere): every session
+        taking from them may claim again, and one whose claim is out may have read before
+        that work committed (PostgreSQL writes batches and enqueues at once), so it
+        claims again once the credit is back."""
         for session in self.sessions:
+            if queues is not None and queues.isdisjoint(session.queues):
+                continue
             session.drained = False
             if session.reserved:
                 session.claim_may_be_stale = True
 
-    def _deliver(self, answers: BatchAnswers, routes: _Routes, batch_claims: list[ClaimRequest]) -> None:
+    def _deliver(self, answers: BatchAnswers, routes: _Routes, batch: WorkBatch) -> None:
         for session, start in zip(routes.starts, answers.starts, strict=True):
             session.deliver(start)
-        for session, heartbeat in zip(routes.heartbeats, answers.heartbeats, strict=True):
-            session.deliver(heartbeat)
+        beats = zip(routes.heartbeats, batch.heartbeats, answers.heartbeats, routes.lost_unread, strict=True)
+        for session, request, heartbeat, unread in beats:
+            session.deliver(heartbeats.answered(session, request, heartbeat, unread))
             for attempt_id in sorted(heartbeat.cancels):  # R-8: repeated until the run ends
                 session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
         for session, result in zip(routes.results, answers.results, strict=True):
+            if result.error is None:  # accepted or stale: the attempt is held no more
+                session.held.discard(result.attempt_id)
             session.deliver(result)
+        for session in routes.releases:
+            session.give_back(1)  # written; releases have no answer
         if routes.claims:
             self.claim_rounds += 1
         self.on_effects(answers)
-        self._hand_out(routes.claims, batch_claims, answers)
+        self._hand_out(routes.claims, batch.claims, answers)
 
     # -- management -----------------------------------------------------------------
 

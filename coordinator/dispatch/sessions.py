@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
@@ -64,7 +65,7 @@ class SessionHost(Protocol):
 
     def add_credit(self, session: WorkerSession, count: int) -> None: ...
     def start(self, session: WorkerSession, attempt_id: str) -> None: ...
-    def heartbeat(self, session: WorkerSession, attempt_ids: list[str], lease_ms: int) -> None: ...
+    def heartbeat(self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int) -> None: ...
     def result(self, session: WorkerSession, report: ResultReport) -> None: ...
     def release(self, session: WorkerSession, attempt_id: str) -> None: ...
     def retire(self, session: WorkerSession) -> None: ...
@@ -96,6 +97,47 @@ class WorkerSession:
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)
+    budget: int = 0
+    """Most items (starts, results, releases, heartbeats) the stream may have taken in
+    and not yet had answered (``StreamBounds.stream_budget``); 0: unbounded."""
+    taken: int = 0
+    """Items taken in and not yet answered (answers count until the stream sends them)."""
+    held: set[str] = field(default_factory=set)
+    """Attempts this stream holds, as far as it knows: claimed for it, or renewed by one
+    of its heartbeats. A heartbeat's other IDs cost a store look-up only while
+    ``unheld_checks_left`` lasts; after that they are answered lost at once."""
+    unheld_checks_left: int = 0
+    _room: asyncio.Event | None = field(default=None, repr=False)
+
+    @property
+    def full(self) -> bool:
+        return 0 < self.budget <= self.taken
+
+    def take(self, count: int = 1) -> None:
+        self.taken += count
+
+    def give_back(self, count: int = 1) -> None:
+        """``count`` items were answered (or need no answer any more)."""
+        self.taken -= count
+        if self._room is not None and not self.full:
+            self._room.set()
+
+    def make_room(self) -> None:
+        """Wakes the reader waiting in ``wait_for_room`` to look again."""
+        if self._room is not None:
+            self._room.set()
+
+    async def wait_for_room(self, batch_full: Callable[[], bool]) -> None:
+        """Returns once the stream's budget has room and ``batch_full()`` is false. Its
+        reader reads nothing meanwhile: gRPC flow control then stops the client."""
+        while self.full or batch_full():
+            self._room = asyncio.Event()
+            await self._room.wait()
+        self._room = None
+
+    def assign(self, claimed: tuple[Claimed, ...]) -> None:
+        self.held.update(c.attempt_id for c in claimed)
+        self.outbox.put_nowait(Assignments(claimed))
 
     @functools.cached_property
     def identity(self) -> WorkerIdentity:
@@ -110,21 +152,31 @@ class WorkerSession:
         """Ends the session's outgoing stream (a ``None`` in the outbox)."""
         self.outbox.put_nowait(None)
 
-    # -- messages from the worker ------------------------------------------------------
+    # -- messages from the worker (each counts in ``taken`` until answered) --------
 
     def add_credit(self, count: int) -> None:
         self.dispatcher.add_credit(self, count)
 
     def start(self, attempt_id: str) -> None:
+        self.taken += 1
         self.dispatcher.start(self, attempt_id)
 
-    def heartbeat(self, attempt_ids: list[str], lease_ms: int) -> None:
+    def heartbeat(self, attempt_ids: Sequence[str], lease_ms: int) -> None:
+        self.taken += 1
         self.dispatcher.heartbeat(self, attempt_ids, lease_ms)
 
     def result(self, report: ResultReport) -> None:
+        self.taken += 1
         self.dispatcher.result(self, report)
 
+    def reject_result(self, answer: ResultAnswer) -> None:
+        """A malformed result, answered here: it still counts until its answer is sent."""
+        self.taken += 1
+        self.outbox.put_nowait(answer)
+
     def release(self, attempt_id: str) -> None:
+        self.taken += 1
+        self.held.discard(attempt_id)
         self.dispatcher.release(self, attempt_id)
 
     def retire(self) -> None:

@@ -154,3 +154,39 @@ RANGES: dict[str, tuple[int, int]] = {
 """The inclusive range each bound may be configured to."""
 
 DEFAULT_BOUNDS = StoreBounds()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBounds:
+    """What one worker stream may name, and make the coordinator hold for it
+    (docs/limits.md, "Worker streams"). Fixed: a real worker stays far inside them."""
+
+    max_hello_queues: int = 100
+    """Most queues one Hello may list. A claim reads each of them; INVALID_ARGUMENT past it."""
+    max_hello_wire_names: int = 1_000
+    """Most wire names one Hello may list. Every claim read binds them all."""
+    max_capacity: int = 10_000
+    """Most jobs one worker stream runs at once (``Hello.capacity``)."""
+    max_heartbeat_attempts: int = 10_000
+    """Most attempt IDs one heartbeat may name; more ends the stream."""
+    stream_control_items: int = 16
+    """Items a stream may have pending on top of twice its capacity (heartbeats, releases
+    of a reconnect)."""
+    max_pending_batch_items: int = 50_000
+    """Most starts, results, releases and heartbeats waiting, from all streams together,
+    for the next write: past it every stream's reader waits until that batch is taken."""
+
+    def stream_budget(self, capacity: int) -> int:
+        """Items one stream may have taken in and not yet answered: a worker holding
+        ``capacity`` attempts has at most a start or release and a result of each out
+        (after a reconnect it re-sends them all), plus a few control messages."""
+        return 2 * capacity + self.stream_control_items
+
+    def unheld_heartbeat_checks(self, capacity: int) -> int:
+        """Attempt IDs the stream was not assigned that its heartbeats may have looked up
+        in the store, over its whole life: a reconnecting worker names each attempt it
+        holds from an earlier stream once, and it holds at most ``capacity``."""
+        return 2 * capacity
+
+
+STREAM_BOUNDS = StreamBounds()

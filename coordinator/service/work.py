@@ -9,7 +9,7 @@ its guard, several times a tuple's cost, and each job makes a few of them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -64,7 +64,9 @@ class AttemptMessage(NamedTuple):
 class HeartbeatRequest:
     """One heartbeat: the attempts a stream still runs, and the lease it asks for."""
 
-    attempt_ids: list[str]
+    attempt_ids: Sequence[str]
+    """As the worker sent them (a protobuf repeated field until the dispatcher screens
+    them: a heartbeat merged away is never copied)."""
     lease_ms: int
     sender: WorkerIdentity
 

@@ -16,8 +16,7 @@ from coordinator.api.ingress import (
     request_limits,
 )
 from coordinator.api.wire import OTHER_FIELDS, WireError, count_fields, field_values, sole_field
-from coordinator.api.worker_servicer import MAX_HELLO_NAMES
-from coordinator.domain.bounds import StoreBounds
+from coordinator.domain.bounds import STREAM_BOUNDS, StoreBounds
 from coordinator.validation import MAX_TOKEN_QUEUES
 from worker_sdk.proto.runwick.v1 import admin_service_pb2, job_service_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as wpb
@@ -145,13 +144,15 @@ def test_a_token_request_fits_its_most_queues_and_no_more() -> None:
 
 def test_hello_names_are_counted_over_every_hello_field() -> None:
     method = "/runwick.v1.WorkerService/Connect"
-    half = wpb.ConnectRequest(hello=wpb.Hello(queues=["q"] * (MAX_HELLO_NAMES // 2 + 1))).SerializeToString()
+    queues, wire_names = STREAM_BOUNDS.max_hello_queues, STREAM_BOUNDS.max_hello_wire_names
+    half = wpb.ConnectRequest(hello=wpb.Hello(queues=["q"] * (queues // 2 + 1))).SerializeToString()
     assert _refusal(_deserialize(method, half * 2)) == ("InvalidArgument", "OUT_OF_RANGE")
-    fine = wpb.ConnectRequest(
-        hello=wpb.Hello(queues=["q"] * MAX_HELLO_NAMES, wire_names=["w"] * MAX_HELLO_NAMES)
-    )
+    half = wpb.ConnectRequest(hello=wpb.Hello(wire_names=["w"] * (wire_names // 2 + 1))).SerializeToString()
+    assert _refusal(_deserialize(method, half * 2)) == ("InvalidArgument", "OUT_OF_RANGE")
+    fine = wpb.ConnectRequest(hello=wpb.Hello(queues=["q"] * queues, wire_names=["w"] * wire_names))
     parsed = _deserialize(method, fine.SerializeToString(), wpb.ConnectRequest.FromString)
-    assert len(parsed.hello.wire_names) == MAX_HELLO_NAMES  # type: ignore[attr-defined]
+    assert len(parsed.hello.queues) == queues  # type: ignore[attr-defined]
+    assert len(parsed.hello.wire_names) == wire_names  # type: ignore[attr-defined]
 
 
 @settings(max_examples=200, deadline=None)
