@@ -177,8 +177,8 @@ class CoordinatorMetrics:
         )
         self.job_run = Histogram(
             "runwick_job_run_duration_seconds",
-            "From an execution's start to its reported result, by outcome (R-5); "
-            "the _count counts executions by outcome.",
+            "From an execution's start to its reported result, by outcome (succeeded, "
+            "retryable_failure, timed_out, abandoned, ...); the _count counts executions by outcome.",
             ["queue", "wire_name", "outcome"],
             buckets=RUN_BUCKETS_S,
             registry=r,
@@ -191,13 +191,15 @@ class CoordinatorMetrics:
         )
         self.unstarted_abandonments = Counter(
             "runwick_unstarted_abandonments_total",
-            "Claims whose lease lapsed before the handler was authorized (R-4).",
+            "Claims whose lease lapsed before the coordinator allowed the handler to start: "
+            "the job is offered again and no execution is spent.",
             ["queue", "wire_name"],
             registry=r,
         )
         self.stale_results = Counter(
             "runwick_stale_results_total",
-            "Results acknowledged as stale: from a superseded or already ended attempt (R-11).",
+            "Results acknowledged but ignored: their attempt had already ended or been "
+            "superseded (a worker reporting after its lease lapsed).",
             registry=r,
         )
         self.connected_workers = Gauge(

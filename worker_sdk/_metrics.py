@@ -27,7 +27,8 @@ class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.jobs = Counter(
             "runwick_worker_jobs_total",
-            "Runs this process finished, by outcome (R-5; no_result: nothing was reported).",
+            "Runs this process finished, by outcome (succeeded, retryable_failure, "
+            "timed_out, ...; no_result: nothing was reported).",
             ["queue", "wire_name", "outcome"],
             registry=registry,
         )

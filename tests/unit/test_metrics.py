@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from typing import Any
 
@@ -311,3 +312,13 @@ def test_a_metric_cap_needs_room_for_a_pair_of_every_outcome() -> None:
         CoordinatorMetrics(max_series=17)
     with pytest.raises(ValueError, match="at least 1 series"):
         SeriesCap(0)
+
+
+def test_help_texts_speak_plainly_without_rule_numbers() -> None:
+    """Operators read HELP texts in Prometheus and Grafana, where the rule numbers of
+    docs/rules.md mean nothing."""
+    registry = CollectorRegistry()
+    CoordinatorMetrics(registry)
+    WorkerMetrics(registry)
+    helps = [family.documentation for family in registry.collect()]
+    assert helps and not [text for text in helps if re.search(r"\bR-\d+", text)]

@@ -8,7 +8,7 @@ import gzip
 from collections.abc import AsyncIterator
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from worker_sdk import MetricsHttpLimits
 from worker_sdk._metrics_http import MetricsHttpServer, serve_metrics
@@ -119,3 +119,17 @@ async def test_with_a_token_only_a_scrape_that_sends_it_is_answered(registry: Co
 async def test_a_port_in_use_is_a_clear_error(server: MetricsHttpServer, registry: CollectorRegistry) -> None:
     with pytest.raises(OSError, match=f"cannot serve metrics on 127.0.0.1:{server.port}"):
         await serve_metrics(registry, "127.0.0.1", server.port)
+
+
+async def test_counters_and_histograms_come_without_created_series(
+    server: MetricsHttpServer, registry: CollectorRegistry
+) -> None:
+    """prometheus_client adds a ``_created`` series to every counter and histogram series:
+    twice the series, for a start time nothing reads. They are left out of scrapes."""
+    Histogram("runwick_test_seconds", "Durations.", registry=registry).observe(0.2)
+    assert any(s.name.endswith("_created") for family in registry.collect() for s in family.samples)
+    for accept in ("text/plain", "application/openmetrics-text"):
+        answer = await exchange(server.port, get("/metrics", f"Accept: {accept}"))
+        body = answer.partition(b"\r\n\r\n")[2]
+        assert b"runwick_test_things_total 3.0" in body and b"runwick_test_seconds_count 1.0" in body
+        assert b"_created" not in body
