@@ -193,9 +193,20 @@ def bootstrap_token(options: argparse.Namespace, environ: Mapping[str, str] | No
     ``RUNWICK_BOOTSTRAP_TOKEN`` or the file ``RUNWICK_BOOTSTRAP_TOKEN_FILE`` names."""
     from coordinator.config import env_or_file, read_setting_file
 
+    environ = os.environ if environ is None else environ
+    named = options.bootstrap_token_file or environ.get(f"{BOOTSTRAP_TOKEN_ENV}_FILE")
+    if named and not os.path.exists(named):
+        # Read only while no token exists: the Secret that holds it may be gone once the
+        # first install made its token (the Kubernetes volume is optional).
+        logging.getLogger("runwick").warning(
+            "the bootstrap token file %s does not exist: no first admin token from it "
+            "(needed only while the database has no token)",
+            named,
+        )
+        return None
     if options.bootstrap_token_file:
         return read_setting_file(options.bootstrap_token_file, "--bootstrap-token-file")
-    found = env_or_file(os.environ if environ is None else environ, BOOTSTRAP_TOKEN_ENV)
+    found = env_or_file(environ, BOOTSTRAP_TOKEN_ENV)
     return found[0] if found else None
 
 

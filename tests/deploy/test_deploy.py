@@ -171,7 +171,9 @@ def test_pods_run_restricted_non_root_with_resources(overlays: dict[str, list[Do
                 assert context["capabilities"] == {"drop": ["ALL"]}, where
                 assert not context.get("privileged"), where
                 for bound in ("requests", "limits"):
-                    assert set(container["resources"][bound]) == {"cpu", "memory"}, where
+                    # ephemeral-storage too: without it a pod filling /tmp or its log is
+                    # evicted without a bound the scheduler knew of.
+                    assert set(container["resources"][bound]) == {"cpu", "memory", "ephemeral-storage"}, where
 
 
 def test_service_and_network_policy_cover_the_ports(overlays: dict[str, list[Doc]]) -> None:
@@ -189,7 +191,12 @@ def test_service_and_network_policy_cover_the_ports(overlays: dict[str, list[Doc
         policy = the(docs, "NetworkPolicy")
         assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
         admitted = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
-        assert admitted == set(ports.values())
+        # Health needs no rule: the kubelet's probes come from the node, always admitted.
+        assert admitted == set(ports.values()) - {ports["health"]}
+        for rule in policy["spec"]["ingress"]:
+            assert rule.get("from"), rule  # every port from someone, never from anywhere
+            if rule["ports"][0]["port"] == ports["dashboard"]:
+                assert rule["from"] == [{"podSelector": {}}]  # this namespace only
 
 
 def test_service_monitor_component_scrapes_the_metrics_port(overlays: dict[str, list[Doc]]) -> None:

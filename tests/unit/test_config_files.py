@@ -75,6 +75,23 @@ def test_the_flag_wins_over_the_environment_and_the_default_is_sqlite(
     assert bootstrap_token(serve_options(), {}) is None
 
 
+def test_a_missing_bootstrap_token_file_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kubernetes mounts the admin-token Secret optionally: once the first install made its
+    token the Secret may go, and the coordinator must still start (the file is read only
+    while no token exists). A file that exists but cannot be read is still an error."""
+    gone = str(tmp_path / "admin" / "token")
+    with caplog.at_level("WARNING", logger="runwick"):
+        assert bootstrap_token(serve_options("--bootstrap-token-file", gone), {}) is None
+        assert bootstrap_token(serve_options(), {"RUNWICK_BOOTSTRAP_TOKEN_FILE": gone}) is None
+    assert [r.getMessage().count(gone) for r in caplog.records] == [1, 1]
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        bootstrap_token(serve_options("--bootstrap-token-file", str(empty)), {})
+
+
 def test_the_supplied_token_never_shows_in_the_config_repr() -> None:
     config = CoordinatorConfig(bootstrap_token="rwk_0123456789abcdef_" + "s" * 43)
     assert "sssss" not in repr(config)
