@@ -23,6 +23,7 @@ from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
 from coordinator.cli.ingress import add_ingress_flags, ingress_config
 from coordinator.cli.logs import add_logging_flags, quiet_libraries
 from coordinator.cli.metrics_flags import add_metrics_flags, metrics_config
+from coordinator.cli.ports import busy_port
 from coordinator.cli.retention import add_retention_flags, retention_from_options
 from worker_sdk import configure_logging
 from worker_sdk._logging import JsonFormatter
@@ -355,9 +356,19 @@ def run_serve(options: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2
+    busy = busy_port(config)
+    if busy is not None:
+        print(f"runwick: {busy}", file=sys.stderr)
+        return 2
     warning = plaintext_warning(config)
     if warning is not None:
         logging.getLogger("runwick").warning(warning)
+    if not config.auth_enabled:
+        logging.getLogger("runwick").warning(
+            "authentication is OFF (--insecure): whoever reaches %s may enqueue, cancel, purge "
+            "and make tokens; use it for a local try only",
+            config.host,
+        )
     try:
         asyncio.run(
             _serve_until_signalled(
@@ -409,7 +420,7 @@ async def _serve_until_signalled(
     _say(
         f"runwick health port {_port_text(running.health_port)}, "
         f"metrics port{'s' if len(metrics_ports) > 1 else ''} {metrics_text}, "
-        f"dashboard port {_port_text(running.dashboard_port)}",
+        f"dashboard {_dashboard_text(config, running.dashboard_port)}",
         json_lines,
         health_port=running.health_port,
         metrics_port=running.metrics_port,
@@ -437,6 +448,15 @@ def plaintext_warning(config: CoordinatorConfig) -> str | None:
         "cross the network readable (and replayable) by anyone on the path; serve with "
         "--tls-cert and --tls-key, or listen on 127.0.0.1 only"
     )
+
+
+def _dashboard_text(config: CoordinatorConfig, port: int | None) -> str:
+    """``port off``, or the port and the address to open in a browser."""
+    if port is None:
+        return "port off"
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+    host = f"[{host}]" if ":" in host else host
+    return f"port {port} ({'https' if config.tls_cert_file else 'http'}://{host}:{port}/)"
 
 
 def _port_text(port: int | None) -> str:

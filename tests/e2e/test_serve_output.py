@@ -13,6 +13,7 @@ import os
 import pty
 import re
 import select
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,9 +275,12 @@ async def test_the_operator_supplies_the_first_admin_token_from_a_mounted_file(
     [
         {"RUNWICK_BOOTSTRAP_TOKEN": "rwk_not-hex_hunter2-is-my-secret"},
         {"RUNWICK_BOOTSTRAP_TOKEN": "rwk_" + "a" * 16 + "_x", "RUNWICK_BOOTSTRAP_TOKEN_FILE": "/dev/null"},
-        {"RUNWICK_BOOTSTRAP_TOKEN_FILE": "/nonexistent/runwick/token"},
+        # A file that exists but cannot be read. A missing one is skipped with a warning:
+        # the Kubernetes Secret holding it is optional once a token exists
+        # (tests/unit/test_config_files.py).
+        {"RUNWICK_BOOTSTRAP_TOKEN_FILE": "/"},
     ],
-    ids=["malformed", "both", "missing-file"],
+    ids=["malformed", "both", "unreadable-file"],
 )
 async def test_a_bad_supplied_token_stops_serve_and_changes_nothing(
     tmp_path: Path, settings: dict[str, str]
@@ -323,3 +327,50 @@ async def test_the_database_url_is_read_from_a_mounted_file(tmp_path: Path) -> N
     refused = await run_cli(["migrate"], both)
     assert refused.returncode == 2 and "not both" in refused.stderr
     assert not (ROOT / "other.db").exists()
+
+
+async def test_a_taken_port_is_named_with_its_flag_before_any_database_is_made(tmp_path: Path) -> None:
+    """A second coordinator started beside a running one says which flag to change, and
+    creates no database file first (it used to migrate a new SQLite file, then print gRPC
+    core's add_port.cc line)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    database = tmp_path / "second.db"
+    try:
+        result = await runwick(
+            "serve",
+            "--insecure",
+            "--database-url",
+            f"sqlite:///{database}",
+            "--port",
+            "0",
+            "--health-port",
+            str(taken),
+            "--metrics-port",
+            "-1",
+            "--dashboard-port",
+            "-1",
+            check=False,
+        )
+    finally:
+        holder.close()
+    assert result.returncode == 2, result.stderr
+    assert f"port {taken}" in result.stderr and "--health-port" in result.stderr
+    assert "add_port" not in result.stderr and "Traceback" not in result.stderr
+    assert not database.exists()
+
+
+async def test_insecure_start_warns_and_the_dashboard_address_is_printed(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    process = serve(
+        log, "--database-url", f"sqlite:///{tmp_path / 'r.db'}", "--insecure", *QUIET, env=clean_env()
+    )
+    try:
+        await wait_listening(process, log)
+    finally:
+        assert await stop(process) == 0
+    printed = log.read_text()
+    assert "WARNING runwick authentication is OFF (--insecure)" in printed
+    assert re.search(r"dashboard port (\d+) \(http://127\.0\.0\.1:\1/\)", printed), printed
