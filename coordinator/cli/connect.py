@@ -91,8 +91,9 @@ def bearer_token(options: argparse.Namespace) -> str | None:
     variables are set or the file cannot be read or is empty."""
     if options.token:
         return str(options.token)
-    if options.token_file:
-        return read_token_file(options.token_file, "--token-file")
+    token_file = getattr(options, "token_file", None)  # `bench` has --token only
+    if token_file:
+        return read_token_file(token_file, "--token-file")
     value, path = os.environ.get("RUNWICK_TOKEN") or None, os.environ.get("RUNWICK_TOKEN_FILE") or None
     if value is not None and path is not None:
         raise ArgumentError("set RUNWICK_TOKEN or RUNWICK_TOKEN_FILE, not both")
