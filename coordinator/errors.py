@@ -95,3 +95,9 @@ class PermissionDenied(CoordinatorError):
 
 class Unavailable(CoordinatorError):
     default_reason = "UNAVAILABLE"
+
+
+class ResourceExhausted(CoordinatorError):
+    """A deployment-wide limit is reached (e.g. ``max_queues``); the message names it."""
+
+    default_reason = "RESOURCE_EXHAUSTED"

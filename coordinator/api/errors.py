@@ -33,6 +33,7 @@ from coordinator.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
 )
 from worker_sdk.grammar import TRUNCATION_MARKER, truncate_utf8
@@ -57,6 +58,7 @@ STATUS_BY_ERROR: dict[type[CoordinatorError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

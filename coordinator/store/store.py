@@ -224,6 +224,7 @@ class Store:
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
+            self._known_queues.difference_update(tx.forgotten_queues)  # and these do not
         except DBAPIError as exc:
             # The driver failed: the connection goes back to the pool (or, lost, is
             # dropped), and the next transaction, a retry too, starts on another.
@@ -358,11 +359,19 @@ class Store:
         )
         return stale
 
-    def queue_stats(self, now_ms: int) -> list[QueueStats]:
-        """Every known queue, its controls, its jobs per state and its oldest due job
-        (R-17), without a scan of the jobs."""
+    def queue_stats(
+        self, now_ms: int, *, after_name: str | None = None, limit: int | None = None
+    ) -> list[QueueStats]:
+        """Known queues by name (at most ``limit`` after ``after_name``; every one when
+        unset, which ``max_queues`` bounds), each with its controls, its jobs per state
+        and its oldest due job (R-17), without a scan of the jobs."""
         with self._reading() as conn:
-            return reads.queue_stats(conn, now_ms)
+            return reads.queue_stats(conn, now_ms, after_name=after_name, limit=limit)
+
+    def job_totals(self) -> tuple[int, dict[JobState, int]]:
+        """How many queues are known, and the jobs of all of them per state."""
+        with self._reading() as conn:
+            return reads.job_totals(conn)
 
     def finished_since(self, since_ms: int) -> list[FinishedMinute]:
         """Jobs that ended per minute, queue and terminal state, from the minute holding
