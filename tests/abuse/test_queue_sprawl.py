@@ -16,6 +16,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.bounds import StoreBounds
+from coordinator.domain.states import JobState as StoredState
 from coordinator.process import RunningCoordinator, start_coordinator
 from worker_sdk import (
     ArgumentError,
@@ -138,7 +139,7 @@ async def test_queues_purged_empty_are_forgotten_and_an_admin_deletes_only_empty
 
     purged = await coordinator.app.run_retention()
 
-    assert purged[JobState.CANCELLED] == MAX_QUEUES - 1
+    assert purged[StoredState.CANCELLED] == MAX_QUEUES - 1
     assert [q.name for q in await admin.list_queues()] == ["live"]
     # Room again: the forgotten queues no longer count towards max_queues.
     for n in range(MAX_QUEUES - 1):
