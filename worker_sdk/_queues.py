@@ -72,7 +72,8 @@ class AsyncQueueCalls(ClientBase):
     _admin: Any
 
     async def list_queues(self, *, page_size: int | None = None) -> list[QueueInfo]:
-        """Every known queue, by name, with its controls and counts, fetched a page at a
+        """Every known queue, in natural order (cq2 before cq10), with its controls and
+        counts, fetched a page at a
         time (the coordinator bounds how many queues there are: ``max_queues``)."""
         queues: list[QueueInfo] = []
         token = ""
@@ -85,7 +86,7 @@ class AsyncQueueCalls(ClientBase):
     async def list_queues_page(
         self, *, page_size: int | None = None, page_token: str = ""
     ) -> tuple[list[QueueInfo], str]:
-        """One page of queues by name and the next page's token (empty on the last).
+        """One page of queues (natural order) and the next page's token (empty on the last).
         ``page_size`` is clamped to the coordinator's maximum page size.
 
         Raises:

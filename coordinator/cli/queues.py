@@ -27,7 +27,7 @@ def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     actions = queues.add_subparsers(dest="queues_command", required=True)
     listing = actions.add_parser(
-        "list", help="queues by name with their controls and job counts, a page at a time (needs read)"
+        "list", help="queues (cq2 before cq10) with controls and job counts, a page at a time (needs read)"
     )
     add_paging_flags(listing, "queues")
     add_connection_flags(listing)

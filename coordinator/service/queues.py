@@ -33,7 +33,7 @@ class QueueService:
         )
 
     def page(self, *, page_size: int, page_token: str) -> tuple[list[QueueStats], str]:
-        """A page of queues by name, each with its jobs counted per state, and the next
+        """A page of queues in natural order, each with its jobs counted per state, and the next
         page's token ('' at the end). The size is clamped to ``max_page_size``; the token
         is checked before any read."""
         if page_size < 0:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, func, literal, select, text, tuple_
 
+from coordinator.domain.naming import natural_key
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -131,13 +132,15 @@ def list_transitions(conn: Connection, job_id: str) -> list[Transition]:
 def queue_stats(
     conn: Connection, now_ms: int, *, after_name: str | None = None, limit: int | None = None
 ) -> list[QueueStats]:
-    """Known queues by name (keyset-paged: at most ``limit`` after ``after_name``), each
-    with its jobs per state (the maintained counts plus the deltas not folded yet: small
-    reads of the page's queues, never a scan of the jobs) and its oldest due job (the
-    first entry of its part of the due index)."""
-    query = select(queues).order_by(queues.c.name)
+    """Known queues in natural order (``cq2`` before ``cq10``), keyset-paged: at most
+    ``limit`` after the queue ``after_name`` (known or not). Each comes with its jobs per
+    state (the maintained counts plus the deltas not folded yet: small reads of the
+    page's queues, never a scan of the jobs) and its oldest due job (the first entry of
+    its part of the due index)."""
+    query = select(queues).order_by(queues.c.sort_key, queues.c.name)
     if after_name is not None:
-        query = query.where(queues.c.name > after_name)
+        position = (literal(natural_key(after_name)), literal(after_name))
+        query = query.where(tuple_(queues.c.sort_key, queues.c.name) > tuple_(*position))
     if limit is not None:
         query = query.limit(limit)
     page = [queue_from_row(row) for row in conn.execute(query)]

@@ -23,6 +23,7 @@ from sqlalchemy import exists, func, literal, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from coordinator.domain.naming import natural_key
 from coordinator.domain.records import QueueRecord
 from coordinator.domain.states import JobState
 from coordinator.store.errors import QueueLimitReached
@@ -49,6 +50,7 @@ def _new_rows(names: Iterable[str], now_ms: int) -> list[dict[str, Any]]:
             "concurrency_limit": None,
             "created_at_ms": now_ms,
             "updated_at_ms": now_ms,
+            "sort_key": natural_key(name),
         }
         for name in names
     ]

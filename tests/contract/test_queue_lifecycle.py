@@ -62,6 +62,14 @@ def test_queues_are_listed_a_bounded_page_at_a_time_by_name(harness: Harness) ->
     assert first[0].counts[JobState.AVAILABLE] == 2  # counts come with each page
 
 
+def test_queues_are_listed_in_natural_order_across_pages(harness: Harness) -> None:
+    """The newcomer's complaint: cq1, cq10, cq100 no more."""
+    names = ["cq100", "cq10", "cq2", "cq1", "cq20", "cq3", "cq010"]
+    for name in names:
+        harness.enqueue(queue=name)
+    assert _names(harness) == ["cq1", "cq2", "cq3", "cq010", "cq10", "cq20", "cq100"]
+
+
 def test_a_page_is_clamped_to_the_max_page_size(harness: Harness) -> None:
     small = harness.with_bounds(max_page_size=3)
     for n in range(5):

@@ -162,7 +162,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListQueues(self, request, context):
-        """R-17: queues with their controls and job counts, by name, keyset paged. Scope `read`.
+        """R-17: queues with their controls and job counts, in natural order of names
+        (cq2 before cq10), keyset paged. Scope `read`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
