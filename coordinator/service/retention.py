@@ -98,6 +98,9 @@ class RetentionService:
     def forget_idle_queues(self) -> list[str]:
         """Deletes one batch of queues that hold no jobs and have no controls and returns
         their names; a batch shorter than ``batch_size`` was the last one."""
-        return self.store.transact(
-            lambda tx: tx.forget_idle_queues(self.batch_size), what="forgetting idle queues"
-        )
+
+        def forget(tx: Tx) -> list[str]:
+            tx.key_unkeyed_queues(self.batch_size)
+            return tx.forget_idle_queues(self.batch_size)
+
+        return self.store.transact(forget, what="forgetting idle queues")

@@ -161,6 +161,21 @@ class QueueLifecycleOps(TxBase):
         self.delete_queues(names)
         return names
 
+    def key_unkeyed_queues(self, limit: int) -> int:
+        """Gives up to ``limit`` queues without a sort key theirs; returns how many. Only
+        a coordinator of before migration 0020, still running in a rolling upgrade, makes
+        such rows (the column's default is empty); until keyed they list first."""
+        names = [row[0] for row in self._conn.execute(_unkeyed().limit(limit))]
+        for name in names:
+            self._conn.execute(
+                queues.update().where(queues.c.name == name).values(sort_key=natural_key(name))
+            )
+        return len(names)
+
+
+def _unkeyed() -> Any:
+    return select(queues.c.name).where(queues.c.sort_key == "").order_by(queues.c.name)
+
 
 def positive_queues(deltas: Mapping[tuple[str, str], int]) -> set[str]:
     """The queues some of whose jobs entered a state: they hold jobs, so must have rows."""

@@ -9,6 +9,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.bounds import StoreBounds
@@ -272,3 +274,26 @@ def test_retention_forgets_queues_without_jobs_or_controls_and_keeps_the_rest(ha
     assert _names(harness) == ["busy", "limited", "paused"]
     harness.enqueue(queue="cq1")  # a forgotten name is a new queue again
     assert "cq1" in _names(harness)
+
+
+def test_retention_keys_queues_an_older_coordinator_made_without_a_sort_key(harness: Harness) -> None:
+    """During a rolling upgrade a coordinator of before migration 0020 inserts queue rows
+    without the key (the column's default, empty): the next retention pass keys them."""
+    harness.enqueue(queue="cq2")
+    harness.enqueue(queue="cq10")
+    engine = create_engine(harness.store.url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO queues (name, paused, concurrency_limit, created_at_ms, updated_at_ms)"
+                    " VALUES ('cq3', true, NULL, 1, 1)"
+                )
+            )
+    finally:
+        engine.dispose()
+    assert _names(harness) == ["cq3", "cq2", "cq10"]  # unkeyed rows list first
+
+    RetentionService(harness.store, harness.clock).forget_idle_queues()
+
+    assert _names(harness) == ["cq2", "cq3", "cq10"]
