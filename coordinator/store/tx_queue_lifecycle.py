@@ -5,13 +5,16 @@ retention (those without controls) or by an operator.
 The bound is exact on PostgreSQL with any number of replicas: every transaction that
 creates a queue takes one advisory lock first (held to its commit) and only then counts
 the queues, so creations are serialised and each count sees the ones before it. Only
-an enqueue naming a queue this store has not seen yet takes the lock (once per queue
-and process); one to queues it knows never does.
+an enqueue that creates a queue takes the lock; one to a queue this store has seen
+within ``KNOWN_QUEUES_TTL_S`` does not even look it up.
 
 Deleting a queue row can race with an enqueue to it on another replica that still
-believes the queue exists (each store caches the names it has seen): that job's count
-delta then names a queue without a row, and the next count fold restores the row
-(``restore_queues``), so the queue is missing from listings until that fold at most.
+believes the queue exists (each store caches the names it has seen, for at most
+``KNOWN_QUEUES_TTL_S``): that job's count delta then names a queue without a row, and
+the next count fold restores the row (``restore_queues``), so the queue is missing from
+listings until that fold at most. Restoring is not bounded (the jobs exist), so the
+queues can pass ``max_queues`` by those deleted elsewhere within that time and enqueued
+to again; creations are refused until they are back under it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import exists, func, literal, select, text
+from sqlalchemy import case, exists, func, literal, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -33,6 +36,9 @@ from coordinator.store.tx_base import TxBase
 
 QUEUE_CREATION_LOCK_KEY = int.from_bytes(b"rwqueues", "big")
 """The PostgreSQL advisory lock every queue-creating transaction holds to its commit."""
+KNOWN_QUEUES_TTL_S = 60.0
+"""How long a store trusts the queue names it has seen (``Store``): a queue another
+replica deleted is looked up again at most this much later."""
 
 
 def _insert_ignoring_duplicates(postgres: bool) -> Any:
@@ -65,12 +71,11 @@ class QueueLifecycleOps(TxBase):
         wanted = sorted(set(names) - self._known_queues)
         if not wanted:
             return
-        # Locked before the lookup, so what it finds (and the count) holds until the
-        # commit. Only names this store has not seen take it: once per queue and process.
-        self._lock_queue_creation()
         existing = self._existing_queues(wanted)
         new = [name for name in wanted if name not in existing]
         if new:
+            # Only an enqueue that makes a queue takes the lock, and counts under it.
+            self._lock_queue_creation()
             self._check_queue_room(new)
             self._conn.execute(_insert_ignoring_duplicates(self._postgres), _new_rows(new, now_ms))
         self.registered_queues.update(wanted)
@@ -84,7 +89,11 @@ class QueueLifecycleOps(TxBase):
 
     def _check_queue_room(self, new: list[str]) -> None:
         limit = self.bounds.max_queues
-        known = int(self._conn.execute(select(func.count()).select_from(queues)).scalar_one())
+        # Those of ``new`` another replica made since the lookup above (this one waited for
+        # the lock) are counted once: after the insert there are exactly known + new.
+        made_meanwhile = func.coalesce(func.sum(case((queues.c.name.in_(new), 1), else_=0)), 0)
+        total, meanwhile = self._conn.execute(select(func.count(), made_meanwhile).select_from(queues)).one()
+        known = int(total) - int(meanwhile)
         if known + len(new) > limit:
             first = new[0]
             raise QueueLimitReached(

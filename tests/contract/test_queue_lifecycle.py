@@ -297,3 +297,29 @@ def test_retention_keys_queues_an_older_coordinator_made_without_a_sort_key(harn
     RetentionService(harness.store, harness.clock).forget_idle_queues()
 
     assert _names(harness) == ["cq2", "cq3", "cq10"]
+
+
+def test_a_replica_looks_a_queue_up_again_once_its_memory_of_names_expires(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names a store has seen are trusted for ``KNOWN_QUEUES_TTL_S`` only: after that an
+    enqueue to a queue deleted elsewhere makes its row again at once (and counts it
+    against ``max_queues``), with no count fold needed."""
+    import time
+
+    from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
+
+    replica = Harness.build(Store.open(harness.store.url), harness.clock, harness.config)
+    try:
+        claimed = replica.run(replica.enqueue(queue="q"), queues=("q",))
+        replica.report(claimed.attempt_id, Outcome.SUCCEEDED)
+        _purge_everything(harness)
+        _queues(harness).delete("q", OPERATOR)
+        later = time.monotonic() + KNOWN_QUEUES_TTL_S + 1
+        monkeypatch.setattr("coordinator.store.store.time.monotonic", lambda: later)
+
+        replica.enqueue(queue="q")
+
+        assert _names(harness) == ["q"]
+    finally:
+        replica.store.close()
