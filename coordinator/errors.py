@@ -98,6 +98,7 @@ class Unavailable(CoordinatorError):
 
 
 class ResourceExhausted(CoordinatorError):
-    """A request over a size or concurrency cap of the API (docs/security.md)."""
+    """A size, concurrency or deployment-wide cap is reached (a request over the API's
+    size or call caps, docs/security.md; ``max_queues``); the message names it."""
 
     default_reason = "RESOURCE_EXHAUSTED"

@@ -34,6 +34,7 @@ from worker_sdk._errors import (
     PayloadTooLarge,
     PermanentJobFailure,
     PermissionDenied,
+    QueueLimitReached,
     RunwickError,
     Unauthenticated,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "PermanentJobFailure",
     "PermissionDenied",
     "QueueInfo",
+    "QueueLimitReached",
     "Retry",
     "RevealedError",
     "RunwickError",

@@ -154,6 +154,11 @@ class MessageTooLarge(CoordinatorError):
     answer, was far larger than the coordinator's bounds allow."""
 
 
+class QueueLimitReached(CoordinatorError):
+    """An enqueue would have created a queue past the coordinator's ``max_queues``
+    (RESOURCE_EXHAUSTED, reason ``QUEUE_LIMIT_REACHED``); nothing was enqueued."""
+
+
 class PermanentJobFailure(RunwickError):
     """Raised by a handler to fail its job permanently: no retry (R-5).
 
@@ -201,6 +206,10 @@ _BY_STATUS: dict[grpc.StatusCode, type[RunwickError]] = {
 _BY_REASON: dict[str, type[RunwickError]] = {
     "PAYLOAD_TOO_LARGE": PayloadTooLarge,
 }
+_RESOURCE_BY_REASON: dict[str, type[RunwickError]] = {
+    "QUEUE_LIMIT_REACHED": QueueLimitReached,
+}
+"""RESOURCE_EXHAUSTED that is a limit of the deployment, not of a message's size."""
 _RESOURCE_ADVICE = (
     "; keep payloads small (store bulk data elsewhere and enqueue a reference to it) "
     "or send fewer jobs per enqueue_many call"
@@ -225,6 +234,8 @@ def translate_rpc_error(error: grpc.RpcError) -> RunwickError:
     specific = _BY_REASON.get(reason or "")
     if specific is not None and issubclass(specific, kind):
         kind = specific
+    if status is grpc.StatusCode.RESOURCE_EXHAUSTED and reason in _RESOURCE_BY_REASON:
+        kind = _RESOURCE_BY_REASON[reason]
     if status is grpc.StatusCode.RESOURCE_EXHAUSTED and reason is None:
         message += _RESOURCE_ADVICE
     return kind(message, status_code=status, reason=reason, metadata=metadata, field_violations=violations)

@@ -1,6 +1,7 @@
 """The queue calls of ``AsyncClient`` and ``Client`` (R-17): list queues with their
-counts, pause and resume them, and set their concurrency limits. Listing needs the
-``read`` scope, changes ``manage``."""
+counts (a page at a time), pause and resume them, set their concurrency limits and
+delete empty ones. Listing needs the ``read`` scope, changes ``manage``, deleting
+``admin``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,19 @@ def _name(name: object) -> str:
     return name
 
 
+def _page_request(page_size: int | None, page_token: str) -> queue_pb2.ListQueuesRequest:
+    whole = isinstance(page_size, int) and not isinstance(page_size, bool)
+    if page_size is not None and (not whole or page_size < 1):
+        raise ArgumentError(f"page_size must be an int of 1 or more, or None; got {page_size!r}")
+    if not isinstance(page_token, str):
+        raise ArgumentError(f"page_token must be a str, got {type(page_token).__name__}")
+    return queue_pb2.ListQueuesRequest(page_size=page_size or 0, page_token=page_token)
+
+
+def _page(response: queue_pb2.ListQueuesResponse) -> tuple[list[QueueInfo], str]:
+    return [queue_from_proto(q) for q in response.queues], response.next_page_token
+
+
 def _limit_request(name: str, limit: int | None) -> queue_pb2.SetQueueLimitRequest:
     request = queue_pb2.SetQueueLimitRequest(name=_name(name))
     if limit is not None:
@@ -57,11 +71,45 @@ class AsyncQueueCalls(ClientBase):
 
     _admin: Any
 
-    async def list_queues(self) -> list[QueueInfo]:
-        """Every queue a job was ever enqueued to, by name, with its controls and counts."""
+    async def list_queues(self, *, page_size: int | None = None) -> list[QueueInfo]:
+        """Every known queue, in natural order (cq2 before cq10), with its controls and
+        counts, fetched a page at a
+        time (the coordinator bounds how many queues there are: ``max_queues``)."""
+        queues: list[QueueInfo] = []
+        token = ""
+        while True:
+            page, token = await self.list_queues_page(page_size=page_size, page_token=token)
+            queues += page
+            if not token:
+                return queues
+
+    async def list_queues_page(
+        self, *, page_size: int | None = None, page_token: str = ""
+    ) -> tuple[list[QueueInfo], str]:
+        """One page of queues (natural order) and the next page's token (empty on the last).
+        ``page_size`` is clamped to the coordinator's maximum page size.
+
+        Raises:
+            ArgumentError: A malformed ``page_token`` (``PAGE_TOKEN_INVALID``).
+        """
+        request = _page_request(page_size, page_token)
         with translated_rpc_errors():
-            response = await self._admin.ListQueues(queue_pb2.ListQueuesRequest(), **self._call_kwargs())
-        return [queue_from_proto(q) for q in response.queues]
+            response = await self._admin.ListQueues(request, **self._call_kwargs())
+        return _page(response)
+
+    async def delete_queue(self, name: str) -> QueueInfo:
+        """Deletes a queue that holds no jobs, with its controls; returns it as it was.
+        The next enqueue to the name makes it again. Needs ``admin``; audited.
+
+        Raises:
+            FailedPrecondition: The queue still holds jobs (``QUEUE_NOT_EMPTY``; its
+                metadata counts them); nothing changed.
+            JobNotFound: There is no such queue (``QUEUE_NOT_FOUND``).
+        """
+        request = queue_pb2.DeleteQueueRequest(name=_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.DeleteQueue(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
 
     async def pause_queue(self, name: str) -> QueueInfo:
         """Stops new claims of the queue's jobs; running ones finish. Audited.
@@ -99,10 +147,28 @@ class QueueCalls(ClientBase):
 
     _admin: Any
 
-    def list_queues(self) -> list[QueueInfo]:
+    def list_queues(self, *, page_size: int | None = None) -> list[QueueInfo]:
+        queues: list[QueueInfo] = []
+        token = ""
+        while True:
+            page, token = self.list_queues_page(page_size=page_size, page_token=token)
+            queues += page
+            if not token:
+                return queues
+
+    def list_queues_page(
+        self, *, page_size: int | None = None, page_token: str = ""
+    ) -> tuple[list[QueueInfo], str]:
+        request = _page_request(page_size, page_token)
         with translated_rpc_errors():
-            response = self._admin.ListQueues(queue_pb2.ListQueuesRequest(), **self._call_kwargs())
-        return [queue_from_proto(q) for q in response.queues]
+            response = self._admin.ListQueues(request, **self._call_kwargs())
+        return _page(response)
+
+    def delete_queue(self, name: str) -> QueueInfo:
+        request = queue_pb2.DeleteQueueRequest(name=_name(name))
+        with translated_rpc_errors():
+            response = self._admin.DeleteQueue(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
 
     def pause_queue(self, name: str) -> QueueInfo:
         with translated_rpc_errors():

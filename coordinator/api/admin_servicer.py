@@ -55,9 +55,11 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
     async def ListQueues(
         self, request: queue_pb2.ListQueuesRequest, context: Context
     ) -> queue_pb2.ListQueuesResponse:
-        stats = await self.app.list_queues()
+        stats, token = await self.app.list_queues(page_size=request.page_size, page_token=request.page_token)
         now_ms = self.app.clock.now_ms()
-        return queue_pb2.ListQueuesResponse(queues=[queue_stats_to_pb(s, now_ms) for s in stats])
+        return queue_pb2.ListQueuesResponse(
+            queues=[queue_stats_to_pb(s, now_ms) for s in stats], next_page_token=token
+        )
 
     async def PauseQueue(
         self, request: queue_pb2.PauseQueueRequest, context: Context
@@ -77,6 +79,12 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         limit = request.limit if request.HasField("limit") else None
         record = await self.app.set_queue_limit(request.name, limit, current_actor(context))
         return queue_pb2.SetQueueLimitResponse(queue=queue_to_pb(record))
+
+    async def DeleteQueue(
+        self, request: queue_pb2.DeleteQueueRequest, context: Context
+    ) -> queue_pb2.DeleteQueueResponse:
+        record = await self.app.delete_queue(request.name, current_actor(context))
+        return queue_pb2.DeleteQueueResponse(queue=queue_to_pb(record))
 
     # -- recurring schedules (R-18) -------------------------------------------------------
 

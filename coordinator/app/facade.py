@@ -582,8 +582,18 @@ class Coordinator:
 
     # -- queues (R-17) -------------------------------------------------------------------
 
-    async def list_queues(self) -> list[QueueStats]:
-        return await self.executors.read(self.queues.list)
+    async def list_queues(self, *, page_size: int = 0, page_token: str = "") -> tuple[list[QueueStats], str]:
+        """A page of queues by name (``page_size`` 0: the default, clamped to
+        ``max_page_size``) and the next page's token ('' at the end)."""
+        return await self.executors.read(self.queues.page, page_size=page_size, page_token=page_token)
+
+    async def job_totals(self) -> tuple[int, dict[JobState, int]]:
+        """How many queues are known, and the jobs of all of them per state."""
+        return await self.executors.read(self.queues.totals)
+
+    async def delete_queue(self, name: str, actor: Actor) -> QueueRecord:
+        """Audited; refused (nothing changes) while the queue holds jobs."""
+        return await self.executors.write(self.queues.delete, name, actor)
 
     async def pause_queue(self, name: str, actor: Actor) -> QueueRecord:
         """Audited; the queue's jobs are claimed no more until it is resumed."""

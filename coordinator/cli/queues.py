@@ -1,11 +1,14 @@
-"""``runwick queues list|pause|resume|limit`` (R-17): the SDK client's queue calls.
-Listing needs the ``read`` scope, changes ``manage``."""
+"""``runwick queues list|pause|resume|limit|delete`` (R-17): the SDK client's queue
+calls. Listing needs the ``read`` scope, changes ``manage``, deleting ``admin``. A list
+prints one page (``--limit``) unless ``--all`` follows every page."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from coordinator.cli.connect import add_connection_flags, run_client_command
+from coordinator.cli.jobs import MAX_LIMIT, add_paging_flags
 from coordinator.cli.output import Column, emit, output_mode, table, to_json
 from worker_sdk import Client, JobState, QueueInfo
 
@@ -19,9 +22,14 @@ _SHOWN_STATES = (
 
 
 def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    queues = commands.add_parser("queues", help="list queues, pause and resume them, limit their concurrency")
+    queues = commands.add_parser(
+        "queues", help="list queues, pause and resume them, limit their concurrency, delete empty ones"
+    )
     actions = queues.add_subparsers(dest="queues_command", required=True)
-    listing = actions.add_parser("list", help="every queue with its controls and job counts (needs read)")
+    listing = actions.add_parser(
+        "list", help="queues (cq2 before cq10) with controls and job counts, a page at a time (needs read)"
+    )
+    add_paging_flags(listing, "queues")
     add_connection_flags(listing)
     for name, text in (
         ("pause", "stop new claims of the queue's jobs; running ones finish (needs manage; audited)"),
@@ -36,6 +44,13 @@ def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     limit.add_argument("queue", help="the queue's name")
     limit.add_argument("limit", help="1 or more, or 'none' to remove the limit")
     add_connection_flags(limit)
+    delete = actions.add_parser(
+        "delete",
+        help="delete a queue that holds no jobs, with its controls; refused while it holds any "
+        "(needs admin; audited)",
+    )
+    delete.add_argument("queue", help="the queue's name")
+    add_connection_flags(delete)
 
 
 def run_queue_command(options: argparse.Namespace) -> int:
@@ -46,6 +61,8 @@ def run_queue_command(options: argparse.Namespace) -> int:
             return _show(client.pause_queue(options.queue), options)
         if options.queues_command == "resume":
             return _show(client.resume_queue(options.queue), options)
+        if options.queues_command == "delete":
+            return _deleted(client.delete_queue(options.queue), options)
         return _show(client.set_queue_limit(options.queue, _limit(options.limit)), options)
 
     return run_client_command(options, command)
@@ -61,10 +78,13 @@ def _limit(text: str) -> int | None:
 
 
 def _list(client: Client, options: argparse.Namespace) -> int:
-    queues = client.list_queues()
+    if options.all:
+        queues, token = client.list_queues(page_size=MAX_LIMIT), ""
+    else:
+        queues, token = client.list_queues_page(page_size=options.limit, page_token=options.page_token)
     mode = output_mode(options)
     if mode == "json":
-        emit({"queues": [to_json(q) for q in queues]})
+        emit({"queues": [to_json(q) for q in queues], "next_page_token": token})
         return 0
     rows = []
     for queue in queues:
@@ -82,6 +102,16 @@ def _list(client: Client, options: argparse.Namespace) -> int:
     columns = [Column("queue", keep=True), Column("paused"), Column("limit")]
     columns += [Column(s.value) for s in _SHOWN_STATES]
     table([*columns, Column("oldest")], rows, wide=mode == "wide")
+    if token:
+        print(f"more queues: add --page-token {token} for the next page, or --all", file=sys.stderr)
+    return 0
+
+
+def _deleted(queue: QueueInfo, options: argparse.Namespace) -> int:
+    if output_mode(options) == "json":
+        emit({"deleted": to_json(queue)})
+    else:
+        print(f"{queue.name}  deleted (an enqueue to it makes it again)")
     return 0
 
 

@@ -8,7 +8,6 @@ redirects back (``next``, a local path) with a ``notice`` naming what was done.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -17,11 +16,14 @@ from starlette.responses import RedirectResponse, Response
 
 from coordinator.dashboard.requests import Host, View, Visitor, is_fragment, local_path
 from coordinator.domain.access import Scope
-from coordinator.domain.records import AttemptRecord, QueueStats
+from coordinator.domain.records import AttemptRecord
 from coordinator.domain.states import JobState
 from coordinator.errors import CoordinatorError, InvalidArgument
 
 PAGE_SIZE = 50
+QUEUE_OPTIONS = 200
+"""Most queue names the job filter offers (one page of queues): a queue further on is
+reached from the queues page, whose names link to its jobs."""
 OPEN_STATES = (
     JobState.AVAILABLE,
     JobState.SCHEDULED,
@@ -92,19 +94,13 @@ async def _back(request: Request, default: str, notice: str, **extra: object) ->
     return RedirectResponse(f"{path}?{urlencode([*kept, *added])}", status_code=303)
 
 
-def _totals(queues: Sequence[QueueStats]) -> dict[JobState, int]:
-    totals = dict.fromkeys(JobState, 0)
-    for stats in queues:
-        for state, count in stats.counts.items():
-            totals[state] += count
-    return totals
-
-
 # -- overview --------------------------------------------------------------------------
 
 
 async def overview(d: Host, request: Request, visitor: Visitor) -> Response:
-    queues = await d.app.list_queues()
+    # One page of queues, never all of them; the totals are sums over every queue.
+    queues, more = await d.app.list_queues(page_size=PAGE_SIZE)
+    known, totals = await d.app.job_totals()
     throughput = await d.app.throughput()
     holders = await d.app.lease_holders(100)
     now = d.app.clock.now_ms()
@@ -116,7 +112,9 @@ async def overview(d: Host, request: Request, visitor: Visitor) -> Response:
         "overview.html",
         "overview_live.html",
         queues=queues,
-        totals=_totals(queues),
+        queues_known=known,
+        more_queues_url="/queues?" + urlencode({"page": more}) if more else None,
+        totals=totals,
         throughput=throughput,
         oldest_age_ms=now - min(due) if due else None,
         workers=d.app.connected_workers(),
@@ -151,7 +149,10 @@ async def _job_list(
     }
     if failed_view:
         filters.pop("state", None)
-    queue_names = [s.queue.name for s in await d.app.list_queues()]
+    offered, _ = await d.app.list_queues(page_size=QUEUE_OPTIONS)
+    queue_names = [s.queue.name for s in offered]
+    if queue and queue not in queue_names:
+        queue_names.append(queue)  # the filter in use stays shown
     return _show(
         d,
         request,
@@ -242,7 +243,8 @@ async def retry_failed(d: Host, request: Request, visitor: Visitor) -> Response:
 
 
 async def queues(d: Host, request: Request, visitor: Visitor) -> Response:
-    listed = await d.app.list_queues()
+    page = _text(request, "page")
+    listed, next_page = await d.app.list_queues(page_size=PAGE_SIZE, page_token=page or "")
     return _show(
         d,
         request,
@@ -250,6 +252,9 @@ async def queues(d: Host, request: Request, visitor: Visitor) -> Response:
         "queues.html",
         "queues_live.html",
         queues=listed,
+        next_url=f"/queues?{urlencode({'page': next_page})}" if next_page else None,
+        first_url="/queues" if page else None,
+        here=f"/queues?{urlencode({'page': page})}" if page else "/queues",
         open_states=OPEN_STATES,
         ended_states=ENDED_STATES,
     )

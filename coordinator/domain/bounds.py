@@ -80,6 +80,11 @@ class StoreBounds:
     max_enqueue_batch: int = 500
     """Most jobs one Enqueue call may carry. Reject. Together with ``max_payload_bytes``
     it sizes the gRPC message limit (``max_message_bytes``)."""
+    max_queues: int = 10_000
+    """Most queues a deployment knows at once. Reject: an enqueue that would create a
+    queue past it fails with RESOURCE_EXHAUSTED (``QUEUE_LIMIT_REACHED``) and changes
+    nothing; enqueues to existing queues are unaffected. Checked only when a queue is
+    new, so it costs the hot path nothing."""
 
     def validate(self) -> StoreBounds:
         """Returns self, or raises BoundsError naming the first bound out of range."""
@@ -150,6 +155,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "max_history_per_job": (1, 100_000),
     "max_skipped_ticks": (1, 100_000),
     "max_enqueue_batch": (1, 10_000),
+    "max_queues": (1, 1_000_000),
 }
 """The inclusive range each bound may be configured to."""
 

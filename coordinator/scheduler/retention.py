@@ -3,7 +3,8 @@ state's age (``retain_succeeded_ms``, ``retain_failed_ms``, ``retain_cancelled_m
 purged, one short write transaction of at most ``max_purge_batch`` jobs after another
 until a batch comes back short. Each batch goes to the writer on its own, so worker
 batches interleave with a long purge. Safe with any number of replicas (the batch's rows
-are taken with SKIP LOCKED on PostgreSQL).
+are taken with SKIP LOCKED on PostgreSQL). After the purges, the queues left without
+jobs and without controls are forgotten, in batches of the same size.
 """
 
 from __future__ import annotations
@@ -69,7 +70,20 @@ class Retention:
                 log.info(
                     "retention purged %d %s jobs finished before %s", purged[state], state, show_ms(cutoff)
                 )
+        if stop is None or not stop.is_set():
+            forgotten = await self.forget_idle_queues(stop)
+            if forgotten:
+                log.info("retention forgot %d queues without jobs or controls", forgotten)
         return purged
+
+    async def forget_idle_queues(self, stop: asyncio.Event | None = None) -> int:
+        """Deletes the queues without jobs or controls, batch after batch; how many."""
+        total = 0
+        while True:
+            forgotten = await self.executors.write(self.service.forget_idle_queues)
+            total += len(forgotten)
+            if len(forgotten) < self.service.batch_size or (stop is not None and stop.is_set()):
+                return total
 
     async def run(self, stop: asyncio.Event) -> None:
         async def one_pass() -> None:

@@ -32,9 +32,12 @@ AUDIT_EVENTS = b"a"
 1 to 2**63 - 1: a positive SQL BIGINT)."""
 SCHEDULES = b"s"
 """``ListSchedules``: the position is the last listed schedule's name (UTF-8)."""
+QUEUES = b"q"
+"""``ListQueues``: the position is the last listed queue's name (UTF-8)."""
 MAX_TOKEN_CHARS = 64
 MAX_NAME_TOKEN_CHARS = 1_024
-"""A schedule name is at most 128 UTF-16 units: 512 UTF-8 bytes, 686 characters of base64."""
+"""A schedule or queue name is at most 128 UTF-16 units: 512 UTF-8 bytes, 686 characters
+of base64."""
 """Far above any token issued (24 characters), so a longer one is refused unread."""
 MAX_EVENT_ID = 2**63 - 1
 _ALPHABET = re.compile(r"[A-Za-z0-9_-]*")
@@ -73,7 +76,22 @@ def encode_schedule_token(name: str) -> str:
 def decode_schedule_token(token: str) -> str:
     """The schedule name a token of ``ListSchedules`` holds; INVALID_ARGUMENT for anything
     this coordinator did not hand out."""
-    raw = _decode(token, SCHEDULES, None, max_chars=MAX_NAME_TOKEN_CHARS)
+    return _decode_name(token, SCHEDULES)
+
+
+def encode_queue_token(name: str) -> str:
+    """The token of the ``ListQueues`` page after the queue named ``name``."""
+    return _encode(QUEUES, name.encode("utf-8"))
+
+
+def decode_queue_token(token: str) -> str:
+    """The queue name a token of ``ListQueues`` holds; INVALID_ARGUMENT for anything this
+    coordinator did not hand out."""
+    return _decode_name(token, QUEUES)
+
+
+def _decode_name(token: str, kind: bytes) -> str:
+    raw = _decode(token, kind, None, max_chars=MAX_NAME_TOKEN_CHARS)
     try:
         name = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -1,6 +1,7 @@
-"""Queue controls (R-17): list the queues with their counts, pause and resume them, and
-cap how many of a queue's jobs run at once across every worker and replica. Each change
-is one transaction with its audit event."""
+"""Queue controls (R-17): list the queues with their counts (a page at a time), pause and
+resume them, cap how many of a queue's jobs run at once across every worker and replica,
+and delete an empty one. Each change is one transaction with its audit event; retention
+forgets the queues that hold no jobs and have no controls (``forget_idle``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
 from coordinator.domain.clock import Clock
 from coordinator.domain.records import QueueRecord, QueueStats
-from coordinator.errors import InvalidArgument, NotFound
+from coordinator.domain.states import JobState
+from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.service import audit
 from coordinator.service.effects import Effects
+from coordinator.service.paging import decode_queue_token, encode_queue_token
 from coordinator.store import UNSET, Store, Tx, Unset
 from coordinator.validation import check_name
 
@@ -29,9 +32,47 @@ class QueueService:
             lambda tx: tx.fold_queue_counts(self.clock.now_ms()), what="folding queue counts"
         )
 
-    def list(self) -> list[QueueStats]:
-        """Every known queue, by name, with its jobs counted per state."""
-        return self.store.queue_stats(self.clock.now_ms())
+    def page(self, *, page_size: int, page_token: str) -> tuple[list[QueueStats], str]:
+        """A page of queues in natural order, each with its jobs counted per state, and the next
+        page's token ('' at the end). The size is clamped to ``max_page_size``; the token
+        is checked before any read."""
+        if page_size < 0:
+            raise InvalidArgument(
+                "page_size", f"must not be negative, got {page_size}", reason="OUT_OF_RANGE"
+            )
+        size = self.store.bounds.clamp_page_size(page_size or self.config.default_page_size)
+        after = decode_queue_token(page_token) if page_token else None
+        listed = self.store.queue_stats(self.clock.now_ms(), after_name=after, limit=size + 1)
+        page = listed[:size]
+        return page, (encode_queue_token(page[-1].queue.name) if len(listed) > size else "")
+
+    def totals(self) -> tuple[int, dict[JobState, int]]:
+        """How many queues are known, and the jobs of all of them per state."""
+        return self.store.job_totals()
+
+    def delete(self, name: str, actor: Actor) -> QueueRecord:
+        """Deletes an empty queue and its controls (audited, ``queue.delete``); it is made
+        again by the next enqueue to it. A queue that still holds jobs is refused
+        (FAILED_PRECONDITION, ``QUEUE_NOT_EMPTY``, with its counts) and nothing changes."""
+        check_name("queue", name)
+
+        def delete(tx: Tx) -> QueueRecord:
+            record = tx.lock_queue(name)
+            if record is None:
+                raise _not_found(name)
+            counts = tx.queue_job_counts(name)
+            if counts or tx.queue_has_jobs(name):
+                raise _not_empty(name, counts)
+            tx.delete_queues([name])
+            tx.insert_audit_event(audit.event(actor, audit.QUEUE_DELETE, name, self.clock.now_ms()))
+            return record
+
+        return self.store.transact(delete, what=f"deleting queue {name}")
+
+    def forget_idle(self, limit: int) -> list[str]:
+        """Deletes up to ``limit`` queues that hold no jobs and have no controls (one
+        transaction); retention calls it after purging, until a call comes back short."""
+        return self.store.transact(lambda tx: tx.forget_idle_queues(limit), what="forgetting idle queues")
 
     def pause(self, name: str, actor: Actor) -> tuple[QueueRecord, Effects]:
         """A paused queue hands out no new claims; running jobs finish."""
@@ -69,11 +110,7 @@ class QueueService:
             now = self.clock.now_ms()
             record = tx.set_queue_controls(name, now, paused=paused, limit=limit)
             if record is None:
-                raise NotFound(
-                    f"queue {name!r} does not exist (no job was ever enqueued to it)",
-                    reason="QUEUE_NOT_FOUND",
-                    metadata={"queue": name},
-                )
+                raise _not_found(name)
             tx.insert_audit_event(audit.event(actor, action, name, now, detail))
             if paused is False or not isinstance(limit, Unset):
                 tx.notify_jobs_available()  # resumed or limit changed: claims may take more now
@@ -82,3 +119,26 @@ class QueueService:
         record = self.store.transact(change, what=f"a change of queue {name}")
         # Resumed or given more room: idle workers may claim now.
         return record, Effects(available_changed=not record.paused)
+
+
+def _not_found(name: str) -> NotFound:
+    return NotFound(
+        f"queue {name!r} does not exist (no job was enqueued to it, or it was deleted once empty)",
+        reason="QUEUE_NOT_FOUND",
+        metadata={"queue": name},
+    )
+
+
+def _not_empty(name: str, counts: dict[JobState, int]) -> FailedPrecondition:
+    unfinished = sum(count for state, count in counts.items() if not state.terminal)
+    held = ", ".join(f"{count} {state.value}" for state, count in sorted(counts.items()))
+    advice = (
+        "cancel them or let them finish, then purge them"
+        if unfinished
+        else "purge them first (runwick purge), or let retention remove them"
+    )
+    return FailedPrecondition(
+        f"queue {name!r} still holds jobs ({held or 'not counted yet'}); {advice}. Nothing was deleted",
+        reason="QUEUE_NOT_EMPTY",
+        metadata={"queue": name, "unfinished": unfinished, "jobs": sum(counts.values())},
+    )

@@ -6,6 +6,10 @@ The background loop (``scheduler.retention``) and an operator's purge (``PurgeJo
 in the transaction of its first batch, so no job is removed before the event commits.
 Only terminal jobs are ever purged, so no waiting child can lose a parent it still
 waits for; a purged parent's output lives on in its children's dependency rows (R-16).
+
+After purging, retention forgets the queues left without jobs and without controls (not
+paused, no concurrency limit), so names used once do not stay listed forever; a later
+enqueue to one makes it again.
 """
 
 from __future__ import annotations
@@ -90,3 +94,13 @@ class RetentionService:
             return tx.purge(state, finished_before_ms, self.batch_size)
 
         return self.store.transact(body, what="a purge")
+
+    def forget_idle_queues(self) -> list[str]:
+        """Deletes one batch of queues that hold no jobs and have no controls and returns
+        their names; a batch shorter than ``batch_size`` was the last one."""
+
+        def forget(tx: Tx) -> list[str]:
+            tx.key_unkeyed_queues(self.batch_size)
+            return tx.forget_idle_queues(self.batch_size)
+
+        return self.store.transact(forget, what="forgetting idle queues")

@@ -8,6 +8,9 @@ Unavailable (coordinator.errors)
     ├── WriteConflict   a conditional write matched fewer rows: someone changed the job
     └── DuplicateKey    an insert hit a unique key (an idempotency key raced)
 
+ResourceExhausted (coordinator.errors)
+└── QueueLimitReached   an enqueue would create a queue past ``max_queues``
+
 A ``StoreError`` from the database says only that it is unavailable: what the driver
 said (server names, ports, ``FATAL: ...``) is logged by the store at WARNING, never
 carried to clients.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.errors import Unavailable
+from coordinator.errors import ResourceExhausted, Unavailable
 
 DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
 UNAVAILABLE_MESSAGE = "the database is unavailable; try again"
@@ -54,3 +57,9 @@ class DuplicateKey(StoreError):
     """An insert hit a unique key (an idempotency key raced with another enqueue)."""
 
     default_reason = "WRITE_CONFLICT"
+
+
+class QueueLimitReached(ResourceExhausted):
+    """An enqueue would create a queue past ``StoreBounds.max_queues``; nothing changed."""
+
+    default_reason = "QUEUE_LIMIT_REACHED"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, func, literal, select, text, tuple_
 
+from coordinator.domain.naming import natural_key
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -128,23 +129,37 @@ def list_transitions(conn: Connection, job_id: str) -> list[Transition]:
     return [transition_from_row(r) for r in rows]
 
 
-def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
-    """Every known queue with its jobs per state (the maintained counts plus the deltas not
-    folded yet: two small reads, never a scan of the jobs) and its oldest due job (the
-    first entry of its part of the due index)."""
+def queue_stats(
+    conn: Connection, now_ms: int, *, after_name: str | None = None, limit: int | None = None
+) -> list[QueueStats]:
+    """Known queues in natural order (``cq2`` before ``cq10``), keyset-paged: at most
+    ``limit`` after the queue ``after_name`` (known or not). Each comes with its jobs per
+    state (the maintained counts plus the deltas not folded yet: small reads of the
+    page's queues, never a scan of the jobs) and its oldest due job (the first entry of
+    its part of the due index)."""
+    query = select(queues).order_by(queues.c.sort_key, queues.c.name)
+    if after_name is not None:
+        position = (literal(natural_key(after_name)), literal(after_name))
+        query = query.where(tuple_(queues.c.sort_key, queues.c.name) > tuple_(*position))
+    if limit is not None:
+        query = query.limit(limit)
+    page = [queue_from_row(row) for row in conn.execute(query)]
+    names = [queue.name for queue in page]
     counts: dict[str, dict[JobState, int]] = {}
-    for queue, state, count in conn.execute(select(queue_counts)):
-        counts.setdefault(queue, {})[JobState(state)] = int(count)
-    pending = select(
-        queue_count_deltas.c.queue, queue_count_deltas.c.state, func.sum(queue_count_deltas.c.delta)
-    )
-    for queue, state, delta in conn.execute(
-        pending.group_by(queue_count_deltas.c.queue, queue_count_deltas.c.state)
-    ):
-        by_state = counts.setdefault(queue, {})
-        by_state[JobState(state)] = by_state.get(JobState(state), 0) + int(delta)
+    for chunk in _chunks(names):
+        for queue, state, count in conn.execute(select(queue_counts).where(queue_counts.c.queue.in_(chunk))):
+            counts.setdefault(queue, {})[JobState(state)] = int(count)
+        deltas = queue_count_deltas.c
+        pending = (
+            select(deltas.queue, deltas.state, func.sum(deltas.delta))
+            .where(deltas.queue.in_(chunk))
+            .group_by(deltas.queue, deltas.state)
+        )
+        for queue, state, delta in conn.execute(pending):
+            by_state = counts.setdefault(queue, {})
+            by_state[JobState(state)] = by_state.get(JobState(state), 0) + int(delta)
     result: list[QueueStats] = []
-    for queue in map(queue_from_row, conn.execute(select(queues).order_by(queues.c.name))):
+    for queue in page:
         # The first entry of the queue's part of ix_jobs_due. The state test is the
         # index's own predicate, as text: a planner can only use a partial index when the
         # query implies its predicate, and bound parameters prove nothing.
@@ -163,6 +178,30 @@ def queue_stats(conn: Connection, now_ms: int) -> list[QueueStats]:
             )
         )
     return result
+
+
+def job_totals(conn: Connection) -> tuple[int, dict[JobState, int]]:
+    """How many queues there are, and the jobs of every queue per state (two sums over
+    the maintained counts and the deltas not folded yet: no scan of the jobs)."""
+    totals = dict.fromkeys(JobState, 0)
+    folded = select(queue_counts.c.state, func.sum(queue_counts.c.count)).group_by(queue_counts.c.state)
+    pending = select(queue_count_deltas.c.state, func.sum(queue_count_deltas.c.delta)).group_by(
+        queue_count_deltas.c.state
+    )
+    for query in (folded, pending):
+        for state, count in conn.execute(query):
+            totals[JobState(state)] += int(count or 0)
+    known = int(conn.execute(select(func.count()).select_from(queues)).scalar_one())
+    return known, totals
+
+
+_IN_CHUNK = 500
+"""Names per IN list: well under every engine's limit of bound parameters."""
+
+
+def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(names), _IN_CHUNK):
+        yield names[start : start + _IN_CHUNK]
 
 
 def finished_since(conn: Connection, since_ms: int) -> list[FinishedMinute]:

@@ -23,6 +23,7 @@ from sqlalchemy import (
     text,
 )
 
+from coordinator.domain.naming import MAX_NATURAL_KEY_CHARS
 from coordinator.domain.states import JobState
 
 metadata = MetaData()
@@ -213,8 +214,9 @@ attempts = Table(
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.claimed_at_ms)
 
-# R-17: every queue a job was ever enqueued to, and its controls. Claims lock the row of
-# a limited queue, so its concurrency limit holds across all workers and replicas.
+# R-17: every known queue (made by the first enqueue to it, deleted once empty) and its
+# controls. Claims lock the row of a limited queue, so its concurrency limit holds
+# across all workers and replicas.
 queues = Table(
     "queues",
     metadata,
@@ -223,7 +225,11 @@ queues = Table(
     Column("concurrency_limit", Integer),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
+    # ``domain.naming.natural_key(name)``: listings page by (sort_key, name), which is
+    # the names' natural order (cq2 before cq10).
+    Column("sort_key", _identifier(MAX_NATURAL_KEY_CHARS), nullable=False, server_default=""),
 )
+Index("ix_queues_sort_key", queues.c.sort_key, queues.c.name)
 
 # R-17: jobs per queue and state, maintained with every write: each transaction appends
 # its changes as deltas (insert-only, so replicas never wait on a counter row), and a

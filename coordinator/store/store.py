@@ -50,6 +50,7 @@ from coordinator.store.engine import (
 )
 from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
 from coordinator.store.tx import Tx
+from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class Store:
         self.origin = uuid.uuid4().hex
         """Names this store's notifications (``Tx.notify_jobs_available``) to its own listener."""
         self._known_queues: set[str] = set()
+        self._known_queues_at = time.monotonic()
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at: dict[str, int] = {}
         """The rows each table had when this store last refreshed its planner statistics."""
@@ -219,11 +221,13 @@ class Store:
         try:
             conn = self._writer()
             with conn.begin():
+                self._expire_known_queues()
                 tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
                 yield tx
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
+            self._known_queues.difference_update(tx.forgotten_queues)  # and these do not
         except DBAPIError as exc:
             # The driver failed: the connection goes back to the pool (or, lost, is
             # dropped), and the next transaction, a retry too, starts on another.
@@ -236,6 +240,17 @@ class Store:
                 self._keep_writer(conn)
             if self.on_transaction is not None:
                 self.on_transaction(time.perf_counter() - started)
+
+    def _expire_known_queues(self) -> None:
+        """Forgets the queue names seen once they are ``KNOWN_QUEUES_TTL_S`` old (another
+        replica may have deleted some) or more than ``max_queues`` (a bounded memory)."""
+        now = time.monotonic()
+        if (
+            now - self._known_queues_at > KNOWN_QUEUES_TTL_S
+            or len(self._known_queues) > self.bounds.max_queues
+        ):
+            self._known_queues.clear()
+            self._known_queues_at = now
 
     def _writer(self) -> Connection:
         """A write connection for one transaction: one kept from an earlier transaction,
@@ -358,11 +373,19 @@ class Store:
         )
         return stale
 
-    def queue_stats(self, now_ms: int) -> list[QueueStats]:
-        """Every known queue, its controls, its jobs per state and its oldest due job
-        (R-17), without a scan of the jobs."""
+    def queue_stats(
+        self, now_ms: int, *, after_name: str | None = None, limit: int | None = None
+    ) -> list[QueueStats]:
+        """Known queues by name (at most ``limit`` after ``after_name``; every one when
+        unset, which ``max_queues`` bounds), each with its controls, its jobs per state
+        and its oldest due job (R-17), without a scan of the jobs."""
         with self._reading() as conn:
-            return reads.queue_stats(conn, now_ms)
+            return reads.queue_stats(conn, now_ms, after_name=after_name, limit=limit)
+
+    def job_totals(self) -> tuple[int, dict[JobState, int]]:
+        """How many queues are known, and the jobs of all of them per state."""
+        with self._reading() as conn:
+            return reads.job_totals(conn)
 
     def finished_since(self, since_ms: int) -> list[FinishedMinute]:
         """Jobs that ended per minute, queue and terminal state, from the minute holding

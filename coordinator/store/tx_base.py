@@ -56,11 +56,14 @@ class TxBase:
         self._postgres = postgres
         self.bounds = bounds
         self._known_queues = known_queues
-        """Queues whose rows are committed (the store's set, which only grows)."""
+        """Queues whose rows are committed (the store's set; a queue this store deletes
+        leaves it, one another replica deletes is restored by the count fold)."""
         self.origin = origin
         """Who this transaction's notifications come from (``Store.origin``)."""
         self.registered_queues: set[str] = set()
         """Queues this transaction made sure exist: known to the store once it commits."""
+        self.forgotten_queues: set[str] = set()
+        """Queues this transaction deleted: unknown to the store once it commits."""
         self._counts: Counter[tuple[str, str]] = Counter()
         """Job count deltas per (queue, state), written once before the commit."""
         self._inserted_jobs: set[str] = set()

@@ -23,7 +23,7 @@ from coordinator.store.schema import (
     queue_finished,
     queues,
 )
-from coordinator.store.tx_base import TxBase
+from coordinator.store.tx_queue_lifecycle import QueueLifecycleOps, positive_queues
 
 # Statements of every claim and every write, built once (see ``tx_base.Lockable``).
 _QUEUES_BY_NAMES = Prepared(select(queues).where(queues.c.name.in_(bindparam("names", expanding=True))))
@@ -48,37 +48,8 @@ def _insert_counts(postgres: bool) -> Any:
     return sqlite_insert(queue_counts).on_conflict_do_nothing(index_elements=["queue", "state"])
 
 
-def _insert_ignoring_duplicates(postgres: bool) -> Any:
-    """An INSERT into ``queues`` that skips names another transaction added meanwhile."""
-    if postgres:
-        return postgresql_insert(queues).on_conflict_do_nothing(index_elements=["name"])
-    return sqlite_insert(queues).on_conflict_do_nothing(index_elements=["name"])
-
-
-class QueueOps(TxBase):
+class QueueOps(QueueLifecycleOps):
     # -- queues (R-17) ------------------------------------------------------------------
-
-    def register_queues(self, names: Iterable[str], now_ms: int) -> None:
-        """Makes ``names`` known queues (a no-op for those that are). Queue rows are never
-        deleted, so a name this store saw committed is not looked up again."""
-        wanted = sorted(set(names) - self._known_queues)
-        if not wanted:
-            return
-        self.registered_queues.update(wanted)
-        known = {row[0] for row in self._conn.execute(select(queues.c.name).where(queues.c.name.in_(wanted)))}
-        rows = [
-            {
-                "name": name,
-                "paused": False,
-                "concurrency_limit": None,
-                "created_at_ms": now_ms,
-                "updated_at_ms": now_ms,
-            }
-            for name in wanted
-            if name not in known
-        ]
-        if rows:
-            self._conn.execute(_insert_ignoring_duplicates(self._postgres), rows)
 
     def queue_controls(self, names: Iterable[str]) -> dict[str, QueueRecord]:
         """The known queues among ``names``; the rows of those with a concurrency limit are
@@ -142,6 +113,7 @@ class QueueOps(TxBase):
             folded += 1
         if now_ms is not None:
             self._count_finished(ended, now_ms)
+            self.restore_queues(positive_queues(deltas), now_ms)
         changed = [{"q": q, "s": s, "d": d} for (q, s), d in sorted(deltas.items()) if d]
         if changed:
             known = {

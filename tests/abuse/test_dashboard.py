@@ -263,7 +263,8 @@ async def insecure(database_url: str) -> AsyncIterator[RunningCoordinator]:
 
 
 async def _paused(running: RunningCoordinator) -> bool:
-    (billing,) = [s for s in await running.app.list_queues() if s.queue.name == "billing"]
+    page, _ = await running.app.list_queues()
+    (billing,) = [s for s in page if s.queue.name == "billing"]
     return billing.queue.paused
 
 

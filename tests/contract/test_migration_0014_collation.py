@@ -46,7 +46,9 @@ def test_0014_collates_the_identifiers_and_keeps_the_jobs(unmigrated_url: str) -
         after = database_collations(engine)
         if engine.dialect.name == "postgresql":
             assert {column for column, collation in before.items() if collation == "C"} == set()
-            assert {column for column, collation in after.items() if collation == "C"} == collated_columns()
+            # Columns later migrations add (queues.sort_key, 0020) are not there yet.
+            existing = {column for column in collated_columns() if column in after}
+            assert {column for column, collation in after.items() if collation == "C"} == existing
         else:
             assert after == before
         upgrade(engine)

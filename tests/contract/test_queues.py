@@ -116,7 +116,7 @@ def test_listing_counts_each_queue_per_state_before_and_after_folding(harness: H
 
     folded = []
     for _ in range(2):  # the deltas as written, then folded into the counts: the same answer
-        listed = {s.queue.name: s for s in queues.list()}
+        listed = {s.queue.name: s for s in queues.page(page_size=0, page_token="")[0]}
         assert sorted(listed) == ["a", "b"]
         a, b = listed["a"].counts, listed["b"].counts
         assert (a[JobState.AVAILABLE], a[JobState.SCHEDULED], a[JobState.RUNNING]) == (4, 1, 0)
@@ -155,7 +155,7 @@ def test_the_counts_match_the_jobs_after_every_kind_of_write(harness: Harness) -
 
     listed = {
         (stats.queue.name, state.value): count
-        for stats in queues.list()
+        for stats in queues.page(page_size=0, page_token="")[0]
         for state, count in stats.counts.items()
         if count
     }
@@ -177,11 +177,13 @@ def test_the_counts_match_the_jobs_after_every_kind_of_write(harness: Harness) -
 def test_bad_changes_are_refused_and_change_nothing(harness: Harness, change, error, reason) -> None:  # type: ignore[no-untyped-def]
     harness.enqueue(queue="q")
     queues = _queues(harness)
-    before = [(s.queue.paused, s.queue.concurrency_limit) for s in queues.list()]
+    before = [(s.queue.paused, s.queue.concurrency_limit) for s in queues.page(page_size=0, page_token="")[0]]
     with pytest.raises(error) as refused:
         change(queues)
     assert refused.value.reason == reason
-    assert [(s.queue.paused, s.queue.concurrency_limit) for s in queues.list()] == before
+    assert [
+        (s.queue.paused, s.queue.concurrency_limit) for s in queues.page(page_size=0, page_token="")[0]
+    ] == before
     assert harness.store.list_audit_events(action=None, target=None, before_id=None, limit=10) == []
 
 

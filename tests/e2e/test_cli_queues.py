@@ -51,3 +51,34 @@ async def test_queue_commands_refuse_bad_input(coordinator: Coordinator) -> None
     assert word.returncode == 2 and "'many'" in word.stderr
     listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
     assert (listed[0]["paused"], listed[0]["concurrency_limit"]) == (False, None)
+
+
+async def test_queues_list_pages_and_delete_refuses_a_queue_with_jobs(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    ids = {}
+    for name in ("c", "a", "b"):
+        enqueued = await runwick("jobs", "enqueue", "billing.invoice", "--queue", name, "--json", *target)
+        ids[name] = json.loads(enqueued.stdout)["enqueued"]["id"]
+
+    first = await runwick("queues", "list", "--limit", "2", "--json", *target)
+    page = json.loads(first.stdout)
+    assert [q["name"] for q in page["queues"]] == ["a", "b"] and page["next_page_token"]
+    rest = json.loads(
+        (await runwick("queues", "list", "--page-token", page["next_page_token"], "--json", *target)).stdout
+    )
+    assert [q["name"] for q in rest["queues"]] == ["c"] and rest["next_page_token"] == ""
+    table = await runwick("queues", "list", "--limit", "1", *target)
+    assert "--page-token" in table.stderr  # the table says how to get the next page
+    every = json.loads((await runwick("queues", "list", "--all", "--json", *target)).stdout)["queues"]
+    assert [q["name"] for q in every] == ["a", "b", "c"]
+
+    busy = await runwick("queues", "delete", "a", *target, check=False)
+    assert busy.returncode == 1 and "FAILED_PRECONDITION" in busy.stderr and "1 available" in busy.stderr
+    await runwick("jobs", "cancel", ids["a"], *target)
+    await runwick("purge", "--state", "cancelled", "--older-than", "0", "--yes", *target)
+    deleted = await runwick("queues", "delete", "a", *target)
+    assert deleted.stdout.strip() == "a  deleted (an enqueue to it makes it again)"
+    every = json.loads((await runwick("queues", "list", "--all", "--json", *target)).stdout)["queues"]
+    assert [q["name"] for q in every] == ["b", "c"]
+    unknown = await runwick("queues", "delete", "a", *target, check=False)
+    assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "does not exist" in unknown.stderr

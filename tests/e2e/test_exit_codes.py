@@ -40,6 +40,7 @@ EXITS: dict[str, tuple[list[str], list[str] | None]] = {
     "queues pause": (["bad name!"], ["nosuchqueue"]),
     "queues resume": (["bad name!"], ["nosuchqueue"]),
     "queues limit": (["q", "0"], ["nosuchqueue", "3"]),
+    "queues delete": (["bad name!"], ["nosuchqueue"]),
     "schedules create": (["ok", "--cron", "not cron", "--timezone", "UTC", "--wire-name", "a.b"], None),
     "schedules list": (["--bogus"], None),
     "schedules pause": (["bad name!"], ["nosuch"]),

@@ -5,6 +5,7 @@ revocation, bootstrap, and the loopback-only rule for turning auth off."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,6 +148,17 @@ async def _failed_attempt(running: RunningCoordinator) -> str:
     return await asyncio.to_thread(work)
 
 
+_empty_queues = itertools.count()
+
+
+async def _empty_queue(running: RunningCoordinator) -> str:
+    """A known queue that holds no jobs (one only an admin may delete), made in the store."""
+    name = f"empty-{next(_empty_queues)}"
+    now = running.app.clock.now_ms()
+    await asyncio.to_thread(running.app.store.transact, lambda tx: tx.register_queues([name], now))
+    return name
+
+
 async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_says(
     secured: RunningCoordinator,
 ) -> None:
@@ -258,6 +270,11 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                 target = await api.schedule(paused=name == "ResumeSchedule")
                 message = getattr(admin_service_pb2, f"{name}Request")(name=target)
                 return await _status(getattr(api.tokens, name)(message, metadata=md))
+            if name == "DeleteQueue":
+                target = await _empty_queue(secured)
+                return await _status(
+                    api.tokens.DeleteQueue(queue_pb2.DeleteQueueRequest(name=target), metadata=md)
+                )
             if name == "Connect":
                 return await _connect(api, token)
             raise AssertionError(f"no call for {method}: add one")

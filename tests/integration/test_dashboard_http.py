@@ -228,7 +228,7 @@ async def test_every_action_needs_the_csrf_token_of_the_session(dashboard: Dashb
     refused = await session.post("/queues/default/pause", {})
     assert refused.status == 403
     assert (await dashboard.running.app.get_job(job_id)).state is JobState.AVAILABLE
-    assert not (await dashboard.running.app.list_queues())[0].queue.paused
+    assert not (await dashboard.running.app.list_queues())[0][0].queue.paused
     assert "job.cancel" not in await dashboard.audit_actions()
 
     done = await session.post(f"/jobs/{job_id}/cancel", {"csrf": await session.csrf()})
@@ -349,7 +349,7 @@ async def test_bad_input_gets_a_page_saying_what_is_wrong_and_changes_nothing(da
         assert message in page.body, (path, page.body[:400])
     retry_running = await session.post(f"/jobs/{await dashboard.enqueue()}/retry", {"csrf": csrf})
     assert retry_running.status == 409
-    stats = (await dashboard.running.app.list_queues())[0]
+    stats = (await dashboard.running.app.list_queues())[0][0]
     assert not stats.queue.paused and stats.queue.concurrency_limit is None
     assert [a for a in await dashboard.audit_actions() if not a.startswith("token.")] == []
 

@@ -32,6 +32,7 @@ DOCUMENTED_DEFAULTS = {
     "max_history_per_job": 100,
     "max_skipped_ticks": 100,
     "max_enqueue_batch": 500,
+    "max_queues": 10_000,
 }
 
 

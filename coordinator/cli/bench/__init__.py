@@ -330,7 +330,7 @@ def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 raise UsageError(str(exc)) from exc
             worker_env = deployment.connection_env(options, target)
         client = stack.enter_context(client_for(connection))
-        client.list_queues()  # fails now, before any worker starts, on a bad target or token
+        client.list_queues_page(page_size=1)  # fails now, before any worker starts, on a bad target or token
         sink_dir = Path(options.sink) if options.no_workers else folder / "sink"
         if not options.no_workers:
             shutil.rmtree(sink_dir, ignore_errors=True)  # an earlier run's, kept in --work-dir

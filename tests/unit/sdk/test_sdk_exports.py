@@ -48,6 +48,7 @@ EXPECTED = [
     "PermanentJobFailure",
     "PermissionDenied",
     "QueueInfo",
+    "QueueLimitReached",
     "Retry",
     "RevealedError",
     "RunwickError",
@@ -122,7 +123,7 @@ def test_grammar_exports() -> None:
 def test_exceptions_share_one_root() -> None:
     errors = [getattr(worker_sdk, name) for name in worker_sdk.__all__]
     exceptions = [e for e in errors if isinstance(e, type) and issubclass(e, BaseException)]
-    assert len(exceptions) == 13
+    assert len(exceptions) == 14
     assert all(issubclass(e, worker_sdk.RunwickError) for e in exceptions)
 
 

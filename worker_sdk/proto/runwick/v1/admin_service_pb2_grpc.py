@@ -76,6 +76,11 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
                 _registered_method=True)
+        self.DeleteQueue = channel.unary_unary(
+                '/runwick.v1.AdminService/DeleteQueue',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueResponse.FromString,
+                _registered_method=True)
         self.CreateSchedule = channel.unary_unary(
                 '/runwick.v1.AdminService/CreateSchedule',
                 request_serializer=runwick_dot_v1_dot_admin__service__pb2.CreateScheduleRequest.SerializeToString,
@@ -157,7 +162,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListQueues(self, request, context):
-        """R-17: queues with their controls and job counts. Scope `read`.
+        """R-17: queues with their controls and job counts, in natural order of names
+        (cq2 before cq10), keyset paged. Scope `read`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -179,6 +185,16 @@ class AdminServiceServicer:
 
     def SetQueueLimit(self, request, context):
         """R-17: sets or removes a queue's concurrency limit. Scope `manage`; audited.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteQueue(self, request, context):
+        """Deletes a queue that holds no jobs, with its controls; the next enqueue to it makes
+        it again. One that still holds jobs (unfinished or not yet purged) is
+        FAILED_PRECONDITION (QUEUE_NOT_EMPTY) and nothing changes. Scope `admin`; audited
+        as `queue.delete`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -307,6 +323,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetQueueLimit,
                     request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.SerializeToString,
+            ),
+            'DeleteQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteQueue,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueResponse.SerializeToString,
             ),
             'CreateSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSchedule,
@@ -571,6 +592,33 @@ class AdminService:
             '/runwick.v1.AdminService/SetQueueLimit',
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/DeleteQueue',
+            runwick_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.DeleteQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,
