@@ -221,6 +221,13 @@ class CoordinatorMetrics:
             ["queue"],
             registry=r,
         )
+        self.queue_paused = Gauge(
+            "runwick_queue_paused",
+            "1 while a queue is paused on purpose (its jobs wait and age), else 0; per queue "
+            "with jobs, like the depth gauges.",
+            ["queue"],
+            registry=r,
+        )
         self.queue_stats_refreshed = Gauge(
             "runwick_queue_stats_refreshed_timestamp_seconds",
             "When the queue gauges were last read from the database (Unix time).",
@@ -350,11 +357,16 @@ class CoordinatorMetrics:
         self._worker_queues = set(counts)
 
     def queue_stats(
-        self, depths: Mapping[tuple[str, str], int], oldest_due_ms: Mapping[str, int], now_ms: int
+        self,
+        depths: Mapping[tuple[str, str], int],
+        oldest_due_ms: Mapping[str, int],
+        now_ms: int,
+        paused: frozenset[str] = frozenset(),
     ) -> None:
         """Sets the queue gauges from one background read. A queue with jobs in any
         non-terminal state has a series per such state (0 where it has none); a queue
-        without jobs has none, and one that had loses them."""
+        without jobs has none, and one that had loses them. ``paused`` names the paused
+        queues: alerts on a queue's backlog leave those out."""
         # Sorted, so the queues that get their own series do not depend on dict order.
         cap = self._stats_queues_cap
         for queue in sorted({queue for queue, _ in depths} | set(oldest_due_ms)):
@@ -375,10 +387,17 @@ class CoordinatorMetrics:
         for queue, state in self._depth_keys - keys:
             self._remove(self.queue_depth, queue, state)
         self._depth_keys = keys
+        # The overflow series stands for many queues: paused only when all of them are.
+        all_paused: dict[str, bool] = {}
+        for queue in {queue for queue, _ in depths} | set(oldest_due_ms):
+            mapped = self._queue(cap, queue)
+            all_paused[mapped] = all_paused.get(mapped, True) and queue in paused
         for queue in queues:
             self.oldest_available_age.labels(queue).set(ages_s.get(queue, 0.0))
+            self.queue_paused.labels(queue).set(1 if all_paused.get(queue) else 0)
         for queue in self._age_queues - queues:
             self._remove(self.oldest_available_age, queue)
+            self._remove(self.queue_paused, queue)
         self._age_queues = queues
         self.queue_stats_refreshed.set(time.time())
 

@@ -14,9 +14,9 @@ from coordinator.store import Store
 
 log = logging.getLogger(__name__)
 
-QueueStats = tuple[dict[tuple[str, str], int], dict[str, int], int]
+QueueStats = tuple[dict[tuple[str, str], int], dict[str, int], int, frozenset[str]]
 """Depth per (queue, state), oldest due run-at per queue, and the time they were read."""
-OnStats = Callable[[Mapping[tuple[str, str], int], Mapping[str, int], int], None]
+OnStats = Callable[[Mapping[tuple[str, str], int], Mapping[str, int], int, frozenset[str]], None]
 OnChecked = Callable[[bool], Awaitable[None]]
 
 
@@ -25,8 +25,11 @@ def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
     now_ms = clock.now_ms()
     depths: dict[tuple[str, str], int] = {}
     oldest: dict[str, int] = {}
+    paused: set[str] = set()
     for stats in store.queue_stats(now_ms):
         name = stats.queue.name
+        if stats.queue.paused:
+            paused.add(name)
         depths.update(
             ((name, state.value), count)
             for state, count in stats.counts.items()
@@ -34,7 +37,7 @@ def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
         )
         if stats.oldest_due_run_at_ms is not None:
             oldest[name] = stats.oldest_due_run_at_ms
-    return depths, oldest, now_ms
+    return depths, oldest, now_ms, frozenset(paused)
 
 
 class QueueStatistics:
@@ -71,7 +74,9 @@ class QueueStatistics:
             if self._check is not None and not self._check.done():
                 raise TimeoutError  # still hanging after a timeout's wait: no second read
             self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
-            depths, oldest, now_ms = await asyncio.wait_for(asyncio.shield(self._check), self.timeout_s)
+            depths, oldest, now_ms, paused = await asyncio.wait_for(
+                asyncio.shield(self._check), self.timeout_s
+            )
         except TimeoutError:
             log.warning("database check took over %.1f s", self.timeout_s)
         except Exception as exc:
@@ -79,7 +84,7 @@ class QueueStatistics:
             log.debug("database check failure", exc_info=exc)
         else:
             ok = True
-            self.on_stats(depths, oldest, now_ms)
+            self.on_stats(depths, oldest, now_ms, paused)
         await self.on_checked(ok)
         return ok
 

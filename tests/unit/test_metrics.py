@@ -88,6 +88,17 @@ def test_queue_gauges_have_series_only_for_queues_with_jobs_or_workers() -> None
     assert value(metrics, "runwick_queue_oldest_available_job_age_seconds", queue="mail") is None
 
 
+def test_a_paused_queue_says_so_so_that_its_waiting_jobs_fire_no_alert() -> None:
+    metrics = CoordinatorMetrics()
+    depths = {("mail", "available"): 3, ("held", "available"): 9}
+    metrics.queue_stats(depths, {"mail": 10_000, "held": 0}, now_ms=70_000, paused=frozenset({"held"}))
+    assert value(metrics, "runwick_queue_paused", queue="held") == 1
+    assert value(metrics, "runwick_queue_paused", queue="mail") == 0
+    metrics.queue_stats({("mail", "available"): 3}, {"mail": 10_000}, now_ms=80_000)  # held resumed, emptied
+    assert value(metrics, "runwick_queue_paused", queue="held") is None
+    assert value(metrics, "runwick_queue_paused", queue="mail") == 0
+
+
 def series(metrics: CoordinatorMetrics, name: str) -> list[dict[str, str]]:
     return [
         sample.labels

@@ -42,7 +42,9 @@ class Handed:
         self.depths: list[int] = []
         self.checked: list[bool] = []
 
-    def on_stats(self, depths: Mapping[tuple[str, str], int], oldest: Mapping[str, int], at: int) -> None:
+    def on_stats(
+        self, depths: Mapping[tuple[str, str], int], oldest: Mapping[str, int], at: int, paused: frozenset[str]
+    ) -> None:
         self.depths.append(depths[("q", JobState.AVAILABLE.value)])
 
     async def on_checked(self, ok: bool) -> None:
