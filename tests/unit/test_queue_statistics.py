@@ -43,7 +43,11 @@ class Handed:
         self.checked: list[bool] = []
 
     def on_stats(
-        self, depths: Mapping[tuple[str, str], int], oldest: Mapping[str, int], at: int, paused: frozenset[str]
+        self,
+        depths: Mapping[tuple[str, str], int],
+        oldest: Mapping[str, int],
+        at: int,
+        paused: frozenset[str],
     ) -> None:
         self.depths.append(depths[("q", JobState.AVAILABLE.value)])
 
