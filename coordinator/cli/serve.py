@@ -322,7 +322,7 @@ def run_serve(options: argparse.Namespace) -> int:
     quiet_libraries()
     from coordinator.app import SchemaNotCurrent
     from coordinator.cli.replicas import process_count, usable_cores
-    from coordinator.config import ConfigError, CoordinatorConfig
+    from coordinator.config import ConfigError, CoordinatorConfig, check_security
 
     terminal = sys.stdout.isatty()
     try:
@@ -353,6 +353,11 @@ def run_serve(options: argparse.Namespace) -> int:
             max_connection_age_ms=int(options.max_connection_age * 1000),
             max_connection_age_grace_ms=int(options.max_connection_age_grace * 1000),
         )
+    except ConfigError as exc:
+        print(f"runwick: {exc}", file=sys.stderr)
+        return 2
+    try:
+        check_security(config)  # a refused setting says so before a port is looked at
     except ConfigError as exc:
         print(f"runwick: {exc}", file=sys.stderr)
         return 2

@@ -90,7 +90,10 @@ async def test_the_output_mode_comes_from_the_flag_or_runwick_output(coordinator
     def run(**env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(command, cwd=ROOT, env=_env(**env), capture_output=True, text=True, check=False)
 
-    assert json.loads((await asyncio.to_thread(run, RUNWICK_OUTPUT="json")).stdout) == {"queues": []}
+    assert json.loads((await asyncio.to_thread(run, RUNWICK_OUTPUT="json")).stdout) == {
+        "queues": [],
+        "next_page_token": "",
+    }
     wrong = await asyncio.to_thread(run, RUNWICK_OUTPUT="yaml")
     assert wrong.returncode == 2 and "RUNWICK_OUTPUT must be one of table, wide, json" in wrong.stderr
 

@@ -15,7 +15,7 @@ from tests.conftest import ADMIN_URL
 from tests.e2e.cli import runwick
 from tests.support.processes import NO_FIXED_PORTS
 
-SERVE = ("serve", "--port", "0", *NO_FIXED_PORTS, "--insecure", "--database-url")
+SERVE = ("serve", "--port", "0", *NO_FIXED_PORTS, "--database-url")
 
 
 def assert_one_clear_line(result: object, *expected: str) -> str:
