@@ -243,3 +243,25 @@ def test_a_skip_marker_needs_a_reason_and_applies_to_the_next_block(tmp_path: Pa
     page.write_text("```python\nnever_closed()\n")
     with pytest.raises(SnippetMarkerError, match="never closed"):
         snippets_of(page, tmp_path)
+
+
+def test_every_public_name_and_method_of_the_sdk_has_a_docstring() -> None:
+    """The API reference shows each entry's docstring: none may be empty (inherited
+    methods included, as ``Client`` shows its queue, schedule and admin calls)."""
+    import griffe
+
+    import worker_sdk
+
+    package = griffe.load("worker_sdk", search_paths=[str(ROOT)], resolve_aliases=True)
+    undocumented = []
+    for name in worker_sdk.__all__:
+        declared = package[name]
+        if not declared.docstring:
+            undocumented.append(name)
+        if not declared.is_class:
+            continue
+        for member_name, member in declared.all_members.items():
+            documentable = member.is_function or (member.is_attribute and "property" in member.labels)
+            if not member_name.startswith("_") and documentable and not member.docstring:
+                undocumented.append(f"{name}.{member_name}")
+    assert undocumented == []
