@@ -106,18 +106,22 @@ class PayloadTooLarge(ArgumentError):
 
     @property
     def wire_name(self) -> str:
+        """The job type whose payload was too large."""
         return self.metadata.get("wire_name", "")
 
     @property
     def size_bytes(self) -> int | None:
+        """The payload's size in bytes, or None when the coordinator did not say."""
         return _int(self.metadata.get("size_bytes"))
 
     @property
     def limit_bytes(self) -> int | None:
+        """The coordinator's ``max_payload_bytes``, or None when it did not say."""
         return _int(self.metadata.get("limit_bytes"))
 
     @property
     def index(self) -> int | None:
+        """The job's index in the batch (0 for a single enqueue), or None."""
         return _int(self.metadata.get("index"))
 
 

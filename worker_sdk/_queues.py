@@ -148,6 +148,7 @@ class QueueCalls(ClientBase):
     _admin: Any
 
     def list_queues(self, *, page_size: int | None = None) -> list[QueueInfo]:
+        """Every known queue, in natural order, a page at a time; see ``AsyncClient.list_queues``."""
         queues: list[QueueInfo] = []
         token = ""
         while True:
@@ -159,18 +160,21 @@ class QueueCalls(ClientBase):
     def list_queues_page(
         self, *, page_size: int | None = None, page_token: str = ""
     ) -> tuple[list[QueueInfo], str]:
+        """One page of queues and the next page's token; see ``AsyncClient.list_queues_page``."""
         request = _page_request(page_size, page_token)
         with translated_rpc_errors():
             response = self._admin.ListQueues(request, **self._call_kwargs())
         return _page(response)
 
     def delete_queue(self, name: str) -> QueueInfo:
+        """Deletes a queue that holds no jobs; see ``AsyncClient.delete_queue``."""
         request = queue_pb2.DeleteQueueRequest(name=_name(name))
         with translated_rpc_errors():
             response = self._admin.DeleteQueue(request, **self._call_kwargs())
         return queue_from_proto(response.queue)
 
     def pause_queue(self, name: str) -> QueueInfo:
+        """Stops new claims of the queue's jobs; see ``AsyncClient.pause_queue``."""
         with translated_rpc_errors():
             response = self._admin.PauseQueue(
                 queue_pb2.PauseQueueRequest(name=_name(name)), **self._call_kwargs()
@@ -178,6 +182,7 @@ class QueueCalls(ClientBase):
         return queue_from_proto(response.queue)
 
     def resume_queue(self, name: str) -> QueueInfo:
+        """Lets workers claim the queue's jobs again; see ``AsyncClient.resume_queue``."""
         with translated_rpc_errors():
             response = self._admin.ResumeQueue(
                 queue_pb2.ResumeQueueRequest(name=_name(name)), **self._call_kwargs()
@@ -185,6 +190,7 @@ class QueueCalls(ClientBase):
         return queue_from_proto(response.queue)
 
     def set_queue_limit(self, name: str, limit: int | None) -> QueueInfo:
+        """Caps the queue's jobs reserved or running at once; see ``AsyncClient.set_queue_limit``."""
         request = _limit_request(name, limit)
         with translated_rpc_errors():
             response = self._admin.SetQueueLimit(request, **self._call_kwargs())

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from coordinator.api.auth import METHOD_SCOPES
 from coordinator.metrics import CoordinatorMetrics
 from tests.support import ROOT
+from tests.support.snippets import SnippetMarkerError, documentation_pages, snippets_of
 from worker_sdk._metrics import WorkerMetrics
 
 DOCS = ROOT / "docs"
@@ -57,6 +58,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     pages = {p.relative_to(site).as_posix() for p in site.rglob("index.html")}
     for page in ("concepts", "retries", "limits", "rules", "protocol", "security", "kubernetes"):
         assert f"{page}/index.html" in pages
+    for page in ("sdk", "workflows", "queues", "schedules", "retention", "api"):
+        assert f"{page}/index.html" in pages
+    api = (site / "api" / "index.html").read_text()
+    assert 'id="worker_sdk.Worker"' in api and 'id="worker_sdk.Client.create_schedule"' in api
     assert {"metrics/index.html", "cli/index.html"} <= pages
     assert "runwick jobs list" in (site / "cli" / "index.html").read_text()
     assert not list(site.rglob("*.py")), "the generator is not part of the site"
@@ -201,3 +206,62 @@ def test_the_scope_table_matches_the_scope_of_every_rpc(page: str) -> None:
     for scope, rpcs in re.findall(r"^\| `([a-z]+)` \| (.+) \|$", (DOCS / page).read_text(), re.MULTILINE):
         documented[scope] = {name.rsplit(".", 1)[-1] for name in re.findall(r"`([A-Za-z.]+)`", rpcs)}
     assert documented == dict(expected)
+
+
+def test_the_api_reference_names_every_public_name_of_the_sdk() -> None:
+    """docs/api.md renders the docstrings of what ``from worker_sdk import ...`` offers:
+    a name added to ``__all__`` without a ``::: worker_sdk.Name`` line fails here."""
+    import worker_sdk
+
+    rendered = set(re.findall(r"^::: worker_sdk\.(\w+)$", (DOCS / "api.md").read_text(), re.MULTILINE))
+    assert set(worker_sdk.__all__) - rendered == set()
+    assert "testing" in rendered
+
+
+def test_every_python_block_of_the_docs_runs_or_says_why_not() -> None:
+    """The snippet runner (tests/integration/test_doc_snippets.py) runs each block a page
+    does not mark ``<!-- snippet: skip (why) -->``; a marker must give its reason."""
+    pages = documentation_pages()
+    assert ROOT / "README.md" in pages and DOCS / "sdk.md" in pages
+    blocks = [snippet for page in pages for snippet in snippets_of(page)]
+    assert len([b for b in blocks if b.skip_reason is None]) >= 15
+    assert all(b.skip_reason for b in blocks if b.skip_reason is not None)
+
+
+def test_a_skip_marker_needs_a_reason_and_applies_to_the_next_block(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        "<!-- snippet: skip (needs certificates) -->\n```python\nskipped()\n```\n\n```python\nrun()\n```\n"
+    )
+    first, second = snippets_of(page, tmp_path)
+    assert (first.skip_reason, first.code, first.line) == ("needs certificates", "skipped()\n", 2)
+    assert (second.skip_reason, second.code) == (None, "run()\n")
+    page.write_text("<!-- snippet: skip -->\n```python\nskipped()\n```\n")
+    with pytest.raises(SnippetMarkerError, match="say why"):
+        snippets_of(page, tmp_path)
+    page.write_text("```python\nnever_closed()\n")
+    with pytest.raises(SnippetMarkerError, match="never closed"):
+        snippets_of(page, tmp_path)
+
+
+def test_every_public_name_and_method_of_the_sdk_has_a_docstring() -> None:
+    """The API reference shows each entry's docstring: none may be empty (inherited
+    methods included, as ``Client`` shows its queue, schedule and admin calls)."""
+    import griffe
+
+    import worker_sdk
+
+    package = griffe.load("worker_sdk", search_paths=[str(ROOT)], resolve_aliases=True)
+    undocumented = []
+    for name in worker_sdk.__all__:
+        declared = package[name]
+        if not declared.docstring:
+            undocumented.append(name)
+        if not declared.is_class:
+            continue
+        for member_name, member in declared.all_members.items():
+            documentable = member.is_function or (member.is_attribute and "property" in member.labels)
+            if not member_name.startswith("_") and documentable and not member.docstring:
+                undocumented.append(f"{name}.{member_name}")
+    assert undocumented == []
