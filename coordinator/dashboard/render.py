@@ -91,6 +91,19 @@ def short_id(value: str | None) -> str:
     return "…" + value[-12:] if len(value) > 12 else value
 
 
+def class_name(recorded: str | None) -> str:
+    """The class name of a recorded exception type, without its module path.
+
+    Workers record ``module.QualName`` of the class they raised, and that module is
+    often a private one (``worker_sdk._errors.PermanentJobFailure``) the class is not
+    imported from. The class name alone is always true and short; the page keeps the
+    recorded path in a title attribute.
+    """
+    if not recorded:
+        return ""
+    return recorded.rsplit(".", 1)[-1]
+
+
 def percent(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.1f} %"
 
@@ -109,6 +122,7 @@ def build_environment() -> Environment:
         duration=format_duration,
         short=short_id,
         percent=percent,
+        class_name=class_name,
     )
     env.globals.update(between=between, preview=preview)
     return env

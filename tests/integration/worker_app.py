@@ -151,3 +151,22 @@ async def step(payload: Step, ctx: JobContext) -> bytes:
         raise PermanentJobFailure("step_failed", f"{payload.name}: {payload.fail_unless} is missing")
     inputs = sorted(output.decode() for output in ctx.parent_outputs.values())
     return f"{payload.name}({','.join(inputs)})".encode()
+
+
+class WarehouseReservationServiceTemporarilyUnavailableBecauseTheUpstreamInventoryTimedOut(Exception):
+    """An exception with a long name, for the dashboard's layout tests."""
+
+
+@job("tests.inventory.reservations.reserve_every_item_of_an_order_in_the_nearest_warehouse")
+@dataclass
+class LongNamedFailure:
+    """Fails (retryably) with a long exception type; its wire name is long too."""
+
+    order_id: str
+
+
+@worker.handler(LongNamedFailure)
+async def long_named_failure(payload: LongNamedFailure, ctx: JobContext) -> None:
+    raise WarehouseReservationServiceTemporarilyUnavailableBecauseTheUpstreamInventoryTimedOut(
+        f"order {payload.order_id}: the inventory service did not answer"
+    )
