@@ -19,8 +19,8 @@ import grpc
 from coordinator.api import protocol
 from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
-from coordinator.app import Coordinator
-from coordinator.dispatch import Delivery, WorkerHello, WorkerSession
+from coordinator.app import Coordinator, WorkerSession
+from coordinator.dispatch.deliveries import Delivery, WorkerHello
 from coordinator.domain.bounds import STREAM_BOUNDS
 from coordinator.domain.records import DEFAULT_QUEUE
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
