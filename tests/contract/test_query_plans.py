@@ -33,6 +33,8 @@ from coordinator.service.work import AttemptMessage, WorkBatch
 
 from .harness import LEASE_MS, OPERATOR, QUEUE, Harness, sent_statements
 
+pytestmark = pytest.mark.perf
+
 OTHER_QUEUE = "other"
 
 
