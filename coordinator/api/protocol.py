@@ -16,7 +16,7 @@ from coordinator.api.convert import (
     timestamp,
 )
 from coordinator.api.errors import MAX_STATUS_MESSAGE_BYTES
-from coordinator.dispatch import Assignments, CancelNotice, Delivery, DrainNotice
+from coordinator.dispatch.deliveries import Assignments, CancelNotice, Delivery, DrainNotice
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.states import WORKER_OUTCOMES
 from coordinator.errors import InvalidArgument

@@ -19,10 +19,11 @@ import grpc
 from coordinator.api import protocol
 from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
-from coordinator.app import Coordinator
-from coordinator.dispatch import Delivery, WorkerHello, WorkerSession
+from coordinator.app import Coordinator, WorkerSession
+from coordinator.dispatch.deliveries import Delivery, WorkerHello
 from coordinator.domain.bounds import STREAM_BOUNDS
 from coordinator.domain.records import DEFAULT_QUEUE
+from coordinator.domain.settings import DEFAULT_LEASE_MS, LEASE_RANGE_MS
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
 from coordinator.service.work import HeartbeatAnswer, ResultAnswer, StartAnswer
 from coordinator.validation import check_name, check_worker_id
@@ -32,8 +33,6 @@ from worker_sdk.proto.runwick.v1 import worker_service_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_MS = 60_000
-LEASE_RANGE_MS = (100, 24 * 3_600_000)
 MAX_CAPACITY = STREAM_BOUNDS.max_capacity
 _ANSWERS = (StartAnswer, ResultAnswer, HeartbeatAnswer)
 """What answers an item the worker sent: it stops counting in the stream's budget once sent."""

@@ -11,6 +11,10 @@ from coordinator.app.offline import (
     open_scratch_store,
 )
 from coordinator.app.workers import ConnectedWorker
+
+# The handle ``Coordinator.connect_worker`` gives a worker stream's transport: exported
+# here so the API names it through the facade, not the dispatcher.
+from coordinator.dispatch.sessions import WorkerSession
 from coordinator.service.bulk import BulkOutcome, JobFilter, SkippedJob
 
 __all__ = [
@@ -21,6 +25,7 @@ __all__ = [
     "MigrationLocked",
     "SchemaNotCurrent",
     "SkippedJob",
+    "WorkerSession",
     "database_failure",
     "migrate_database",
     "open_scratch_store",

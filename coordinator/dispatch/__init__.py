@@ -1,14 +1,14 @@
 """The hot path: worker sessions, credit, and the batch loop that pushes work."""
 
-from coordinator.dispatch.dispatcher import Dispatcher, ReservedClaims
-from coordinator.dispatch.sessions import (
+from coordinator.dispatch.deliveries import (
     Assignments,
     CancelNotice,
     Delivery,
     DrainNotice,
     WorkerHello,
-    WorkerSession,
 )
+from coordinator.dispatch.dispatcher import Dispatcher, ReservedClaims
+from coordinator.dispatch.sessions import WorkerSession
 
 __all__ = [
     "Assignments",

@@ -20,12 +20,8 @@ from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import heartbeats
-from coordinator.dispatch.sessions import (
-    CancelNotice,
-    DrainNotice,
-    WorkerHello,
-    WorkerSession,
-)
+from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
+from coordinator.dispatch.sessions import WorkerSession
 from coordinator.dispatch.uncommitted import JoiningStarts, UncommittedClaims
 from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock

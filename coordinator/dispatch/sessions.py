@@ -1,4 +1,5 @@
-"""Worker sessions and what the dispatcher delivers to them.
+"""Worker sessions: one per connected stream, holding what the dispatcher delivers
+(``coordinator.dispatch.deliveries``) until the transport sends it.
 
 A session's outbox holds domain deliveries, never protobuf: the transport
 (``coordinator.api.protocol``) decides how they are framed on the wire, for example how
@@ -12,52 +13,16 @@ import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
+from coordinator.dispatch.deliveries import (
+    Assignments,
+    Delivery,
+)
 from coordinator.domain.records import WorkerIdentity
-from coordinator.service.work import Claimed, HeartbeatAnswer, ResultAnswer, ResultReport, StartAnswer
+from coordinator.service.work import Claimed, ResultAnswer, ResultReport
 
 _session_numbers = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class Assignments:
-    """Jobs claimed for the session in one batch."""
-
-    claimed: tuple[Claimed, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CancelNotice:
-    """R-8: the worker should cancel the handler's run of the attempt."""
-
-    attempt_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class DrainNotice:
-    """The coordinator is stopping: finish within ``timeout_s`` and go."""
-
-    timeout_s: float
-
-
-Delivery: TypeAlias = StartAnswer | HeartbeatAnswer | ResultAnswer | Assignments | CancelNotice | DrainNotice
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerHello:
-    """A worker's Hello, checked."""
-
-    worker_id: str
-    queues: tuple[str, ...]
-    wire_names: tuple[str, ...]
-    capacity: int
-    lease_ms: int
-    token_id: str | None = None
-    """The token the stream was opened with (None with auth off)."""
-    token_queues: frozenset[str] | None = None
-    """That token's queue restriction (None: any queue)."""
 
 
 class SessionHost(Protocol):

@@ -19,6 +19,12 @@ MAX_UNSTARTED_RANGE = (1, 100)
 DELAY_RANGE_MS = (1, MS_PER_DAY)
 MAX_EXECUTION_TIMEOUT_MS = 30 * MS_PER_DAY
 
+DEFAULT_LEASE_MS = 60 * MS_PER_SECOND
+"""A worker stream's lease when its Hello names none: each claim and heartbeat holds a
+job this long (R-4, R-5)."""
+LEASE_RANGE_MS = (100, MS_PER_DAY)
+"""The leases a worker may ask for, in its Hello or a heartbeat."""
+
 
 class SettingsError(ValueError):
     """A setting is out of its range; ``field`` names it."""

@@ -1,5 +1,5 @@
-"""The worker protocol's writes, batched: claims, starts, heartbeats, results, releases
-and lease expiry, each batch in one transaction (docs/scaling.md).
+"""The worker protocol's writes, batched: claims, starts, heartbeats, results and
+releases, each batch in one transaction (docs/scaling.md).
 
 Every job write is conditional on the state and history sequence read in the same
 transaction (R-11); rows are locked on PostgreSQL, and SQLite has a single writer.
@@ -12,14 +12,12 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain import changes
 from coordinator.domain.access import may_serve
 from coordinator.domain.clock import Clock
 from coordinator.domain.evolve import evolve
 from coordinator.domain.ids import parse_id, uuid7
 from coordinator.domain.lifecycle import (
     Report,
-    decide_lease_expiry,
     decide_release,
     decide_result,
     decide_start,
@@ -91,41 +89,6 @@ class WorkerOps:
             if starts:
                 answers.starts = run.start_claimed(starts, claims, answers.claims)
         return answers
-
-    def expire_leases(self) -> BatchAnswers:
-        """R-4/R-5: recovers jobs whose lease lapsed. Safe with any number of replicas:
-        rows are taken with SKIP LOCKED and every write is conditional."""
-
-        def expire(tx: Tx) -> BatchAnswers:
-            run = _BatchRun(tx, self, self.clock.now_ms())
-            expired = tx.expired_leases(run.now, self.config.maintenance_batch)
-            for job in expired:
-                decision = decide_lease_expiry(job, run.now, self.rng)
-                run.writes.end_attempt(job, decision, reported=False, lease_lapsed=True)
-            run.writes.flush()
-            run.answers.maintenance_left = bool(expired) or tx.any_leased()
-            return run.answers
-
-        return self.store.transact(expire, what="lease expiry")
-
-    def promote_due(self) -> BatchAnswers:
-        """Moves scheduled jobs whose run-at has come to ``available``.
-
-        Claims take due scheduled jobs directly, so this only keeps states truthful for
-        readers; it also tells the dispatcher that work is there.
-        """
-
-        def promote(tx: Tx) -> BatchAnswers:
-            run = _BatchRun(tx, self, self.clock.now_ms())
-            due = tx.due_scheduled(run.now, self.config.maintenance_batch)
-            for job in due:
-                run.writes.change(job, changes.due(job), "due", None)
-            run.answers.available_changed = bool(due)
-            run.writes.flush()
-            run.answers.maintenance_left = bool(due) or tx.any_scheduled()
-            return run.answers
-
-        return self.store.transact(promote, what="due-job promotion")
 
 
 class _BatchRun:

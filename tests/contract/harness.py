@@ -26,6 +26,7 @@ from coordinator.domain.ids import parse_id
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, WorkerIdentity
 from coordinator.domain.states import Outcome
+from coordinator.scheduler.leases import expire_leases
 from coordinator.service.batch import WorkerOps
 from coordinator.service.jobs import JobsService
 from coordinator.service.work import (
@@ -177,7 +178,7 @@ class Harness:
     def lapse(self, ms: int = LEASE_MS) -> BatchAnswers:
         """Lets ``ms`` pass and runs lease expiry."""
         self.clock.advance(ms)
-        return self.ops.expire_leases()
+        return expire_leases(self.ops)
 
     # -- reads -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState
+from coordinator.scheduler.due import promote_due
 from coordinator.service.work import ClaimRequest, WorkBatch
 from coordinator.store import Store
 
@@ -103,13 +104,13 @@ def test_promote_due_makes_due_scheduled_jobs_available(harness: Harness) -> Non
     later = harness.enqueue(run_at_ms=now + 20 * SECOND)
     harness.clock.advance(10 * SECOND)
 
-    answers = harness.ops.promote_due()
+    answers = promote_due(harness.ops)
 
     assert answers.available_changed is True
     assert harness.job(due).state is JobState.AVAILABLE
     assert harness.job(later).state is JobState.SCHEDULED
     assert harness.transitions(due)[-1]["reason"] == "due"
-    assert harness.ops.promote_due().available_changed is False
+    assert promote_due(harness.ops).available_changed is False
 
 
 def test_s5_claim_count_is_clamped_to_max_claim_batch(harness: Harness) -> None:

@@ -23,6 +23,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.domain.states import JobState
 from coordinator.errors import Unavailable
+from coordinator.scheduler.leases import expire_leases
 from coordinator.service.work import AttemptMessage, WorkBatch
 from coordinator.store import DatabaseTimeouts, Store, StoreError
 from coordinator.store.engine import create_read_engine, create_write_engine
@@ -119,7 +120,7 @@ def test_a_replica_frozen_in_a_transaction_loses_its_locks_and_expiry_recovers_t
     with pytest.raises(StoreError), stalling.write() as tx:
         assert job_id in tx.jobs_by_ids([job_id])  # FOR UPDATE: the row is locked
         # ... and the replica stalls here, in its transaction, saying nothing.
-        healthy.ops.expire_leases()
+        expire_leases(healthy.ops)
         assert healthy.job(job_id).state is JobState.RUNNING  # skipped: the row is held
 
         _wait_for_expiry_to_recover(healthy, job_id)
@@ -136,7 +137,7 @@ def _wait_for_expiry_to_recover(healthy: Harness, job_id: str) -> None:
     replica's session must have been ended for that: expiry skips locked rows)."""
 
     def recovered() -> bool:
-        healthy.ops.expire_leases()
+        expire_leases(healthy.ops)
         return healthy.job(job_id).state is not JobState.RUNNING
 
     wait_until(recovered, timeout=15, interval=0.1, what="lease expiry to recover the held job")

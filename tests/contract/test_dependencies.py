@@ -237,6 +237,7 @@ def _result(harness: Harness, attempt_id: str, outcome: Outcome):  # type: ignor
     return WorkBatch(results=[ResultReport(attempt_id, Report(outcome), sender=harness.holder(attempt_id))])
 
 
+@pytest.mark.perf
 def test_an_enqueue_claiming_its_own_new_jobs_reads_parent_outputs_only_for_children(
     harness: Harness,
 ) -> None:

@@ -36,6 +36,7 @@ def _job(number: int, **fields: Any) -> Any:
     return evolve(JOB_RECORD, id=f"0190f0a0-0000-7000-8000-{number:012x}", **fields)
 
 
+@pytest.mark.perf
 def test_a_start_sends_every_write_in_one_statement_after_its_reads(harness: Harness) -> None:
     claimed = harness.claim_one(harness.enqueue(queue=QUEUE))
     sender = harness.holder(claimed.attempt_id)
@@ -54,6 +55,7 @@ def test_a_start_sends_every_write_in_one_statement_after_its_reads(harness: Har
     assert harness.transitions(claimed.job.id)[-1]["to_state"] is JobState.RUNNING
 
 
+@pytest.mark.perf
 def test_an_enqueue_without_keys_sends_everything_in_one_statement_with_the_commit(harness: Harness) -> None:
     harness.enqueue(queue=QUEUE)  # the queue exists: it is not looked up again
     with sent_statements(executemany=True) as sent:
@@ -68,6 +70,7 @@ def test_an_enqueue_without_keys_sends_everything_in_one_statement_with_the_comm
     assert len(harness.transitions(job_id)) == 1
 
 
+@pytest.mark.perf
 def test_an_enqueue_with_a_key_sends_its_rows_at_once_and_the_rest_with_the_commit(harness: Harness) -> None:
     harness.enqueue(queue=QUEUE)
     with sent_statements(executemany=True) as sent:

@@ -14,6 +14,8 @@ from coordinator.domain.clock import FakeClock
 from coordinator.domain.records import NewJobSpec
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
+from coordinator.scheduler.due import promote_due
+from coordinator.scheduler.leases import expire_leases
 from coordinator.service.work import AttemptMessage, BatchAnswers, WorkBatch
 from coordinator.store import Store
 
@@ -186,7 +188,7 @@ def test_expiry_after_a_result_changes_nothing(harness: Harness) -> None:
     harness.report(claimed.attempt_id, output=b"done")
     before = harness.snapshot(job_id)
 
-    harness.ops.expire_leases()
+    expire_leases(harness.ops)
 
     assert harness.snapshot(job_id) == before
     assert harness.job(job_id).state is JobState.SUCCEEDED
@@ -267,7 +269,7 @@ def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) ->
         def expire(h: Harness) -> list[BatchAnswers]:
             barrier.wait()
             rounds = []
-            while (answers := h.ops.expire_leases()).available_changed or answers.next_run_at_ms:
+            while (answers := expire_leases(h.ops)).available_changed or answers.next_run_at_ms:
                 rounds.append(answers)
             return rounds
 
@@ -289,17 +291,17 @@ def test_postgres_concurrent_expiry_recovers_each_job_once(postgres_url: str) ->
 
 
 def test_an_expiry_pass_says_whether_any_lease_is_left_to_watch(harness: Harness) -> None:
-    assert harness.ops.expire_leases().maintenance_left is False  # nothing leased: idle
+    assert expire_leases(harness.ops).maintenance_left is False  # nothing leased: idle
     claimed = harness.claim_one(harness.enqueue())
-    assert harness.ops.expire_leases().maintenance_left is True
+    assert expire_leases(harness.ops).maintenance_left is True
     harness.release(claimed.attempt_id)
-    assert harness.ops.expire_leases().maintenance_left is False
+    assert expire_leases(harness.ops).maintenance_left is False
 
 
 def test_a_due_pass_says_whether_any_job_is_left_scheduled(harness: Harness) -> None:
-    assert harness.ops.promote_due().maintenance_left is False
+    assert promote_due(harness.ops).maintenance_left is False
     harness.enqueue(run_at_ms=harness.clock.now_ms() + 10_000)
-    assert harness.ops.promote_due().maintenance_left is True
+    assert promote_due(harness.ops).maintenance_left is True
     harness.clock.advance(10_000)
-    assert harness.ops.promote_due().maintenance_left is True  # it promoted one
-    assert harness.ops.promote_due().maintenance_left is False
+    assert promote_due(harness.ops).maintenance_left is True  # it promoted one
+    assert promote_due(harness.ops).maintenance_left is False

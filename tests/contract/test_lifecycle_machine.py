@@ -47,6 +47,8 @@ from coordinator.domain.records import AttemptRecord, JobRecord, NewJobSpec, Tra
 from coordinator.domain.settings import JobSettings, SettingsLayer
 from coordinator.domain.states import TRANSITIONS, JobState, Outcome
 from coordinator.errors import FailedPrecondition
+from coordinator.scheduler.due import promote_due
+from coordinator.scheduler.leases import expire_leases
 from coordinator.service.manage import ManagementService
 from coordinator.service.work import (
     AttemptMessage,
@@ -679,7 +681,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if j.state in LEASED and j.lease_until is not None and j.lease_until <= now
         ]
 
-        answers = self.h.ops.expire_leases()
+        answers = expire_leases(self.h.ops)
 
         for job in lapsed:
             attempt = self.attempts[job.current or ""]
@@ -724,7 +726,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         for job in self.jobs.values():
             if job.state is JobState.SCHEDULED and job.run_at <= now:
                 job.move(JobState.AVAILABLE)
-        self.h.ops.promote_due()
+        promote_due(self.h.ops)
 
     def cancel(self, data: st.DataObject) -> None:
         job = self.jobs[data.draw(st.sampled_from(list(self.jobs)), label="job")]

@@ -14,7 +14,7 @@ from psycopg import _queries
 
 from coordinator.store import Store, pg_parsing
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.perf]
 
 
 @pytest.fixture

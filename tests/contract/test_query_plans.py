@@ -25,10 +25,15 @@ from sqlalchemy.pool import NullPool
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.states import JobState, Outcome
+from coordinator.scheduler.due import promote_due
+from coordinator.scheduler.leases import expire_leases
+from coordinator.service.batch import WorkerOps
 from coordinator.service.queues import QueueService
 from coordinator.service.work import AttemptMessage, WorkBatch
 
 from .harness import LEASE_MS, OPERATOR, QUEUE, Harness, sent_statements
+
+pytestmark = pytest.mark.perf
 
 OTHER_QUEUE = "other"
 
@@ -133,12 +138,11 @@ def test_a_claim_walks_the_claim_index(mostly_finished: Harness, queues: tuple[s
         assert_uses_index(mostly_finished, sql, params)
 
 
-@pytest.mark.parametrize("operation", ["expire_leases", "promote_due"])
-def test_maintenance_walks_its_index(mostly_finished: Harness, operation: str) -> None:
+@pytest.mark.parametrize("operation", [expire_leases, promote_due], ids=["expire_leases", "promote_due"])
+def test_maintenance_walks_its_index(mostly_finished: Harness, operation: Callable[[WorkerOps], Any]) -> None:
     mostly_finished.clock.advance(LEASE_MS + 60_000)  # leases lapsed, the scheduled job due
-    run: Callable[[], Any] = getattr(mostly_finished.ops, operation)
     with sent_statements() as sent:
-        run()
+        operation(mostly_finished.ops)
     selects = job_selects(sent)
     assert selects, sent
     for sql, params in selects:

@@ -32,6 +32,7 @@ def _counts(harness: Harness, queue: str) -> dict[JobState, int]:
     return {state: n for state, n in stats.counts.items() if n}
 
 
+@pytest.mark.perf
 def test_an_enqueue_that_claims_appends_its_count_deltas_once(harness: Harness) -> None:
     claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 2, LEASE_MS)]
     specs = [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(3)]
@@ -58,6 +59,7 @@ def test_counts_written_in_a_transaction_that_folds_are_folded_with_it(harness: 
     assert _counts(harness, QUEUE) == {JobState.AVAILABLE: 2}
 
 
+@pytest.mark.perf
 def test_a_queue_seen_committed_is_not_looked_up_again(harness: Harness) -> None:
     harness.enqueue(queue="billing")
     with sent_statements(executemany=True) as sent:
@@ -89,6 +91,7 @@ def test_a_queue_whose_registration_rolled_back_is_made_again(harness: Harness) 
     assert _counts(harness, "rolled-back") == {JobState.AVAILABLE: 1}
 
 
+@pytest.mark.perf
 def test_a_start_reads_its_attempt_and_job_in_as_few_statements_as_the_engine_allows(
     harness: Harness,
 ) -> None:
@@ -111,6 +114,7 @@ def test_a_start_reads_its_attempt_and_job_in_as_few_statements_as_the_engine_al
     assert harness.job(claimed.job.id).state is JobState.RUNNING
 
 
+@pytest.mark.perf
 def test_sessions_claiming_in_one_transaction_ask_again_only_where_work_may_be_left(
     harness: Harness,
 ) -> None:
@@ -156,6 +160,7 @@ def _notifications(sent: list[tuple[str, Any]]) -> int:
     return _count(sent, r"pg_notify")
 
 
+@pytest.mark.perf
 def test_an_enqueue_whose_claims_take_every_new_job_wakes_no_other_replica(harness: Harness) -> None:
     """PostgreSQL notifies the other replicas of claimable jobs at the commit; when the
     enqueue's own claims reserved them all, nobody else could claim one, so no
@@ -198,6 +203,7 @@ def test_a_batch_over_one_statements_worth_of_attempts_finds_and_locks_every_job
     assert _counts(harness, QUEUE) == {JobState.RUNNING: total}
 
 
+@pytest.mark.perf
 def test_a_result_of_a_job_without_children_reads_the_dependencies_once(harness: Harness) -> None:
     """Ending a job reads which of the ended jobs have children; only for those are the
     waiting children read and the outputs recorded (R-15, R-16)."""
@@ -209,6 +215,7 @@ def test_a_result_of_a_job_without_children_reads_the_dependencies_once(harness:
     assert len(dependency_statements) == 1 and "DISTINCT" in dependency_statements[0]
 
 
+@pytest.mark.perf
 def test_a_batch_of_claims_only_reads_no_attempts(harness: Harness) -> None:
     """An enqueue's claims (or a batch with nothing but claims) name no attempt: no
     attempt or job is read for them before the claim's own reads."""
@@ -223,6 +230,7 @@ def test_a_batch_of_claims_only_reads_no_attempts(harness: Harness) -> None:
     assert "queues" in reads[0]  # the claim's own first read: the queue's controls
 
 
+@pytest.mark.perf
 def test_a_claim_of_one_queue_reads_the_queues_controls_with_its_jobs_on_postgresql(harness: Harness) -> None:
     """The claim of a batch whose claims name one queue: on PostgreSQL the queue's controls
     (R-17) come with its claimable jobs, one read before the claim goes out instead of

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, text
+
+pytestmark = pytest.mark.perf
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "store_path.py"
 LINE = re.compile(r"^(light|batched) +user [0-9.]+ +system [0-9.]+ +wall [0-9.]+ ms per job \((\d+) jobs\)$")

@@ -138,6 +138,7 @@ def test_a_token_that_may_serve_the_parents_queue_gets_its_output(harness: Harne
     assert dict(both.parent_outputs) == {parent: b"rows"}
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize(
     ("key_field", "index"),
     [("idempotency_key", "ux_jobs_idempotency_key"), ("unique_key", "ux_jobs_unique_key")],

@@ -19,6 +19,7 @@ from worker_sdk import AsyncClient, JobContext, JobState, Worker
 JOBS = 8
 
 
+@pytest.mark.perf
 async def test_a_job_at_light_load_costs_two_write_transactions(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -56,6 +57,7 @@ async def test_a_job_at_light_load_costs_two_write_transactions(
     assert 2 * JOBS <= written < 3 * JOBS, f"{written} transactions for {JOBS} jobs"
 
 
+@pytest.mark.perf
 async def test_idle_workers_whose_queue_ran_dry_claim_again_only_with_new_work(database_url: str) -> None:
     """Three workers wait on an empty queue. A run that ends gives its credit back, and
     that alone makes no claim: the worker's last claim found the queue empty and no work

@@ -3,6 +3,7 @@ pyproject.toml) passes on the tree and fails when a lower layer imports a higher
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -65,6 +66,31 @@ def test_the_tree_keeps_every_contract() -> None:
         ),
         ("coordinator/dashboard/web.py", "import coordinator.api.auth", "Coordinator layers BROKEN"),
         (
+            "coordinator/api/job_servicer.py",
+            "import coordinator.service.queues",
+            "The API uses the facade and value modules of service and dispatch BROKEN",
+        ),
+        (
+            "coordinator/api/worker_servicer.py",
+            "from coordinator.dispatch import WorkerSession",
+            "The API uses the facade and value modules of service and dispatch BROKEN",
+        ),
+        (
+            "coordinator/domain/states.py",
+            "import sqlalchemy",
+            "The domain is pure: no third-party package BROKEN",
+        ),
+        (
+            "coordinator/metrics.py",
+            "import coordinator.service.batch",
+            "Metrics import only the domain and the service's effects BROKEN",
+        ),
+        (
+            "coordinator/service/jobs.py",
+            "import coordinator.metrics",
+            "Metrics are recorded by the process, the facade and the API only BROKEN",
+        ),
+        (
             "worker_sdk/_client.py",
             "import coordinator.errors",
             "The SDK stands alone: worker_sdk imports nothing of the coordinator BROKEN",
@@ -83,3 +109,21 @@ def test_an_import_against_the_layers_fails_the_check(
     assert contract in linted.stdout, linted.stdout
     importer = module.removesuffix(".py").replace("/", ".")
     assert importer in linted.stdout
+
+
+def test_the_domain_imports_only_the_standard_library_and_the_project() -> None:
+    """The contract above names the third-party packages the project depends on; this
+    catches one added later that the contract does not name yet."""
+    foreign = []
+    for path in sorted((ROOT / "coordinator" / "domain").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            foreign += [
+                f"{path.name}: {name}"
+                for name in names
+                if name.split(".")[0] not in sys.stdlib_module_names
+                and name.split(".")[0] not in {"coordinator", "worker_sdk", "__future__"}
+            ]
+    assert foreign == [], f"the domain imports third-party modules: {foreign}"
