@@ -185,6 +185,10 @@ def health_server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
 
 def _connection_caps(config: CoordinatorConfig) -> list[tuple[str, Any]]:
     return [
+        # Counted by gRPC from accept to close: a connection past it is closed at once.
+        # (It frees its place when the socket closes; a client that keeps a closed
+        # channel's call objects keeps its socket open, and so its place.)
+        ("grpc.max_allowed_incoming_connections", config.ingress.max_connections),
         # HTTP/2 MAX_CONCURRENT_STREAMS: a client's calls past it wait on its side.
         ("grpc.max_concurrent_streams", config.ingress.max_streams_per_connection),
     ]

@@ -331,6 +331,38 @@ async def test_one_connection_gets_no_more_streams_than_the_cap(tmp_path: Path) 
             call.cancel()
 
 
+async def _connected(target: str) -> tuple[grpc.aio.Channel, Any]:
+    """A channel on its own connection holding a health Watch open (so the connection
+    carries a stream while it is counted)."""
+    channel = grpc.aio.insecure_channel(target, options=OWN_CONNECTION)
+    return channel, await _watch(channel)
+
+
+async def _refused_connection(target: str) -> grpc.StatusCode:
+    """The status of a call on a new connection that must fail."""
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    return caught.value.code()
+
+
+async def test_connections_past_the_cap_are_closed_and_closed_ones_free_their_place(tmp_path: Path) -> None:
+    """Three connections, each carrying a stream, fill a cap of three on both ports: a
+    fourth is closed as it is accepted (UNAVAILABLE). Closing them frees their places,
+    round after round, so workers are never locked out by connections that ended."""
+    limits = IngressLimits(max_connections=3)
+    async with in_process(f"sqlite:///{tmp_path / 'r.db'}", ingress=limits, health_port=0) as running:
+        for target in (running.target, f"127.0.0.1:{running.health_port}"):
+            for _ in range(3):
+                held = [await _connected(target) for _ in range(3)]
+                assert await _refused_connection(target) is grpc.StatusCode.UNAVAILABLE
+                for channel, call in held:
+                    call.cancel()
+                    await channel.close()
+                del held, channel, call  # a live call object keeps its socket open
+                assert await eventually_healthy(target)
+
+
 async def test_a_malformed_health_watch_is_invalid_argument_not_internal(tmp_path: Path) -> None:
     async with (
         in_process(f"sqlite:///{tmp_path / 'r.db'}") as running,
