@@ -358,7 +358,7 @@ async def test_connections_past_the_cap_are_closed_and_closed_ones_free_their_pl
                 assert await _refused_connection(target) is grpc.StatusCode.UNAVAILABLE
                 for channel, call in held:
                     call.cancel()
-                    await channel.close()
+                    await channel.close(grace=None)
                 del held, channel, call  # a live call object keeps its socket open
                 assert await eventually_healthy(target)
 
