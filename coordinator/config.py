@@ -196,6 +196,9 @@ class CoordinatorConfig:
     """PEM private key of ``tls_cert_file``."""
     tls_client_ca_file: str | None = None
     """PEM CA bundle: when set, clients must present a certificate it signed (mutual TLS)."""
+    tls_reload_interval_s: float = 10.0
+    """How often the HTTPS servers (dashboard, ``/metrics``) look for renewed TLS files;
+    the API port looks on every new TLS handshake."""
     health_port: int | None = None
     """Plaintext port serving only gRPC health (``liveness``, ``readiness``), for
     Kubernetes' native gRPC probes even when the API port uses TLS; 0 picks a free one,
