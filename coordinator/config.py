@@ -370,6 +370,8 @@ def check_security(config: CoordinatorConfig) -> None:
         raise ConfigError("TLS needs both --tls-cert and --tls-key")
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ConfigError("--tls-client-ca (client certificates) needs TLS: give --tls-cert and --tls-key")
+    if not config.tls_reload_interval_s > 0:  # also refuses NaN; 0 would spin
+        raise ConfigError(f"tls_reload_interval_s must be above 0, got {config.tls_reload_interval_s!r}")
     config.ingress.check()
     check_metrics(config)
 

@@ -216,6 +216,12 @@ async def test_half_configured_tls_is_refused(changes: dict[str, str], message: 
         await start_coordinator(config)
 
 
+async def test_a_tls_reload_interval_of_zero_is_refused(tmp_path: Path) -> None:
+    config = CoordinatorConfig(database_url=f"sqlite:///{tmp_path / 'x.db'}", port=0, tls_reload_interval_s=0)
+    with pytest.raises(ConfigError, match="tls_reload_interval_s"):
+        await start_coordinator(config)
+
+
 async def test_a_missing_certificate_file_is_an_os_error(tmp_path: Path) -> None:
     config = CoordinatorConfig(
         database_url=f"sqlite:///{tmp_path / 'x.db'}",
