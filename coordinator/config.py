@@ -18,13 +18,13 @@ DAY_MS = 86_400_000
 @dataclass(frozen=True, slots=True)
 class IngressLimits:
     """Caps on what clients may open on the gRPC ports at once (docs/security.md), so
-    no client, signed in or not, holds more than its share of the process.
+    no client, signed in or not, holds more than its share of the process."""
 
-    There is no cap on connections: grpcio's (``grpc.max_allowed_incoming_connections``,
-    1.85) kept counting connections that had carried a stream after they closed, so it
-    would lock workers out over time. A connection without calls holds little; the
-    process's open-file limit bounds how many there are."""
-
+    max_connections: int = 10_000
+    """Connections each gRPC port holds open at once (grpcio's
+    ``grpc.max_allowed_incoming_connections``); one more is closed as it is accepted, and
+    a place frees as soon as a connection closes. Sized like ``max_concurrent_rpcs``: a
+    worker holds one connection."""
     max_streams_per_connection: int = 256
     """Calls one connection may have open at once (HTTP/2 ``MAX_CONCURRENT_STREAMS``); a
     client's further calls wait on its side until one ends."""
@@ -37,7 +37,12 @@ class IngressLimits:
 
     def check(self) -> IngressLimits:
         """Returns self, or raises ConfigError naming the first limit below 1."""
-        for name in ("max_streams_per_connection", "max_concurrent_rpcs", "max_health_watches"):
+        for name in (
+            "max_connections",
+            "max_streams_per_connection",
+            "max_concurrent_rpcs",
+            "max_health_watches",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
@@ -191,6 +196,9 @@ class CoordinatorConfig:
     """PEM private key of ``tls_cert_file``."""
     tls_client_ca_file: str | None = None
     """PEM CA bundle: when set, clients must present a certificate it signed (mutual TLS)."""
+    tls_reload_interval_s: float = 10.0
+    """How often the HTTPS servers (dashboard, ``/metrics``) look for renewed TLS files;
+    the API port looks on every new TLS handshake."""
     health_port: int | None = None
     """Plaintext port serving only gRPC health (``liveness``, ``readiness``), for
     Kubernetes' native gRPC probes even when the API port uses TLS; 0 picks a free one,
@@ -362,6 +370,8 @@ def check_security(config: CoordinatorConfig) -> None:
         raise ConfigError("TLS needs both --tls-cert and --tls-key")
     if config.tls_client_ca_file and not config.tls_cert_file:
         raise ConfigError("--tls-client-ca (client certificates) needs TLS: give --tls-cert and --tls-key")
+    if not config.tls_reload_interval_s > 0:  # also refuses NaN; 0 would spin
+        raise ConfigError(f"tls_reload_interval_s must be above 0, got {config.tls_reload_interval_s!r}")
     config.ingress.check()
     check_metrics(config)
 

@@ -19,7 +19,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.api.server import GrpcServers, bind_health, serve_grpc, tls_credentials
+from coordinator.api.server import GrpcServers, bind_health, serve_grpc, tls_reloader
+from coordinator.api.tls import TlsReloader
 from coordinator.app import Coordinator
 from coordinator.config import CoordinatorConfig, check_security
 from coordinator.dashboard import DashboardServer, serve_dashboard
@@ -39,6 +40,10 @@ class RunningCoordinator:
     """The HTTP port of ``/metrics``, when it is served."""
     dashboard: DashboardServer | None = None
     metrics_server: MetricsHttpServer | None = None
+    tls: TlsReloader | None = None
+    """The TLS files, re-read when they change, when TLS is configured."""
+    tls_watch: asyncio.Task[None] | None = None
+    """Looks for renewed TLS files for the HTTPS servers."""
     stopped: bool = False
 
     @property
@@ -91,6 +96,8 @@ class RunningCoordinator:
         if self.stopped:
             return
         self.stopped = True
+        if self.tls_watch is not None:
+            self.tls_watch.cancel()
         await self.grpc.health.draining()  # first, so no new traffic is routed here
         drain_s = self.config.drain_timeout_s if grace_s is None else grace_s
         await self.app.drain(drain_s)
@@ -104,18 +111,13 @@ class RunningCoordinator:
         log.info("coordinator stopped")
 
 
-def metrics_tls_context(config: CoordinatorConfig) -> ssl.SSLContext | None:
-    """With ``metrics_tls``, the API's certificate for ``/metrics`` too, and its client CA:
-    under mutual TLS a scraper needs a client certificate like any other client. Raises
-    OSError (ssl.SSLError) when a file cannot be read or the key does not fit."""
-    if not config.metrics_tls or not config.tls_cert_file or not config.tls_key_file:
+def metrics_tls_context(config: CoordinatorConfig, tls: TlsReloader | None) -> ssl.SSLContext | None:
+    """With ``metrics_tls``, the API's certificate for ``/metrics`` too, renewed with it,
+    and its client CA: under mutual TLS a scraper needs a client certificate like any
+    other client."""
+    if not config.metrics_tls or tls is None:
         return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
-    if config.tls_client_ca_file:
-        context.load_verify_locations(cafile=config.tls_client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    return tls.server_context()
 
 
 async def _serve_metrics(app: Coordinator, tls: ssl.SSLContext | None) -> MetricsHttpServer:
@@ -163,8 +165,8 @@ async def start_coordinator(
     cannot be bound.
     """
     check_security(config)
-    tls = tls_credentials(config)  # read first: a bad path fails before anything starts
-    metrics_tls = metrics_tls_context(config)
+    tls = tls_reloader(config)  # read first: a bad path fails before anything starts
+    metrics_tls = metrics_tls_context(config, tls)
     # Probes get answers while the store opens (and SQLite migrates): alive, not ready.
     early_health = await bind_health(config)
     try:
@@ -176,7 +178,7 @@ async def start_coordinator(
         if app.bootstrap_token is not None and config.admin_token_file:
             await asyncio.to_thread(_write_token_file, config.admin_token_file, app.bootstrap_token)
             log.info("bootstrap admin token written to %s", config.admin_token_file)
-        servers = await serve_grpc(app, tls, early_health)
+        servers = await serve_grpc(app, tls.grpc_credentials() if tls else None, early_health)
     except BaseException:
         await early_health.stop()
         app.close()
@@ -195,6 +197,7 @@ async def start_coordinator(
         app.close()
         raise
     app.start()
+    tls_watch = _watch_tls(config, tls, dashboard, metrics_tls)
     metrics_port = metrics_server.port if metrics_server is not None else None
     log.info(
         "coordinator listening on %s:%d (%s); health port %s, metrics port %s, dashboard port %s",
@@ -205,4 +208,22 @@ async def start_coordinator(
         metrics_port if metrics_port is not None else "off",
         dashboard.port if dashboard is not None else "off",
     )
-    return RunningCoordinator(app, servers, metrics_port, dashboard, metrics_server)
+    return RunningCoordinator(app, servers, metrics_port, dashboard, metrics_server, tls, tls_watch)
+
+
+def _watch_tls(
+    config: CoordinatorConfig,
+    tls: TlsReloader | None,
+    dashboard: DashboardServer | None,
+    metrics_tls: ssl.SSLContext | None,
+) -> asyncio.Task[None] | None:
+    """Renewed TLS files for the HTTPS servers, which have no hook on their handshakes
+    (the API port re-reads them on its own)."""
+    if tls is None:
+        return None
+    dashboard_tls = dashboard.ssl_context if dashboard is not None else None
+    if dashboard_tls is not None:
+        tls.follow(dashboard_tls, client_ca=False)  # the dashboard signs in with tokens
+    if dashboard_tls is None and metrics_tls is None:
+        return None
+    return asyncio.create_task(tls.watch(config.tls_reload_interval_s), name="runwick-tls-reload")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,6 +24,7 @@ from coordinator.api.health import Health
 from coordinator.api.ingress import SMALL_REQUEST_BYTES, IngressInterceptor, request_limits
 from coordinator.api.job_servicer import JobServicer
 from coordinator.api.metrics_interceptor import MetricsInterceptor
+from coordinator.api.tls import TlsFiles, TlsReloader
 from coordinator.api.worker_servicer import WorkerServicer
 from coordinator.app import Coordinator
 from coordinator.config import CoordinatorConfig
@@ -103,7 +103,7 @@ class GrpcServers:
 async def serve_grpc(
     app: Coordinator, tls: grpc.ServerCredentials | None, early_health: HealthPort | None = None
 ) -> GrpcServers:
-    """Binds and starts the API server, with ``tls`` (``tls_credentials(config)``) on the
+    """Binds and starts the API server, with ``tls`` (``tls_reloader(config).grpc_credentials()``) on the
     API port, and turns readiness on. ``early_health`` is the health port bound earlier
     (``bind_health``); without it the health port is bound here.
 
@@ -185,6 +185,10 @@ def health_server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:
 
 def _connection_caps(config: CoordinatorConfig) -> list[tuple[str, Any]]:
     return [
+        # Counted by gRPC from accept to close: a connection past it is closed at once.
+        # (It frees its place when the socket closes; a client that keeps a closed
+        # channel's call objects keeps its socket open, and so its place.)
+        ("grpc.max_allowed_incoming_connections", config.ingress.max_connections),
         # HTTP/2 MAX_CONCURRENT_STREAMS: a client's calls past it wait on its side.
         ("grpc.max_concurrent_streams", config.ingress.max_streams_per_connection),
     ]
@@ -205,13 +209,10 @@ def _bind(
     return bound
 
 
-def tls_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | None:
-    """TLS on the API port when configured; with a client CA, client certificates are
-    required (mutual TLS). Raises OSError when a file cannot be read."""
+def tls_reloader(config: CoordinatorConfig) -> TlsReloader | None:
+    """The API port's TLS files, when configured, re-read when they change (cert-manager
+    renewals need no restart); with a client CA, client certificates are required
+    (mutual TLS). Raises OSError when a file cannot be read or they do not load."""
     if not config.tls_cert_file or not config.tls_key_file:
         return None
-    key, chain = Path(config.tls_key_file).read_bytes(), Path(config.tls_cert_file).read_bytes()
-    client_ca = Path(config.tls_client_ca_file).read_bytes() if config.tls_client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
-    )
+    return TlsReloader(TlsFiles(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file))

@@ -9,6 +9,7 @@ from typing import Any
 
 INGRESS_CAPS = (
     # (flag and IngressLimits field, default, what it caps)
+    ("max_connections", "10000", "connections each gRPC port holds open at once; more are closed"),
     ("max_streams_per_connection", "256", "calls one connection may have open at once"),
     (
         "max_concurrent_rpcs",

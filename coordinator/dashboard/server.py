@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 
 import uvicorn
@@ -87,6 +88,13 @@ class DashboardServer:
         self._task = task
         self.port = port
         """The bound port (the one chosen, with port 0)."""
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context new HTTPS connections are made with (None over plain HTTP): a
+        certificate loaded into it serves new connections without a restart."""
+        context = self._server.config.ssl
+        return context if isinstance(context, ssl.SSLContext) else None
 
     async def stop(self) -> None:
         self._server.should_exit = True

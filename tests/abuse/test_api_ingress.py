@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,6 +330,74 @@ async def test_one_connection_gets_no_more_streams_than_the_cap(tmp_path: Path) 
         assert await _healthy(running.target)  # its own connection
         for call in held:
             call.cancel()
+
+
+async def _connected(target: str) -> tuple[grpc.aio.Channel, Any]:
+    """A channel on its own connection holding a health Watch open (so the connection
+    carries a stream while it is counted)."""
+    channel = grpc.aio.insecure_channel(target, options=OWN_CONNECTION)
+    return channel, await _watch(channel)
+
+
+async def _refused_connection(target: str) -> grpc.StatusCode:
+    """The status of a call on a new connection that must fail."""
+    async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    return caught.value.code()
+
+
+async def test_connections_past_the_cap_are_closed_and_closed_ones_free_their_place(tmp_path: Path) -> None:
+    """Three connections, each carrying a stream, fill a cap of three on both ports: a
+    fourth is closed as it is accepted (UNAVAILABLE). Closing them frees their places,
+    round after round, so workers are never locked out by connections that ended."""
+    limits = IngressLimits(max_connections=3)
+    async with in_process(f"sqlite:///{tmp_path / 'r.db'}", ingress=limits, health_port=0) as running:
+        for target in (running.target, f"127.0.0.1:{running.health_port}"):
+            for _ in range(3):
+                held = [await _connected(target) for _ in range(3)]
+                assert await _refused_connection(target) is grpc.StatusCode.UNAVAILABLE
+                for channel, call in held:
+                    call.cancel()
+                    await channel.close(grace=None)
+                del held, channel, call  # a live call object keeps its socket open
+                assert await eventually_healthy(target)
+
+
+_WATCHING_CLIENT = """
+import sys, time
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+channel = grpc.insecure_channel(sys.argv[1])
+watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+next(watch)
+print("watching", flush=True)
+time.sleep(600)
+"""
+
+
+async def test_clients_killed_mid_stream_free_their_connections(tmp_path: Path) -> None:
+    """Clients that die holding a stream (a worker's process killed) close their sockets
+    with them; the cap counts them no longer, and new clients are served."""
+    limits = IngressLimits(max_connections=2)
+    async with in_process(f"sqlite:///{tmp_path / 'r.db'}", ingress=limits) as running:
+        clients = []
+        for _ in range(2):
+            client = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _WATCHING_CLIENT, running.target, stdout=subprocess.PIPE
+            )
+            assert client.stdout is not None
+            clients.append(client)
+            assert await asyncio.wait_for(client.stdout.readline(), 60) == b"watching\n"
+        assert await _refused_connection(running.target) is grpc.StatusCode.UNAVAILABLE
+        for client in clients:
+            client.kill()
+            await client.wait()
+        assert await eventually_healthy(running.target)
+        held = [await _connected(running.target) for _ in range(2)]  # both places free
+        for channel, call in held:
+            call.cancel()
+            await channel.close(grace=None)
 
 
 async def test_a_malformed_health_watch_is_invalid_argument_not_internal(tmp_path: Path) -> None:

@@ -3,21 +3,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
+import os
+import socket
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.config import ConfigError, CoordinatorConfig
 from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.worker_app import Echo
+from tests.support import eventually_async
 from worker_sdk import AsyncClient, CoordinatorUnavailable, JobContext, JobState, Worker
 
 WAIT = timedelta(seconds=30)
@@ -208,6 +216,12 @@ async def test_half_configured_tls_is_refused(changes: dict[str, str], message: 
         await start_coordinator(config)
 
 
+async def test_a_tls_reload_interval_of_zero_is_refused(tmp_path: Path) -> None:
+    config = CoordinatorConfig(database_url=f"sqlite:///{tmp_path / 'x.db'}", port=0, tls_reload_interval_s=0)
+    with pytest.raises(ConfigError, match="tls_reload_interval_s"):
+        await start_coordinator(config)
+
+
 async def test_a_missing_certificate_file_is_an_os_error(tmp_path: Path) -> None:
     config = CoordinatorConfig(
         database_url=f"sqlite:///{tmp_path / 'x.db'}",
@@ -217,3 +231,151 @@ async def test_a_missing_certificate_file_is_an_os_error(tmp_path: Path) -> None
     )
     with pytest.raises(OSError):
         await start_coordinator(config)
+
+
+# -- certificates renewed in place (cert-manager) serve new connections without a restart ---------
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A server certificate for 127.0.0.1, the CA that signed it, and their files."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+    serial: int
+
+
+def _issue(ca_name: str) -> Issued:
+    ca_key, key = _key(), _key()
+    ca = _certificate(ca_name, ca_key, None)
+    cert = _certificate("coordinator", key, (ca.subject, ca_key), usage=ExtendedKeyUsageOID.SERVER_AUTH)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    pem = serialization.Encoding.PEM
+    return Issued(ca.public_bytes(pem), cert.public_bytes(pem), key_pem, cert.serial_number)
+
+
+def _install(directory: Path, issued: Issued) -> None:
+    """Replaces the files as a renewal does: each written aside, then renamed over the old."""
+    for name, data in (("tls.crt", issued.cert_pem), ("tls.key", issued.key_pem)):
+        aside = directory / f".{name}.new"
+        aside.write_bytes(data)
+        os.replace(aside, directory / name)
+
+
+def _handshake_serial(port: int) -> int:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # any certificate: the test reads which one it is
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as wrapped,
+    ):
+        der = wrapped.getpeercert(binary_form=True)
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+async def _served_serial(port: int) -> int:
+    """The serial number of the certificate a new TLS connection to ``port`` is shown
+    (the blocking handshake in a thread: the servers run on this event loop)."""
+    return await asyncio.to_thread(_handshake_serial, port)
+
+
+async def _health(channel: grpc.aio.Channel) -> bool:
+    answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _trusting(target: str, issued: Issued) -> grpc.aio.Channel:
+    """A channel on its own connection trusting only ``issued``'s CA."""
+    credentials = grpc.ssl_channel_credentials(root_certificates=issued.ca_pem)
+    return grpc.aio.secure_channel(target, credentials, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+@pytest.fixture
+async def renewing(
+    database_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[RunningCoordinator, Path, Issued]]:
+    """A coordinator serving TLS from files in a directory the test renews, with the
+    dashboard and /metrics over HTTPS too."""
+    first = _issue("first CA")
+    _install(tmp_path, first)
+    config = CoordinatorConfig(
+        database_url=database_url,
+        port=0,
+        drain_timeout_s=1,
+        tls_cert_file=str(tmp_path / "tls.crt"),
+        tls_key_file=str(tmp_path / "tls.key"),
+        dashboard_port=0,
+        metrics_port=0,
+        metrics_tls=True,
+        tls_reload_interval_s=0.05,
+    )
+    running = await start_coordinator(config)
+    yield running, tmp_path, first
+    await running.stop(grace_s=1)
+
+
+async def test_a_renewed_certificate_serves_new_connections_and_open_ones_keep_theirs(
+    renewing: tuple[RunningCoordinator, Path, Issued],
+) -> None:
+    running, directory, first = renewing
+    assert await _served_serial(running.port) == first.serial
+    async with _trusting(running.target, first) as before:
+        assert await _health(before)
+        second = _issue("second CA")  # another CA: only a new handshake can trust it
+        _install(directory, second)
+
+        assert await _served_serial(running.port) == second.serial
+        async with _trusting(running.target, second) as after:
+            assert await _health(after)
+        async with _trusting(running.target, first) as stale:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await _health(stale)
+            assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        # The connection made before the renewal goes on with the first certificate.
+        assert await _health(before)
+
+
+async def _renewed(port: int, issued: Issued) -> bool:
+    return await _served_serial(port) == issued.serial
+
+
+async def test_the_https_ports_serve_a_renewed_certificate_too(
+    renewing: tuple[RunningCoordinator, Path, Issued],
+) -> None:
+    running, directory, first = renewing
+    assert running.dashboard_port is not None and running.metrics_port is not None
+    https_ports = (running.dashboard_port, running.metrics_port)
+    assert [await _served_serial(port) for port in https_ports] == [first.serial] * 2
+    second = _issue("second CA")
+    _install(directory, second)
+    for port in https_ports:
+        await eventually_async(
+            lambda port=port: _renewed(port, second),  # type: ignore[misc]
+            what=f"port {port} to serve the renewed certificate",
+        )
+
+
+async def test_a_half_written_renewal_keeps_the_old_certificate_and_warns(
+    renewing: tuple[RunningCoordinator, Path, Issued], caplog: pytest.LogCaptureFixture
+) -> None:
+    running, directory, first = renewing
+    second = _issue("second CA")
+    (directory / "tls.key").write_bytes(second.key_pem)  # the key renewed, the certificate half written
+    (directory / "tls.crt").write_bytes(second.cert_pem[: len(second.cert_pem) // 2])
+    with caplog.at_level(logging.WARNING, logger="coordinator.api.tls"):
+        assert await _served_serial(running.port) == first.serial
+        await asyncio.sleep(0.2)  # the HTTPS ports' look at the files too
+    assert running.dashboard_port is not None
+    assert await _served_serial(running.dashboard_port) == first.serial
+    assert any("do not load" in record.getMessage() for record in caplog.records)
+    async with _trusting(running.target, first) as channel:
+        assert await _health(channel)
+
+    _install(directory, second)  # the renewal completes
+    assert await _served_serial(running.port) == second.serial

@@ -23,9 +23,11 @@ def test_defaults_are_the_config_defaults() -> None:
 
 def test_flags_and_variables_set_the_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNWICK_MAX_HEALTH_WATCHES", "7")
-    options = _parse("--max-concurrent-rpcs", "50", "--max-streams-per-connection", "4")
+    options = _parse(
+        "--max-concurrent-rpcs", "50", "--max-streams-per-connection", "4", "--max-connections", "9"
+    )
     assert ingress_config(options)["ingress"] == IngressLimits(
-        max_streams_per_connection=4, max_concurrent_rpcs=50, max_health_watches=7
+        max_connections=9, max_streams_per_connection=4, max_concurrent_rpcs=50, max_health_watches=7
     )
 
 
@@ -38,4 +40,10 @@ def test_a_cap_below_one_is_refused(value: str) -> None:
 def test_the_config_refuses_a_cap_below_one() -> None:
     config = CoordinatorConfig(ingress=IngressLimits(max_health_watches=0))
     with pytest.raises(ConfigError, match="max_health_watches"):
+        check_security(config)
+
+
+def test_the_config_refuses_a_connection_cap_below_one() -> None:
+    config = CoordinatorConfig(ingress=IngressLimits(max_connections=0))
+    with pytest.raises(ConfigError, match="max_connections"):
         check_security(config)
