@@ -48,13 +48,14 @@ code and need the `runwick[coordinator]` install.
 Every command exits with one of these statuses (a test holds each client command to
 them):
 
-| status | meaning |
-| --- | --- |
-| 0 | done (also: nothing matched, nothing to do) |
-| 1 | the coordinator refused the call (not found, not allowed, a precondition) or failed, or none answered at `--target`; a confirmation answered "no" |
-| 2 | bad usage or input, found by the command or by the coordinator (a flag, an ID or a name that does not parse, a value out of range, a database URL); a destructive command (`purge`, bulk `jobs cancel`/`retry`) without `--yes` where no terminal can ask |
-| 130 | interrupted (Ctrl-C) |
-| 141 | the reader of the output went away (`runwick jobs list \\| head`) |
+- `0`: done (also: nothing matched, nothing to do).
+- `1`: the coordinator refused the call (not found, not allowed, a precondition) or
+  failed, or none answered at `--target`; a confirmation answered "no".
+- `2`: bad usage or input, found by the command or by the coordinator (a flag, an ID or
+  a name that does not parse, a value out of range, a database URL); a destructive
+  command (`purge`, bulk `jobs cancel`/`retry`) without `--yes` where no terminal can ask.
+- `130`: interrupted (Ctrl-C).
+- `141`: the reader of the output went away (`runwick jobs list | head`).
 """
 
 
