@@ -91,6 +91,13 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="plaintext gRPC health port for probes, 0 = any, -1 = none [RUNWICK_HEALTH_PORT]",
     )
     serve.add_argument(
+        "--scaler-port",
+        type=int,
+        default=int(_env("RUNWICK_SCALER_PORT", "-1")),
+        help="gRPC port serving only KEDA's external scaler (no token; the API port's TLS), "
+        "0 = any, -1 = none [RUNWICK_SCALER_PORT]",
+    )
+    serve.add_argument(
         "--metrics-port",
         type=int,
         default=int(_env("RUNWICK_METRICS_PORT", "9233")),
@@ -346,6 +353,7 @@ def run_serve(options: argparse.Namespace) -> int:
             schedule_grace_s=options.schedule_grace,
             drain_timeout_s=options.drain_timeout,
             health_port=_port_or_none(options.health_port),
+            scaler_port=_port_or_none(options.scaler_port),
             metrics_port=_port_or_none(options.metrics_port),
             dashboard_port=_port_or_none(options.dashboard_port),
             dashboard_allowed_hosts=_host_names(options.dashboard_allowed_host),
