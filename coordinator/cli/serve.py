@@ -425,14 +425,17 @@ async def _serve_until_signalled(
         announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
     metrics_ports = [running.metrics_port, *(replicas.metrics_ports if replicas else [])]
     metrics_text = ", ".join(_port_text(port) for port in metrics_ports)
+    # The scaler port is named only when served: it is off unless asked for.
+    scaler_text = f", scaler port {running.scaler_port}" if running.scaler_port is not None else ""
     _say(
         f"runwick health port {_port_text(running.health_port)}, "
         f"metrics port{'s' if len(metrics_ports) > 1 else ''} {metrics_text}, "
-        f"dashboard {_dashboard_text(config, running.dashboard_port)}",
+        f"dashboard {_dashboard_text(config, running.dashboard_port)}{scaler_text}",
         json_lines,
         health_port=running.health_port,
         metrics_port=running.metrics_port,
         dashboard_port=running.dashboard_port,
+        **({"scaler_port": running.scaler_port} if running.scaler_port is not None else {}),
         **({"replica_metrics_ports": metrics_ports[1:]} if replicas else {}),
     )
     if replicas:
