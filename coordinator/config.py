@@ -52,6 +52,10 @@ class ScalerLimits:
     max_streams: int = 100
     """``StreamIsActive`` streams open at once (one per ScaledObject trigger); one past it
     gets RESOURCE_EXHAUSTED."""
+    max_concurrent_reads: int = 16
+    """``IsActive`` and ``GetMetrics`` calls reading the database at once; one more gets
+    RESOURCE_EXHAUSTED, so callers without a token never take more than this share of the
+    threads that serve the API's reads."""
     max_counted_jobs: int = 100_000
     """Leased and due jobs are each counted up to this, so a count reads a bounded part
     of the indexes whatever the backlog; far above any replica count it scales to."""

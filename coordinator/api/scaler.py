@@ -106,6 +106,8 @@ class ScalerServicer(pb_grpc.ExternalScalerServicer):
         self.limits = limits
         self.streams = 0
         """StreamIsActive streams open now."""
+        self.reads = 0
+        """IsActive and GetMetrics calls reading now."""
 
     def _trigger(self, ref: pb.ScaledObjectRef) -> Trigger:
         return parse_trigger(ref.scalerMetadata, self.limits, self.app.bounds.max_wire_name_length)
@@ -114,8 +116,24 @@ class ScalerServicer(pb_grpc.ExternalScalerServicer):
         # Whether any job counts is a count capped at 1: an index probe per part.
         return (await self.app.slot_demand(target, cap=1)).slots > 0
 
+    async def _bounded_read(self, target: DemandTarget, cap: int) -> int:
+        """A unary call's read, refused past ``max_concurrent_reads`` at once."""
+        if self.reads >= self.limits.max_concurrent_reads:
+            raise ResourceExhausted(
+                f"{self.reads} scaler calls are reading, the most this port serves at once "
+                "(max_concurrent_reads); try again later",
+                reason="TOO_MANY_SCALER_CALLS",
+                metadata={"limit": self.limits.max_concurrent_reads},
+            )
+        self.reads += 1
+        try:
+            return (await self.app.slot_demand(target, cap=cap)).slots
+        finally:
+            self.reads -= 1
+
     async def IsActive(self, request: pb.ScaledObjectRef, context: Any) -> pb.IsActiveResponse:
-        return pb.IsActiveResponse(result=await self._active(self._trigger(request).target))
+        slots = await self._bounded_read(self._trigger(request).target, cap=1)
+        return pb.IsActiveResponse(result=slots > 0)
 
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: Any) -> pb.GetMetricSpecResponse:
         per_replica = self._trigger(request).slots_per_replica
@@ -126,7 +144,7 @@ class ScalerServicer(pb_grpc.ExternalScalerServicer):
 
     async def GetMetrics(self, request: pb.GetMetricsRequest, context: Any) -> pb.GetMetricsResponse:
         target = self._trigger(request.scaledObjectRef).target
-        slots = (await self.app.slot_demand(target, cap=self.limits.max_counted_jobs)).slots
+        slots = await self._bounded_read(target, cap=self.limits.max_counted_jobs)
         # KEDA asks by the name it made from ours (with its own prefix): answered as asked.
         value = pb.MetricValue(metricName=request.metricName or METRIC_NAME, metricValue=slots)
         value.metricValueFloat = float(slots)

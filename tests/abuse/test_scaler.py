@@ -171,3 +171,31 @@ async def test_under_mutual_tls_a_caller_without_a_client_certificate_gets_nothi
         finally:
             await anonymous.close(None)
             await keda.close(None)
+
+
+async def test_reads_past_the_cap_are_refused_while_the_others_finish(database_url: str) -> None:
+    limits = ScalerLimits(max_concurrent_reads=1)
+    async with serving(database_url, scaler=limits) as (running, scaler):
+        app = running.app
+        read = app.slot_demand
+        release = asyncio.Event()
+        entered = asyncio.Event()
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            entered.set()
+            await release.wait()  # a slow database, or many callers at once
+            return await read(*args, **kwargs)
+
+        app.slot_demand = held  # type: ignore[method-assign]
+        try:
+            first = asyncio.ensure_future(scaler.IsActive(ref(queue=QUEUE)))
+            await asyncio.wait_for(entered.wait(), 10)
+            request = pb.GetMetricsRequest(scaledObjectRef=ref(queue=QUEUE))
+            error = await refused(scaler.GetMetrics(request, timeout=10))
+            assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "max_concurrent_reads" in (error.details() or "")
+            release.set()
+            assert (await first).result is False
+        finally:
+            app.slot_demand = read  # type: ignore[method-assign]
+        assert (await scaler.IsActive(ref(queue=QUEUE))).result is False  # its place is free again
