@@ -31,9 +31,8 @@ def generate_into(out_dir: Path) -> dict[Path, str]:
     """Runs protoc into ``out_dir`` and returns the rewritten files by relative path."""
     from grpc_tools import protoc  # imported late: only needed by developers
 
-    sources = sorted(
-        str(p.relative_to(PROTO_ROOT)) for sub in GENERATED_SUBDIRS for p in (PROTO_ROOT / sub).glob("*.proto")
-    )
+    protos = [p for sub in GENERATED_SUBDIRS for p in (PROTO_ROOT / sub).glob("*.proto")]
+    sources = sorted(str(p.relative_to(PROTO_ROOT)) for p in protos)
     include = Path(protoc.__file__).parent / "_proto"
     args = [
         "protoc",
@@ -61,7 +60,8 @@ def stale_files() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         expected = generate_into(Path(tmp))
     stale = [str(rel) for rel, text in expected.items() if _read(OUTPUT_DIR / rel) != text]
-    present = {p.relative_to(OUTPUT_DIR) for sub in GENERATED_SUBDIRS for p in (OUTPUT_DIR / sub).glob("*.py*")}
+    generated = [p for sub in GENERATED_SUBDIRS for p in (OUTPUT_DIR / sub).glob("*.py*")]
+    present = {p.relative_to(OUTPUT_DIR) for p in generated}
     stale += [str(rel) for rel in present - set(expected)]
     return sorted(stale)
 
