@@ -50,6 +50,37 @@ class IngressLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class ScalerLimits:
+    """What one caller of the scaler port (KEDA's external scaler, docs/autoscaling.md)
+    may ask for: each bound is checked before the request is read from the database."""
+
+    max_streams: int = 100
+    """``StreamIsActive`` streams open at once (one per ScaledObject trigger); one past it
+    gets RESOURCE_EXHAUSTED."""
+    max_concurrent_reads: int = 16
+    """``IsActive`` and ``GetMetrics`` calls reading the database at once; one more gets
+    RESOURCE_EXHAUSTED, so callers without a token never take more than this share of the
+    threads that serve the API's reads."""
+    max_counted_jobs: int = 100_000
+    """Leased and due jobs are each counted up to this, so a count reads a bounded part
+    of the indexes whatever the backlog; far above any replica count it scales to."""
+    max_horizon_s: int = 7 * 86_400
+    """Largest ``horizonSeconds`` a trigger may ask for."""
+    max_wire_names: int = 64
+    """Most names in a trigger's ``wireNames``."""
+    max_slots_per_replica: int = 100_000
+    """Largest ``slotsPerReplica`` a trigger may ask for."""
+    stream_recheck_interval_s: float = 1.0
+    """How often an open stream reads again when no enqueue woke it (jobs that become due,
+    enqueues another replica made while its notification was lost); well inside the 2 s
+    KEDA is promised."""
+    stream_min_recheck_s: float = 0.2
+    """Least time between two reads of one stream: enqueues to other queues wake it too."""
+    max_request_bytes: int = 16_384
+    """Largest request the port reads; a trigger's metadata is a few hundred bytes."""
+
+
+@dataclass(frozen=True, slots=True)
 class DashboardLimits:
     """What one client may ask of the dashboard's port (docs/security.md, "The
     dashboard"): each bound is checked before any work is done for the request."""
@@ -203,6 +234,12 @@ class CoordinatorConfig:
     """Plaintext port serving only gRPC health (``liveness``, ``readiness``), for
     Kubernetes' native gRPC probes even when the API port uses TLS; 0 picks a free one,
     None serves none (``runwick serve`` defaults to 7234)."""
+    scaler_port: int | None = None
+    """Port serving only KEDA's external scaler (``externalscaler.ExternalScaler``) to
+    callers without a token, with the API port's TLS (docs/autoscaling.md); 0 picks a free
+    one, None serves none (``runwick serve`` defaults to none)."""
+    scaler: ScalerLimits = field(default_factory=ScalerLimits)
+    """Bounds on what a scaler caller may ask (docs/autoscaling.md)."""
     metrics_port: int | None = None
     """HTTP port of the Prometheus ``/metrics`` endpoint; 0 picks a free one, None serves
     none (``runwick serve`` defaults to 9233)."""

@@ -228,6 +228,14 @@ class CoordinatorMetrics:
             ["queue"],
             registry=r,
         )
+        self.queue_desired_slots = Gauge(
+            "runwick_queue_desired_slots",
+            "Worker slots a queue wants: its reserved and running jobs plus its available ones "
+            "(none while paused), per queue with jobs like the depth gauges; what an HPA scales "
+            "workers by (docs/autoscaling.md).",
+            ["queue"],
+            registry=r,
+        )
         self.queue_stats_refreshed = Gauge(
             "runwick_queue_stats_refreshed_timestamp_seconds",
             "When the queue gauges were last read from the database (Unix time).",
@@ -392,14 +400,30 @@ class CoordinatorMetrics:
         for queue in {queue for queue, _ in depths} | set(oldest_due_ms):
             mapped = self._queue(cap, queue)
             all_paused[mapped] = all_paused.get(mapped, True) and queue in paused
+        slots = self._desired_slots(depths, paused, cap)
         for queue in queues:
             self.oldest_available_age.labels(queue).set(ages_s.get(queue, 0.0))
             self.queue_paused.labels(queue).set(1 if all_paused.get(queue) else 0)
+            self.queue_desired_slots.labels(queue).set(slots.get(queue, 0))
         for queue in self._age_queues - queues:
             self._remove(self.oldest_available_age, queue)
             self._remove(self.queue_paused, queue)
+            self._remove(self.queue_desired_slots, queue)
         self._age_queues = queues
         self.queue_stats_refreshed.set(time.time())
+
+    def _desired_slots(
+        self, depths: Mapping[tuple[str, str], int], paused: frozenset[str], cap: SeriesCap
+    ) -> dict[str, int]:
+        """The scaler's number with no horizon (``api.scaler``), from the same counts:
+        leased jobs always, available ones unless the queue is paused."""
+        wanted = {JobState.RESERVED.value, JobState.RUNNING.value}
+        slots: dict[str, int] = {}
+        for (queue, state), count in depths.items():
+            if state in wanted or (state == JobState.AVAILABLE.value and queue not in paused):
+                mapped = self._queue(cap, queue)
+                slots[mapped] = slots.get(mapped, 0) + count
+        return slots
 
     @staticmethod
     def _remove(metric: Gauge, *labels: str) -> None:

@@ -82,6 +82,11 @@ class RunningCoordinator:
         return self.grpc.health_port
 
     @property
+    def scaler_port(self) -> int | None:
+        """The port serving KEDA's external scaler, when one is served."""
+        return self.grpc.scaler_port
+
+    @property
     def target(self) -> str:
         return f"{self.config.host}:{self.port}"
 
@@ -200,11 +205,13 @@ async def start_coordinator(
     tls_watch = _watch_tls(config, tls, dashboard, metrics_tls)
     metrics_port = metrics_server.port if metrics_server is not None else None
     log.info(
-        "coordinator listening on %s:%d (%s); health port %s, metrics port %s, dashboard port %s",
+        "coordinator listening on %s:%d (%s); health port %s, scaler port %s, metrics port %s, "
+        "dashboard port %s",
         config.host,
         servers.port,
         "postgresql" if app.store.postgres else "sqlite",
         servers.health_port if servers.health_port is not None else "off",
+        servers.scaler_port if servers.scaler_port is not None else "off",
         metrics_port if metrics_port is not None else "off",
         dashboard.port if dashboard is not None else "off",
     )

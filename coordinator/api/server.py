@@ -1,6 +1,7 @@
 """The gRPC side of the coordinator: the API server (JobService, WorkerService,
 AdminService, health and reflection) over the facade, and optionally a plaintext port
-serving only health for Kubernetes probes.
+serving only health for Kubernetes probes, and optionally a port serving only KEDA's
+external scaler (``api.scaler``, docs/autoscaling.md).
 
 ``await serve_grpc(app, tls) -> GrpcServers`` binds (port 0 picks a free port, which
 ``.port`` reports) and starts; ``await servers.stop(grace_s)`` stops them.
@@ -24,10 +25,12 @@ from coordinator.api.health import Health
 from coordinator.api.ingress import SMALL_REQUEST_BYTES, IngressInterceptor, request_limits
 from coordinator.api.job_servicer import JobServicer
 from coordinator.api.metrics_interceptor import MetricsInterceptor
+from coordinator.api.scaler import ScalerServicer
 from coordinator.api.tls import TlsFiles, TlsReloader
 from coordinator.api.worker_servicer import WorkerServicer
 from coordinator.app import Coordinator
 from coordinator.config import CoordinatorConfig
+from worker_sdk.proto.keda import externalscaler_pb2_grpc
 from worker_sdk.proto.runwick.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
@@ -85,6 +88,9 @@ class GrpcServers:
     server: grpc.aio.Server
     port: int
     health_port_state: HealthPort
+    scaler_server: grpc.aio.Server | None = None
+    scaler_port: int | None = None
+    """The port serving KEDA's external scaler, when one is served."""
 
     @property
     def health(self) -> Health:
@@ -96,6 +102,8 @@ class GrpcServers:
         return self.health_port_state.port
 
     async def stop(self, grace_s: float) -> None:
+        if self.scaler_server is not None:
+            await self.scaler_server.stop(grace=None)  # its streams hold no work to finish
         await self.server.stop(grace=grace_s)
         await self.health_port_state.stop()
 
@@ -140,16 +148,38 @@ async def serve_grpc(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    scaler = scaler_server(app) if config.scaler_port is not None else None
     try:
         port = _bind(server, config.host, config.port, tls)
+        scaler_port = _bind(scaler, config.host, config.scaler_port or 0, tls) if scaler else None
     except OSError:
         if early_health is None:
             await early.stop()
         raise
     app.on_readiness(health_state.database_checked)
     await server.start()
+    if scaler is not None:
+        await scaler.start()
     await health_state.start()
-    return GrpcServers(server, port, early)
+    return GrpcServers(server, port, early, scaler, scaler_port)
+
+
+def scaler_server(app: Coordinator) -> grpc.aio.Server:
+    """The scaler port's server: KEDA's external scaler only, without a token (KEDA sends
+    none; the port's TLS is its guard), errors as on the API port, requests of at most
+    ``max_request_bytes``."""
+    config = app.config
+    server = grpc.aio.server(
+        interceptors=[ErrorInterceptor()],
+        options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", config.scaler.max_request_bytes),
+            *_connection_caps(config),
+        ],
+        maximum_concurrent_rpcs=config.ingress.max_concurrent_rpcs,
+    )
+    externalscaler_pb2_grpc.add_ExternalScalerServicer_to_server(ScalerServicer(app, config.scaler), server)
+    return server
 
 
 def server_options(config: CoordinatorConfig) -> list[tuple[str, Any]]:

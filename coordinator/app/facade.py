@@ -19,6 +19,7 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+from coordinator.app.arrivals import Arrivals
 from coordinator.app.watch import TerminalWatch
 from coordinator.app.workers import ConnectedWorker
 from coordinator.config import CoordinatorConfig
@@ -27,6 +28,7 @@ from coordinator.domain.access import Actor, Principal
 from coordinator.domain.activity import HOUR_MS, Throughput
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
+from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -112,6 +114,8 @@ class Coordinator:
         store.on_transaction = self.metrics.transaction
         self.executors = Executors(postgres=store.postgres)
         self.watch = TerminalWatch()
+        self.arrivals = Arrivals()
+        """Signalled when jobs may have become claimable (scaler streams wait on it)."""
         self.tokens = TokenService(store, clock, config.auth_cache_ttl_s)
         self.dashboard_sessions = DashboardSessions(
             store, clock, config.dashboard_session_ttl_s, config.dashboard_limits
@@ -327,6 +331,7 @@ class Coordinator:
         """Another replica made jobs claimable (or, at None, one may have while nobody
         listened): claims follow, here or there."""
         self.dispatcher.jobs_available()
+        self.arrivals.signal()
         self._wake_maintenance(leases=True, scheduled=False)
 
     def _wake_maintenance(self, *, leases: bool, scheduled: bool) -> None:
@@ -365,6 +370,7 @@ class Coordinator:
         if claims is not None:
             self._absorb(claims)
         self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))
+        self.arrivals.signal()
         created = [(spec, item) for spec, item in zip(specs, enqueued, strict=True) if not item.existing]
         self.metrics.enqueued_many((spec.queue, spec.wire_name) for spec, _ in created)
         for spec, item in created:
@@ -591,6 +597,11 @@ class Coordinator:
         """How many queues are known, and the jobs of all of them per state."""
         return await self.executors.read(self.queues.totals)
 
+    async def slot_demand(self, target: DemandTarget, cap: int) -> SlotDemand:
+        """The worker slots ``target`` wants now, each count capped at ``cap``, read from
+        the database (every replica answers the same; docs/autoscaling.md)."""
+        return await self.executors.read(self.queues.demand, target, cap)
+
     async def delete_queue(self, name: str, actor: Actor) -> QueueRecord:
         """Audited; refused (nothing changes) while the queue holds jobs."""
         return await self.executors.write(self.queues.delete, name, actor)
@@ -605,6 +616,7 @@ class Coordinator:
         """Audited; idle workers claim the queue's jobs again at once."""
         record, effects = await self.executors.write(self.queues.resume, name, actor)
         self._absorb(effects)
+        self.arrivals.signal()
         return record
 
     async def set_queue_limit(self, name: str, limit: int | None, actor: Actor) -> QueueRecord:

@@ -18,8 +18,10 @@ def busy_port(config: CoordinatorConfig) -> str | None:
     ports = (
         ("--port", config.port),
         ("--health-port", config.health_port),
+        ("--scaler-port", config.scaler_port),
         ("--metrics-port", config.metrics_port),
         ("--dashboard-port", config.dashboard_port),
+        ("--scaler-port", config.scaler_port),
     )
     for flag, port in ports:
         if not port:

@@ -111,6 +111,7 @@ def replica_config(config: CoordinatorConfig, index: int, port: int) -> Coordina
         port=port,
         share_port=True,
         health_port=None,
+        scaler_port=None,
         dashboard_port=None,
         metrics_port=metrics_port,
         bootstrap_token=None,

@@ -91,6 +91,13 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="plaintext gRPC health port for probes, 0 = any, -1 = none [RUNWICK_HEALTH_PORT]",
     )
     serve.add_argument(
+        "--scaler-port",
+        type=int,
+        default=int(_env("RUNWICK_SCALER_PORT", "-1")),
+        help="gRPC port serving only KEDA's external scaler (no token; the API port's TLS), "
+        "0 = any, -1 = none [RUNWICK_SCALER_PORT]",
+    )
+    serve.add_argument(
         "--metrics-port",
         type=int,
         default=int(_env("RUNWICK_METRICS_PORT", "9233")),
@@ -346,6 +353,7 @@ def run_serve(options: argparse.Namespace) -> int:
             schedule_grace_s=options.schedule_grace,
             drain_timeout_s=options.drain_timeout,
             health_port=_port_or_none(options.health_port),
+            scaler_port=_port_or_none(options.scaler_port),
             metrics_port=_port_or_none(options.metrics_port),
             dashboard_port=_port_or_none(options.dashboard_port),
             dashboard_allowed_hosts=_host_names(options.dashboard_allowed_host),
@@ -422,14 +430,17 @@ async def _serve_until_signalled(
         announce_bootstrap_token(running.bootstrap_token, config.admin_token_file)
     metrics_ports = [running.metrics_port, *(replicas.metrics_ports if replicas else [])]
     metrics_text = ", ".join(_port_text(port) for port in metrics_ports)
+    # The scaler port is named only when served: it is off unless asked for.
+    scaler_text = f", scaler port {running.scaler_port}" if running.scaler_port is not None else ""
     _say(
         f"runwick health port {_port_text(running.health_port)}, "
         f"metrics port{'s' if len(metrics_ports) > 1 else ''} {metrics_text}, "
-        f"dashboard {_dashboard_text(config, running.dashboard_port)}",
+        f"dashboard {_dashboard_text(config, running.dashboard_port)}{scaler_text}",
         json_lines,
         health_port=running.health_port,
         metrics_port=running.metrics_port,
         dashboard_port=running.dashboard_port,
+        **({"scaler_port": running.scaler_port} if running.scaler_port is not None else {}),
         **({"replica_metrics_ports": metrics_ports[1:]} if replicas else {}),
     )
     if replicas:

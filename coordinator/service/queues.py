@@ -8,6 +8,7 @@ from __future__ import annotations
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
 from coordinator.domain.clock import Clock
+from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.records import QueueRecord, QueueStats
 from coordinator.domain.states import JobState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -49,6 +50,11 @@ class QueueService:
     def totals(self) -> tuple[int, dict[JobState, int]]:
         """How many queues are known, and the jobs of all of them per state."""
         return self.store.job_totals()
+
+    def demand(self, target: DemandTarget, cap: int) -> SlotDemand:
+        """The worker slots ``target`` wants now (its leased and due jobs, each counted up
+        to ``cap``)."""
+        return self.store.slot_demand(target, self.clock.now_ms(), cap)
 
     def delete(self, name: str, actor: Actor) -> QueueRecord:
         """Deletes an empty queue and its controls (audited, ``queue.delete``); it is made

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from sqlalchemy import Connection, func, literal, select, text, tuple_
+from sqlalchemy import Connection, Select, func, literal, select, text, tuple_
 
+from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.naming import natural_key
 from coordinator.domain.records import (
     AttemptRecord,
@@ -202,6 +203,33 @@ _IN_CHUNK = 500
 def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
     for start in range(0, len(names), _IN_CHUNK):
         yield names[start : start + _IN_CHUNK]
+
+
+def slot_demand(conn: Connection, target: DemandTarget, now_ms: int, cap: int) -> SlotDemand:
+    """The queue's leased jobs and its jobs claimable by ``now_ms`` plus the horizon, each
+    counted up to ``cap`` (the count walks at most ``cap`` entries of the partial leased
+    and due indexes, whatever the backlog). The state tests are those indexes' own
+    predicates, as text, so that the planners use them."""
+    paused = bool(conn.execute(select(queues.c.paused).where(queues.c.name == target.queue)).scalar())
+    leased = _capped_count(
+        conn, select(jobs.c.id).where(jobs.c.queue == target.queue, text(LEASED_PREDICATE)), target, cap
+    )
+    due = 0
+    if not paused:
+        claimable = select(jobs.c.id).where(
+            jobs.c.queue == target.queue,
+            text(CLAIMABLE_PREDICATE),
+            jobs.c.run_at_ms <= now_ms + target.horizon_ms,
+        )
+        due = _capped_count(conn, claimable, target, cap)
+    return SlotDemand(leased=leased, due=due, paused=paused)
+
+
+def _capped_count(conn: Connection, query: Select[tuple[str]], target: DemandTarget, cap: int) -> int:
+    if target.wire_names:
+        query = query.where(jobs.c.wire_name.in_(target.wire_names))
+    limited = query.limit(cap).subquery()
+    return int(conn.execute(select(func.count()).select_from(limited)).scalar_one())
 
 
 def finished_since(conn: Connection, since_ms: int) -> list[FinishedMinute]:

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
+from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -386,6 +387,11 @@ class Store:
         """How many queues are known, and the jobs of all of them per state."""
         with self._reading() as conn:
             return reads.job_totals(conn)
+
+    def slot_demand(self, target: DemandTarget, now_ms: int, cap: int) -> SlotDemand:
+        """``target``'s leased and due jobs, each counted up to ``cap`` (``reads``)."""
+        with self._reading() as conn:
+            return reads.slot_demand(conn, target, now_ms, cap)
 
     def finished_since(self, since_ms: int) -> list[FinishedMinute]:
         """Jobs that ended per minute, queue and terminal state, from the minute holding

@@ -16,7 +16,7 @@ from tests.support import ROOT, tool
 
 DEPLOY = ROOT / "deploy"
 KUSTOMIZE = DEPLOY / "kubernetes"
-CRD_GROUPS = ("monitoring.coreos.com/", "cert-manager.io/")
+CRD_GROUPS = ("monitoring.coreos.com/", "cert-manager.io/", "keda.sh/")
 """Custom resources the schema validator does not know: tests check them field by field."""
 
 Doc = dict[str, Any]
