@@ -183,7 +183,7 @@ async def start_coordinator(
         if app.bootstrap_token is not None and config.admin_token_file:
             await asyncio.to_thread(_write_token_file, config.admin_token_file, app.bootstrap_token)
             log.info("bootstrap admin token written to %s", config.admin_token_file)
-        servers = await serve_grpc(app, tls.grpc_credentials() if tls else None, early_health)
+        servers = await serve_grpc(app, tls, early_health)
     except BaseException:
         await early_health.stop()
         app.close()

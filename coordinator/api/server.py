@@ -109,9 +109,9 @@ class GrpcServers:
 
 
 async def serve_grpc(
-    app: Coordinator, tls: grpc.ServerCredentials | None, early_health: HealthPort | None = None
+    app: Coordinator, tls: TlsReloader | None, early_health: HealthPort | None = None
 ) -> GrpcServers:
-    """Binds and starts the API server, with ``tls`` (``tls_reloader(config).grpc_credentials()``) on the
+    """Binds and starts the API server, with credentials from ``tls`` (``tls_reloader(config)``) on the
     API port, and turns readiness on. ``early_health`` is the health port bound earlier
     (``bind_health``); without it the health port is bound here.
 
@@ -150,8 +150,9 @@ async def serve_grpc(
     )
     scaler = scaler_server(app) if config.scaler_port is not None else None
     try:
-        port = _bind(server, config.host, config.port, tls)
-        scaler_port = _bind(scaler, config.host, config.scaler_port or 0, tls) if scaler else None
+        port = _bind(server, config.host, config.port, tls.grpc_credentials() if tls else None)
+        scaler_tls = tls.grpc_credentials() if tls and scaler else None
+        scaler_port = _bind(scaler, config.host, config.scaler_port or 0, scaler_tls) if scaler else None
     except OSError:
         if early_health is None:
             await early.stop()

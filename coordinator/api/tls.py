@@ -111,7 +111,6 @@ class TlsReloader:
         self.material = read_material(files)
         self._contexts: list[tuple[ssl.SSLContext, bool]] = []
         self._lock = threading.Lock()  # gRPC calls the fetcher from its own threads
-        self._grpc_material = self.material
         """What the API port was last given: the HTTPS servers' look at the files may
         have found a renewal first."""
 
@@ -158,25 +157,29 @@ class TlsReloader:
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Server credentials that take the current material on each new handshake.
-        With a client CA, client certificates are required (mutual TLS)."""
+        With a client CA, client certificates are required (mutual TLS). Each port needs
+        credentials of its own (gRPC binds one credentials object to one port), and each
+        keeps its own record of what it serves."""
+        served = [self.material]
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            """The port's new configuration, or None to keep the one it has."""
+            try:
+                self.refresh()
+            except Exception:  # an exception here would fail the client's handshake
+                log.exception("checking the TLS files failed; still serving the previous certificate")
+                return None
+            with self._lock:
+                if served[0] is self.material:
+                    return None
+                served[0] = self.material
+                return _grpc_configuration(self.material)
+
         return grpc.dynamic_ssl_server_credentials(
             _grpc_configuration(self.material),
-            self._fetch,  # type: ignore[arg-type]  # None means "no change" (grpc docs); the stub omits it
+            fetch,  # type: ignore[arg-type]  # None means "no change" (grpc docs); the stub omits it
             require_client_authentication=self.material.client_ca is not None,
         )
-
-    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        """The API port's new configuration, or None to keep the one it has."""
-        try:
-            self.refresh()
-        except Exception:  # an exception here would fail the client's handshake
-            log.exception("checking the TLS files failed; still serving the previous certificate")
-            return None
-        with self._lock:
-            if self._grpc_material is self.material:
-                return None
-            self._grpc_material = self.material
-            return _grpc_configuration(self.material)
 
     async def watch(self, interval_s: float) -> None:
         """Refreshes every ``interval_s``, for the HTTPS servers, which have no hook on
