@@ -6,12 +6,16 @@ are a reconnecting worker's attempts from its earlier stream, looked up in the s
 while the stream's allowance for them lasts (``StreamBounds.unheld_heartbeat_checks``).
 Any ID past that is answered lost at once, without store work, so a heartbeat naming
 thousands of made-up IDs costs the writer nothing.
+
+Progress reports ride on heartbeats. Only those of attempts the stream holds and that
+changed since the report last stored go on to the store, in the heartbeat's own
+write; the others are dropped here, at no cost.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from coordinator.dispatch.sessions import WorkerSession
 from coordinator.service.work import HeartbeatAnswer, HeartbeatRequest
@@ -33,7 +37,8 @@ def screen(sessions: Sequence[WorkerSession], requests: list[HeartbeatRequest]) 
         session.unheld_checks_left -= len(unheld) - len(lost)
         # In the worker's order unless some are dropped (the store sorts them anyway).
         checked = list(named) if lost else list(request.attempt_ids)
-        requests[at] = HeartbeatRequest(checked, request.lease_ms, request.sender)
+        progress = _changed_progress(session, request.progress)
+        requests[at] = HeartbeatRequest(checked, request.lease_ms, request.sender, progress)
         unread.append(lost)
     return unread
 
@@ -47,4 +52,16 @@ def answered(
     held.update(a for a in request.attempt_ids if a not in lost)
     held.difference_update(lost)
     lost.update(unread)
+    named = set(request.attempt_ids)
+    written = {a: p for a, p in session.progress_written.items() if a in named and a not in lost}
+    written.update((a, p) for a, p in request.progress.items() if a not in lost)
+    session.progress_written = written
     return answer
+
+
+def _changed_progress(session: WorkerSession, progress: Mapping[str, str]) -> Mapping[str, str]:
+    """The reports worth a write: of attempts the stream holds, and new."""
+    if not progress:
+        return progress
+    held, written = session.held, session.progress_written
+    return {a: p for a, p in progress.items() if a in held and written.get(a) != p}
