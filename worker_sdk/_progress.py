@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from worker_sdk.proto.runwick.v1 import job_pb2
+
 MAX_PROGRESS_MESSAGE_CHARS = 256
 """The longest progress message (a status line, not a log); the coordinator's bound too."""
 
@@ -19,8 +21,33 @@ class ProgressReport:
     """How far a run has come, as its handler last reported it."""
 
     done: float
+    """The amount of work done, in the handler's own unit."""
     total: float | None
+    """The amount of work in all; None when the handler did not say."""
     message: str
+    """What the run is doing (may be empty)."""
+
+    @property
+    def percent(self) -> int | None:
+        """``done`` as a whole percentage of ``total`` (None without a positive total)."""
+        if self.total is None or self.total <= 0:
+            return None
+        return math.floor(100 * self.done / self.total)
+
+    def summary(self) -> str:
+        """One line for people: ``37/100 (37%) resizing images``."""
+        text = _number(self.done)
+        if self.total is not None:
+            text += f"/{_number(self.total)}"
+            if self.percent is not None:
+                text += f" ({self.percent}%)"
+        return f"{text} {self.message}" if self.message else text
+
+
+def progress_from_proto(message: job_pb2.Progress) -> ProgressReport:
+    """A report from its wire form."""
+    total = message.total if message.HasField("total") else None
+    return ProgressReport(message.done, total, message.message)
 
 
 def checked_report(done: object, total: object, message: object) -> ProgressReport:
@@ -47,3 +74,8 @@ def _amount(name: str, value: object) -> float:
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"progress {name} must be a finite number and not negative, not {value!r}")
     return number
+
+
+def _number(value: float) -> str:
+    """``37`` rather than ``37.0``; fractions as given."""
+    return str(int(value)) if value.is_integer() else f"{value:g}"
