@@ -59,6 +59,12 @@ class ProgressBad:
     note: str = ""
 
 
+async def _exists(path: Path) -> None:
+    """Returns once the test made ``path`` (another process: nothing to wait on but the file)."""
+    while not path.exists():  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+
+
 def _step_message(step: int) -> str:
     return f"resizing images, step {step}"
 
@@ -67,12 +73,10 @@ def _step_message(step: int) -> str:
 async def progress_steps(payload: ProgressSteps, ctx: JobContext) -> bytes:
     directory = Path(payload.directory)
     for step in range(1, payload.steps + 1):
-        while not (directory / f"go-{step}").exists():
-            await asyncio.sleep(0.02)
+        await _exists(directory / f"go-{step}")
         ctx.report_progress(step, payload.steps, _step_message(step))
         (directory / f"reported-{step}").write_text("")
-    while not (directory / "finish").exists():
-        await asyncio.sleep(0.02)
+    await _exists(directory / "finish")
     return b"done"
 
 
@@ -95,8 +99,7 @@ async def progress_burst(payload: ProgressBurst, ctx: JobContext) -> bytes:
     for n in range(1, payload.reports + 1):
         ctx.report_progress(n, payload.reports, f"item {n}")
     (directory / "reported").write_text("")
-    while not (directory / "release").exists():
-        await asyncio.sleep(0.02)
+    await _exists(directory / "release")
     return b"done"
 
 
