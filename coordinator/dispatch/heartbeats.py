@@ -7,9 +7,10 @@ while the stream's allowance for them lasts (``StreamBounds.unheld_heartbeat_che
 Any ID past that is answered lost at once, without store work, so a heartbeat naming
 thousands of made-up IDs costs the writer nothing.
 
-Progress reports ride on heartbeats. Only those of attempts the stream holds and that
-changed since the report last stored go on to the store, in the heartbeat's own
-write; the others are dropped here, at no cost.
+Progress reports ride on heartbeats. Only those of attempts that go on to the store
+for renewal, and that changed since the report last stored, go with them, into the
+heartbeat's own write; the others (those answered lost unread) are dropped here, at
+no cost, and the store writes a report only for an attempt it renewed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def screen(sessions: Sequence[WorkerSession], requests: list[HeartbeatRequest]) 
         session.unheld_checks_left -= len(unheld) - len(lost)
         # In the worker's order unless some are dropped (the store sorts them anyway).
         checked = list(named) if lost else list(request.attempt_ids)
-        progress = _changed_progress(session, request.progress)
+        progress = _changed_progress(session, request.progress, named)
         requests[at] = HeartbeatRequest(checked, request.lease_ms, request.sender, progress)
         unread.append(lost)
     return unread
@@ -59,9 +60,13 @@ def answered(
     return answer
 
 
-def _changed_progress(session: WorkerSession, progress: Mapping[str, str]) -> Mapping[str, str]:
-    """The reports worth a write: of attempts the stream holds, and new."""
+def _changed_progress(
+    session: WorkerSession, progress: Mapping[str, str], renewing: set[str]
+) -> Mapping[str, str]:
+    """The reports worth a write: new, of attempts the store is to renew (those the
+    stream holds, and a reconnecting worker's that it looks up). The store writes only
+    those it does renew."""
     if not progress:
         return progress
-    held, written = session.held, session.progress_written
-    return {a: p for a, p in progress.items() if a in held and written.get(a) != p}
+    written = session.progress_written
+    return {a: p for a, p in progress.items() if a in renewing and written.get(a) != p}
