@@ -78,4 +78,4 @@ def _amount(name: str, value: object) -> float:
 
 def _number(value: float) -> str:
     """``37`` rather than ``37.0``; fractions as given."""
-    return str(int(value)) if value.is_integer() else f"{value:g}"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -74,4 +74,4 @@ def decode_progress(text: str | None) -> Progress | None:
 
 def _number(value: float) -> str:
     """``37`` rather than ``37.0``; fractions as given."""
-    return str(int(value)) if value.is_integer() else f"{value:g}"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
