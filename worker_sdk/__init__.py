@@ -52,6 +52,7 @@ from worker_sdk._jobs import Upgrader, job
 from worker_sdk._logging import configure_logging
 from worker_sdk._metrics_http import MetricsHttpLimits
 from worker_sdk._middleware import CallNext, Middleware
+from worker_sdk._progress import ProgressReport
 from worker_sdk._queues import QueueInfo
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
 from worker_sdk._schedules import CatchUp, ScheduleInfo
@@ -94,6 +95,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentJobFailure",
     "PermissionDenied",
+    "ProgressReport",
     "QueueInfo",
     "QueueLimitReached",
     "Retry",

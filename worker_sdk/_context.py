@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from worker_sdk._errors import JobCancelled
+from worker_sdk._progress import ProgressReport, checked_report
 
 CancelCause = Literal["timeout", "cancelled", "shutdown", "lost"]
 """Why a run was cancelled.
@@ -56,6 +57,7 @@ class JobContext:
         self._flag = threading.Event()
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._progress: ProgressReport | None = None
 
     def __repr__(self) -> str:
         return (
@@ -130,6 +132,25 @@ class JobContext:
             else:
                 self._waiters.append((loop, waiter))
         return waiter
+
+    def report_progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Reports how far the run has come: ``done`` of ``total`` (None: unknown), in
+        any unit, with an optional status line of at most 256 characters.
+
+        Cheap, and safe from any thread: the worker keeps only the latest report and
+        sends it with its next heartbeat if it changed, so call it as often as you
+        like. Shown by ``GetJob``, ``runwick jobs get`` and the dashboard's job page.
+
+        Raises:
+            ValueError: ``done`` or ``total`` is not an int or float, negative, NaN or
+                infinite, or ``message`` is not a str or is too long. Nothing is sent.
+        """
+        self._progress = checked_report(done, total, message)  # one reference write: atomic
+
+    @property
+    def progress(self) -> ProgressReport | None:
+        """The latest report of ``report_progress``, or None before the first."""
+        return self._progress
 
     def raise_if_cancelled(self) -> None:
         """Raises ``JobCancelled`` when the run was cancelled; otherwise does nothing."""

@@ -19,6 +19,7 @@ from worker_sdk._info import (
     TokenInfo,
 )
 from worker_sdk._pipeline import RunReport
+from worker_sdk._progress import progress_from_proto
 from worker_sdk._results import Outcome
 from worker_sdk._settings import JobSettings
 from worker_sdk.proto.runwick.v1 import admin_service_pb2, job_pb2, job_service_pb2, worker_service_pb2
@@ -130,6 +131,7 @@ def job_from_proto(message: job_pb2.Job) -> JobInfo:
         parent_ids=tuple(message.parent_ids),
         child_ids=tuple(message.child_ids),
         cancel_requested=message.cancel_requested,
+        progress=progress_from_proto(message.progress) if message.HasField("progress") else None,
     )
 
 

@@ -74,13 +74,17 @@ class Heartbeater:
         attempt_ids = self._table.heartbeat_ids()
         if not attempt_ids:
             return
+        progress = self._table.progress_reports(attempt_ids)
         message = worker_service_pb2.ConnectRequest(
-            heartbeat=worker_service_pb2.Heartbeat(attempt_ids=attempt_ids, lease=duration(self._lease))
+            heartbeat=worker_service_pb2.Heartbeat(
+                attempt_ids=attempt_ids, lease=duration(self._lease), progress=progress
+            )
         )
         if self._send(message):
             self._sent_at = now
             self._sent_ids = attempt_ids
         else:
+            self._table.forget_progress_sent()
             self._failed("not_sent")
 
     def _failed(self, reason: str) -> None:
@@ -97,6 +101,8 @@ class Heartbeater:
         self._sent_ids = []
 
     def reset(self) -> None:
-        """Forgets the unanswered heartbeat of a stream that is gone."""
+        """Forgets the unanswered heartbeat of a stream that is gone (its progress
+        reports may not have arrived: the next heartbeat sends them again)."""
+        self._table.forget_progress_sent()
         self._sent_at = None
         self._sent_ids = []

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from worker_sdk._progress import ProgressReport
 from worker_sdk._results import Outcome
 from worker_sdk._settings import JobSettings
 
@@ -67,6 +68,8 @@ class JobInfo:
     """The jobs that name this one as a parent; filled by ``get_job`` and ``wait``."""
     cancel_requested: bool = False
     """A cancel reached the job while it ran; it ends cancelled unless the run succeeds."""
+    progress: ProgressReport | None = None
+    """The latest progress the current attempt's handler reported (``get_job`` only)."""
 
     @property
     def terminal(self) -> bool:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from worker_sdk._context import JobContext
-from worker_sdk.proto.runwick.v1 import worker_service_pb2
+from worker_sdk._progress import ProgressReport
+from worker_sdk.proto.runwick.v1 import job_pb2, worker_service_pb2
 
 
 class Phase(enum.Enum):
@@ -44,6 +45,9 @@ class Run:
     """A user cancel arrived before the start answer."""
     lost: bool = False
     """The coordinator no longer recognises the attempt: no heartbeat, no result."""
+    progress_sent: ProgressReport | None = None
+    """The handler's progress report last sent on a heartbeat (``JobContext.progress``):
+    a heartbeat carries the report again only once it changed."""
 
     @property
     def attempt_id(self) -> str:
@@ -89,6 +93,25 @@ class RunTable:
             for attempt_id, run in self.runs.items()
             if not run.lost and run.phase is not Phase.RELEASING
         ]
+
+    def progress_reports(self, attempt_ids: Iterable[str]) -> list[worker_service_pb2.ProgressReport]:
+        """The progress of those runs whose handler reported anew since the last
+        heartbeat; marked sent (``forget_progress_sent`` undoes that for a lost stream)."""
+        reports = []
+        for attempt_id in attempt_ids:
+            run = self.runs[attempt_id]
+            latest = run.ctx.progress if run.ctx is not None else None
+            if latest is None or latest is run.progress_sent:
+                continue
+            run.progress_sent = latest
+            progress = job_pb2.Progress(done=latest.done, total=latest.total, message=latest.message)
+            reports.append(worker_service_pb2.ProgressReport(attempt_id=attempt_id, progress=progress))
+        return reports
+
+    def forget_progress_sent(self) -> None:
+        """The stream that carried the reports is gone: send each run's latest again."""
+        for run in self.runs.values():
+            run.progress_sent = None
 
     def renew(self, attempt_ids: Iterable[str], lease_deadline: float) -> None:
         """Extends the leases of those attempts still in flight to ``lease_deadline``."""

@@ -8,6 +8,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.domain.evolve import draft_class
+from coordinator.domain.progress import Progress
 from coordinator.domain.records import DEFAULT_QUEUE, AttemptRecord, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.settings import SettingsLayer
 from coordinator.domain.states import JobState, Outcome
@@ -198,6 +199,13 @@ def job_to_pb(
     if relatives is not None:
         message.parent_ids.extend(relatives.parent_ids)
         message.child_ids.extend(relatives.child_ids)
+    return message
+
+
+def progress_to_pb(progress: Progress) -> job_pb2.Progress:
+    message = job_pb2.Progress(done=progress.done, message=progress.message)
+    if progress.total is not None:
+        message.total = progress.total
     return message
 
 

@@ -32,7 +32,11 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
         job = await self.app.get_job(request.id)
         relatives = await self.app.relatives(job)
-        return pb.GetJobResponse(job=convert.job_to_pb(job, relatives=relatives))
+        message = convert.job_to_pb(job, relatives=relatives)
+        progress = await self.app.current_progress(job)
+        if progress is not None:
+            message.progress.CopyFrom(convert.progress_to_pb(progress))
+        return pb.GetJobResponse(job=message)
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         jobs, token = await self.app.list_jobs(

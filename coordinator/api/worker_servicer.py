@@ -19,6 +19,7 @@ import grpc
 from coordinator.api import protocol
 from coordinator.api.auth import current_principal
 from coordinator.api.convert import duration_ms
+from coordinator.api.progress import heartbeat_progress
 from coordinator.app import Coordinator, WorkerSession
 from coordinator.dispatch.deliveries import Delivery, WorkerHello
 from coordinator.domain.bounds import STREAM_BOUNDS
@@ -174,7 +175,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             lease_ms = session.lease_ms
             if message.heartbeat.HasField("lease"):
                 lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
-            session.heartbeat(attempt_ids, lease_ms)
+            session.heartbeat(attempt_ids, lease_ms, heartbeat_progress(message.heartbeat))
         elif kind == "result":
             _result(session, message.result)
         elif kind == "release":

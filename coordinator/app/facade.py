@@ -29,6 +29,7 @@ from coordinator.domain.activity import HOUR_MS, Throughput
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.progress import Progress
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -405,6 +406,9 @@ class Coordinator:
     async def relatives(self, job: JobRecord) -> Relatives:
         """The parents and children (R-15) of a job just read (``get_job``, ``wait_job``)."""
         return await self.executors.read(self.jobs.relatives, job)
+
+    async def current_progress(self, job: JobRecord) -> Progress | None:
+        return await self.executors.read(self.jobs.current_progress, job)
 
     async def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         return await self.executors.read(self.jobs.list_attempts, job_id)

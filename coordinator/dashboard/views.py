@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 
 from coordinator.dashboard.requests import Host, View, Visitor, is_fragment, local_path
 from coordinator.domain.access import Scope
+from coordinator.domain.progress import decode_progress
 from coordinator.domain.records import AttemptRecord
 from coordinator.domain.states import JobState
 from coordinator.errors import CoordinatorError, InvalidArgument
@@ -191,8 +192,11 @@ async def _job_page(
     relatives = await d.app.relatives(record)
     attempts = await d.app.list_attempts(record.id)
     generations: dict[int, list[AttemptRecord]] = {}
+    progress = None
     for attempt in attempts:
         generations.setdefault(attempt.generation, []).append(attempt)
+        if attempt.id == record.current_attempt_id:
+            progress = decode_progress(attempt.progress)
     return _show(
         d,
         request,
@@ -203,6 +207,7 @@ async def _job_page(
         relatives=relatives,
         generations=sorted(generations.items(), reverse=True),
         revealed=revealed,
+        progress=progress,
         live_url=f"/jobs/{record.id}?fragment=1",
     )
 

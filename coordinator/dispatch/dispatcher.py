@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -28,6 +28,7 @@ from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 from coordinator.service.work import (
+    NO_PROGRESS,
     AttemptMessage,
     BatchAnswers,
     Claimed,
@@ -227,14 +228,24 @@ class Dispatcher:
         self._batch_items += 1
         self._wake.set()
 
-    def heartbeat(self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int) -> None:
-        if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms):
+    def heartbeat(
+        self,
+        session: WorkerSession,
+        attempt_ids: Sequence[str],
+        lease_ms: int,
+        progress: Mapping[str, str] = NO_PROGRESS,
+    ) -> None:
+        if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms, progress):
             return
-        request = HeartbeatRequest(attempt_ids, lease_ms, session.identity)
+        request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, progress)
         at = self._heartbeat_at.get(session)
         if at is not None:
             # The worker holds what it names now: the earlier heartbeat is answered by
-            # this one's answer, and costs nothing more.
+            # this one's answer, and costs nothing more. Its progress reports still
+            # count where this one has none newer (a worker sends only changes).
+            earlier = self._batch.heartbeats[at].progress
+            if earlier:
+                request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, {**earlier, **progress})
             self._batch.heartbeats[at] = request
             session.give_back(1)
             return

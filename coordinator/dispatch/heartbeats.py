@@ -6,12 +6,17 @@ are a reconnecting worker's attempts from its earlier stream, looked up in the s
 while the stream's allowance for them lasts (``StreamBounds.unheld_heartbeat_checks``).
 Any ID past that is answered lost at once, without store work, so a heartbeat naming
 thousands of made-up IDs costs the writer nothing.
+
+Progress reports ride on heartbeats. Only those of attempts that go on to the store
+for renewal, and that changed since the report last stored, go with them, into the
+heartbeat's own write; the others (those answered lost unread) are dropped here, at
+no cost, and the store writes a report only for an attempt it renewed.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from coordinator.dispatch.sessions import WorkerSession
 from coordinator.service.work import HeartbeatAnswer, HeartbeatRequest
@@ -33,7 +38,8 @@ def screen(sessions: Sequence[WorkerSession], requests: list[HeartbeatRequest]) 
         session.unheld_checks_left -= len(unheld) - len(lost)
         # In the worker's order unless some are dropped (the store sorts them anyway).
         checked = list(named) if lost else list(request.attempt_ids)
-        requests[at] = HeartbeatRequest(checked, request.lease_ms, request.sender)
+        progress = _changed_progress(session, request.progress, named)
+        requests[at] = HeartbeatRequest(checked, request.lease_ms, request.sender, progress)
         unread.append(lost)
     return unread
 
@@ -47,4 +53,20 @@ def answered(
     held.update(a for a in request.attempt_ids if a not in lost)
     held.difference_update(lost)
     lost.update(unread)
+    named = set(request.attempt_ids)
+    written = {a: p for a, p in session.progress_written.items() if a in named and a not in lost}
+    written.update((a, p) for a, p in request.progress.items() if a not in lost)
+    session.progress_written = written
     return answer
+
+
+def _changed_progress(
+    session: WorkerSession, progress: Mapping[str, str], renewing: set[str]
+) -> Mapping[str, str]:
+    """The reports worth a write: new, of attempts the store is to renew (those the
+    stream holds, and a reconnecting worker's that it looks up). The store writes only
+    those it does renew."""
+    if not progress:
+        return progress
+    written = session.progress_written
+    return {a: p for a, p in progress.items() if a in renewing and written.get(a) != p}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,7 +20,7 @@ from coordinator.dispatch.deliveries import (
     Delivery,
 )
 from coordinator.domain.records import WorkerIdentity
-from coordinator.service.work import Claimed, ResultAnswer, ResultReport
+from coordinator.service.work import NO_PROGRESS, Claimed, ResultAnswer, ResultReport
 
 _session_numbers = itertools.count(1)
 
@@ -30,7 +30,13 @@ class SessionHost(Protocol):
 
     def add_credit(self, session: WorkerSession, count: int) -> None: ...
     def start(self, session: WorkerSession, attempt_id: str) -> None: ...
-    def heartbeat(self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int) -> None: ...
+    def heartbeat(
+        self,
+        session: WorkerSession,
+        attempt_ids: Sequence[str],
+        lease_ms: int,
+        progress: Mapping[str, str] = NO_PROGRESS,
+    ) -> None: ...
     def result(self, session: WorkerSession, report: ResultReport) -> None: ...
     def release(self, session: WorkerSession, attempt_id: str) -> None: ...
     def retire(self, session: WorkerSession) -> None: ...
@@ -72,6 +78,9 @@ class WorkerSession:
     of its heartbeats. A heartbeat's other IDs cost a store look-up only while
     ``unheld_checks_left`` lasts; after that they are answered lost at once."""
     unheld_checks_left: int = 0
+    progress_written: dict[str, str] = field(default_factory=dict)
+    """The progress report last stored for each attempt it holds (stored form): a
+    heartbeat repeating it writes nothing. Only attempts its last heartbeat renewed."""
     _room: asyncio.Event | None = field(default=None, repr=False)
 
     @property
@@ -126,9 +135,11 @@ class WorkerSession:
         self.taken += 1
         self.dispatcher.start(self, attempt_id)
 
-    def heartbeat(self, attempt_ids: Sequence[str], lease_ms: int) -> None:
+    def heartbeat(
+        self, attempt_ids: Sequence[str], lease_ms: int, progress: Mapping[str, str] = NO_PROGRESS
+    ) -> None:
         self.taken += 1
-        self.dispatcher.heartbeat(self, attempt_ids, lease_ms)
+        self.dispatcher.heartbeat(self, attempt_ids, lease_ms, progress)
 
     def result(self, report: ResultReport) -> None:
         self.taken += 1

@@ -94,6 +94,8 @@ class AttemptRecord:
     reported: bool
     token_id: str | None = None
     """The token of the stream that claimed it (None with authentication off)."""
+    progress: str | None = None
+    """The latest progress report, stored form (``domain.progress.decode_progress``)."""
 
 
 @dataclass(frozen=True, slots=True)

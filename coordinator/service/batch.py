@@ -124,6 +124,9 @@ class _BatchRun:
             renewed = self.tx.renew_leases(
                 list(filter(_well_formed, attempt_ids)), lease_until, heartbeat.sender, self.now
             )
+            if heartbeat.progress:
+                # A lost attempt's report changes nothing, like any stale message.
+                self.tx.record_progress({a: p for a, p in heartbeat.progress.items() if a in renewed})
             self.answers.heartbeats.append(
                 HeartbeatAnswer(
                     lost=set(attempt_ids) - set(renewed),

@@ -18,6 +18,7 @@ from coordinator.domain.dependencies import DependencyCycle, insertion_order
 from coordinator.domain.evolve import draft_class
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
+from coordinator.domain.progress import Progress, decode_progress
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.schedules import TICK_KEY_PREFIX
 from coordinator.domain.settings import JobSettings, SettingsError, SettingsLayer, resolve_settings
@@ -227,6 +228,13 @@ class JobsService:
     def relatives(self, job: JobRecord) -> Relatives:
         """The parents and children (R-15) of a job just read."""
         return self.store.relatives(job.id)
+
+    def current_progress(self, job: JobRecord) -> Progress | None:
+        """The latest progress reported for the job's current attempt, if any."""
+        if job.current_attempt_id is None:
+            return None
+        attempt = self.store.get_attempt(job.current_attempt_id)
+        return decode_progress(attempt.progress) if attempt is not None else None
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")

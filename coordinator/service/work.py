@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from coordinator.domain.lifecycle import Report
@@ -60,6 +61,10 @@ class AttemptMessage(NamedTuple):
     sender: WorkerIdentity
 
 
+NO_PROGRESS: Mapping[str, str] = MappingProxyType({})
+"""A heartbeat without progress reports (most of them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
     """One heartbeat: the attempts a stream still runs, and the lease it asks for."""
@@ -69,6 +74,9 @@ class HeartbeatRequest:
     them: a heartbeat merged away is never copied)."""
     lease_ms: int
     sender: WorkerIdentity
+    progress: Mapping[str, str] = field(default_factory=lambda: NO_PROGRESS)
+    """The latest progress reports (stored form) by attempt ID: stored for the
+    attempts the heartbeat renews, in the same transaction (``domain.progress``)."""
 
 
 class StartAnswer(NamedTuple):

@@ -211,6 +211,9 @@ attempts = Table(
     # The token the claim was made with (None with authentication off): only streams of
     # this worker with this token may start, heartbeat, report or release the attempt.
     Column("token_id", _identifier(32)),
+    # The latest progress its handler reported over heartbeats (domain.progress: a
+    # small JSON text), None until one arrives.
+    Column("progress", Text),
 )
 Index("ix_attempts_job", attempts.c.job_id, attempts.c.claimed_at_ms)
 

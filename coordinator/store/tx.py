@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, select, text, update
@@ -62,6 +62,7 @@ _FINISH_ATTEMPT = RowUpdate(
 _MARK_STARTED = RowUpdate(
     attempts, _BY_ID, (("v_execution_number", "execution_number"), ("v_started_at_ms", "started_at_ms"))
 )
+_RECORD_PROGRESS = RowUpdate(attempts, _BY_ID, (("v_progress", "progress"),))
 _JOB_GUARD = (("g_id", "id"), ("g_state", "state"), ("g_seq", "history_seq"))
 """A job update's guard (R-11): the state and history sequence the change was read with."""
 
@@ -432,6 +433,13 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
             )
             renewed.update((row[0], bool(row[1])) for row in self._conn.execute(statement))
         return renewed
+
+    def record_progress(self, reports: Mapping[str, str]) -> None:
+        """Stores each attempt's latest progress report (stored form, by attempt ID).
+        Only for attempts a heartbeat of this transaction just renewed: the caller
+        drops the reports of lost ones."""
+        rows = [{"g_id": attempt_id, "v_progress": text} for attempt_id, text in sorted(reports.items())]
+        self._update_rows(_RECORD_PROGRESS, rows)
 
     # -- schedules (R-18) --------------------------------------------------------------
 

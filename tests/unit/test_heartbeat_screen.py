@@ -48,3 +48,25 @@ def test_the_answer_adopts_what_was_renewed_and_drops_what_was_lost() -> None:
     answer = heartbeats.answered(session, request, HeartbeatAnswer({"ended"}, 1_000), unread={"made-up"})
     assert answer.lost == {"ended", "made-up"}
     assert session.held == {"mine", "earlier"}
+
+
+def _with_progress(progress: dict[str, str], *attempt_ids: str) -> HeartbeatRequest:
+    return HeartbeatRequest(list(attempt_ids), 60_000, WorkerIdentity("w", None, None), progress)
+
+
+def test_progress_goes_to_the_store_only_when_it_changed_and_only_for_renewed_attempts() -> None:
+    session = _session({"a", "b"}, 0)
+    reports = {"a": '[1, 2, ""]', "b": '[5, null, ""]', "x": '[9, null, ""]'}
+    requests = [_with_progress(reports, "a", "b", "x")]
+    (unread,) = heartbeats.screen([session], requests)
+    assert unread == {"x"}
+    assert requests[0].progress == {"a": '[1, 2, ""]', "b": '[5, null, ""]'}  # x: dropped unread
+    heartbeats.answered(session, requests[0], HeartbeatAnswer({"b"}, 1_000), unread)
+    assert session.progress_written == {"a": '[1, 2, ""]'}  # b was lost: nothing of it kept
+
+    again = [_with_progress({"a": '[1, 2, ""]'}, "a")]
+    heartbeats.screen([session], again)
+    assert again[0].progress == {}  # unchanged: no write
+    changed = [_with_progress({"a": '[2, 2, ""]'}, "a")]
+    heartbeats.screen([session], changed)
+    assert changed[0].progress == {"a": '[2, 2, ""]'}

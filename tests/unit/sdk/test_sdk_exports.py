@@ -47,6 +47,7 @@ EXPECTED = [
     "PayloadTooLarge",
     "PermanentJobFailure",
     "PermissionDenied",
+    "ProgressReport",
     "QueueInfo",
     "QueueLimitReached",
     "Retry",

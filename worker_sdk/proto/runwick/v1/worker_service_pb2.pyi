@@ -135,12 +135,22 @@ class StartAnswer(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., granted: _Optional[bool] = ..., execution_number: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("attempt_ids", "lease")
+    __slots__ = ("attempt_ids", "lease", "progress")
     ATTEMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     attempt_ids: _containers.RepeatedScalarFieldContainer[str]
     lease: _duration_pb2.Duration
-    def __init__(self, attempt_ids: _Optional[_Iterable[str]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    progress: _containers.RepeatedCompositeFieldContainer[ProgressReport]
+    def __init__(self, attempt_ids: _Optional[_Iterable[str]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., progress: _Optional[_Iterable[_Union[ProgressReport, _Mapping]]] = ...) -> None: ...
+
+class ProgressReport(_message.Message):
+    __slots__ = ("attempt_id", "progress")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    progress: _job_pb2.Progress
+    def __init__(self, attempt_id: _Optional[str] = ..., progress: _Optional[_Union[_job_pb2.Progress, _Mapping]] = ...) -> None: ...
 
 class HeartbeatAnswer(_message.Message):
     __slots__ = ("lost_attempt_ids", "lease_expires_at")
