@@ -48,12 +48,27 @@ _JOBS = "/runwick.v1.JobService/"
 _WORKERS = "/runwick.v1.WorkerService/"
 _ADMIN = "/runwick.v1.AdminService/"
 
-# EnqueueRequest.jobs; CreateTokenRequest.scopes and .queues; ConnectRequest.hello and
-# Hello.queues and .wire_names (protos/runwick/v1).
+# EnqueueRequest.jobs; CreateTokenRequest.scopes and .queues; ConnectRequest.hello with
+# Hello.queues and .wire_names, and ConnectRequest.heartbeat with Heartbeat.attempt_ids
+# and .progress (protos/runwick/v1).
 _ENQUEUE_JOBS = 1
 _TOKEN_SCOPES, _TOKEN_QUEUES = 2, 3
-_CONNECT_HELLO = 1
+_CONNECT_HELLO, _CONNECT_HEARTBEAT = 1, 4
 _HELLO_QUEUES, _HELLO_WIRE_NAMES = 2, 3
+_HEARTBEAT_ATTEMPTS, _HEARTBEAT_PROGRESS = 1, 3
+_STREAM_COUNTED = {
+    _CONNECT_HELLO: (
+        ("hello.queues", _HELLO_QUEUES, STREAM_BOUNDS.max_hello_queues, "names"),
+        ("hello.wire_names", _HELLO_WIRE_NAMES, STREAM_BOUNDS.max_hello_wire_names, "names"),
+    ),
+    _CONNECT_HEARTBEAT: (
+        ("heartbeat.attempt_ids", _HEARTBEAT_ATTEMPTS, STREAM_BOUNDS.max_heartbeat_attempts, "attempt IDs"),
+        ("heartbeat.progress", _HEARTBEAT_PROGRESS, STREAM_BOUNDS.max_heartbeat_attempts, "progress reports"),
+    ),
+}
+"""The repeated fields of a worker-stream message counted before it is parsed: a
+heartbeat of five million empty attempt IDs is 10 MB on the wire and far more once
+parsed, so it is refused on its count, like a Hello listing too many names."""
 
 Check = Callable[[memoryview], "CoordinatorError | None"]
 """Looks at a request's raw bytes: the error to refuse it with, or None."""
@@ -109,22 +124,31 @@ def _token_check(data: memoryview) -> CoordinatorError | None:
 
 
 def _connect_check(data: memoryview) -> CoordinatorError | None:
-    """A Hello's queues and wire names, counted as sent (repeats included) over every
-    ``hello`` field of the message, since the parser merges them all into one."""
+    """A Hello's queues and wire names and a heartbeat's attempt IDs and progress reports,
+    counted as sent (repeats included) over every such field of the message, since the
+    parser merges them all into one."""
     sole = sole_field(data)
-    if sole is not None and sole != _CONNECT_HELLO:
-        return None  # the fast path of every stream message but the first: no hello
-    names = {_HELLO_QUEUES: 0, _HELLO_WIRE_NAMES: 0}
-    limits = {
-        _HELLO_QUEUES: STREAM_BOUNDS.max_hello_queues,
-        _HELLO_WIRE_NAMES: STREAM_BOUNDS.max_hello_wire_names,
-    }
-    for hello in field_values(data, _CONNECT_HELLO, MAX_OTHER_FIELDS):
-        counts = count_fields(hello, {**limits, OTHER_FIELDS: MAX_OTHER_FIELDS})
-        for number, field in ((_HELLO_QUEUES, "hello.queues"), (_HELLO_WIRE_NAMES, "hello.wire_names")):
-            names[number] += counts[number]
-            if names[number] > limits[number]:
-                return too_many_items(field, limits[number], "names")
+    if sole is not None and sole not in _STREAM_COUNTED:
+        return None  # the fast path of starts, results, releases and credit
+    for message_field, counted in _STREAM_COUNTED.items():
+        if sole is None or sole == message_field:
+            refused = _count_sub_messages(data, message_field, counted)
+            if refused is not None:
+                return refused
+    return None
+
+
+def _count_sub_messages(
+    data: memoryview, message_field: int, counted: tuple[tuple[str, int, int, str], ...]
+) -> CoordinatorError | None:
+    totals = dict.fromkeys((number for _, number, _, _ in counted), 0)
+    limits = {number: limit for _, number, limit, _ in counted}
+    for message in field_values(data, message_field, MAX_OTHER_FIELDS):
+        counts = count_fields(message, {**limits, OTHER_FIELDS: MAX_OTHER_FIELDS})
+        for field, number, limit, what in counted:
+            totals[number] += counts[number]
+            if totals[number] > limit:
+                return too_many_items(field, limit, what)
         if (refused := _other_fields(counts)) is not None:
             return refused
     return None

@@ -172,3 +172,25 @@ def test_sole_field_of_stream_messages() -> None:
     two = wpb.ConnectRequest(credit=wpb.Credit(count=1)).SerializeToString() * 2
     assert sole_field(two) is None
     assert sole_field(b"\x02\x00") is None  # field 0 is no field
+
+
+def test_heartbeat_attempts_and_progress_are_counted_before_parsing() -> None:
+    """A heartbeat of millions of empty attempt IDs is a few MB on the wire and far more
+    once parsed: it is refused on its count, over every heartbeat field of the message."""
+    method = "/runwick.v1.WorkerService/Connect"
+    most = STREAM_BOUNDS.max_heartbeat_attempts
+
+    def never(data: bytes) -> None:
+        raise AssertionError("parsed")
+
+    flood = wpb.ConnectRequest(heartbeat=wpb.Heartbeat(attempt_ids=[""] * 5_000_000)).SerializeToString()
+    assert _refusal(_deserialize(method, flood, never)) == ("InvalidArgument", "OUT_OF_RANGE")
+    half = wpb.ConnectRequest(
+        heartbeat=wpb.Heartbeat(attempt_ids=["a"] * (most // 2 + 1))
+    ).SerializeToString()
+    assert _refusal(_deserialize(method, half * 2, never)) == ("InvalidArgument", "OUT_OF_RANGE")
+    fine = wpb.ConnectRequest(heartbeat=wpb.Heartbeat(attempt_ids=["a"] * most)).SerializeToString()
+    parsed = _deserialize(method, fine, wpb.ConnectRequest.FromString)
+    assert len(parsed.heartbeat.attempt_ids) == most  # type: ignore[attr-defined]
+    result = wpb.ConnectRequest(result=wpb.Result(attempt_id="a")).SerializeToString()
+    assert _deserialize(method, result, wpb.ConnectRequest.FromString).result.attempt_id == "a"  # type: ignore[attr-defined]
