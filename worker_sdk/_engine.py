@@ -33,6 +33,7 @@ from worker_sdk._pipeline import report_exception as _report_exception
 from worker_sdk._results import Outcome
 from worker_sdk._runs import Phase, Run, RunTable
 from worker_sdk._session import Session
+from worker_sdk._timers import REAL_TIMERS, Timers
 from worker_sdk.proto.runwick.v1 import job_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
@@ -54,14 +55,17 @@ class Engine:
         middleware: Sequence[Middleware],
         executor: Executor,
         metrics: WorkerMetrics | None = None,
+        timers: Timers = REAL_TIMERS,
     ) -> None:
         self._config = config
+        self._timers = timers
         self._lease_s = config.lease.total_seconds()
         self._metrics = metrics
         self._handlers = dict(handlers)
         self._middleware = tuple(middleware)
         self._executor = executor
         self.table = RunTable(config.concurrency)
+        self.table.clock = timers.monotonic
         self._session: Session | None = None
         self.heartbeater = Heartbeater(
             self.table,
@@ -70,6 +74,7 @@ class Engine:
             send=self._send,
             on_silence=self._restart_stream,
             metrics=metrics,
+            timers=timers,
         )
         self._draining = False
         self._drain_deadline: float | None = None
@@ -318,6 +323,7 @@ class Engine:
             cancellation_grace=self._config.cancellation_grace,
             max_output_bytes=self._config.max_output_bytes,
             executor=self._executor,
+            timers=self._timers,
         )
         in_flight = None
         if self._metrics is not None:

@@ -13,7 +13,6 @@ sent (the coordinator renewed them later than that, so this never overestimates)
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -21,6 +20,7 @@ from datetime import timedelta
 from worker_sdk._convert import duration
 from worker_sdk._metrics import WorkerMetrics
 from worker_sdk._runs import RunTable
+from worker_sdk._timers import REAL_TIMERS, Timers
 from worker_sdk.proto.runwick.v1 import worker_service_pb2
 
 logger = logging.getLogger(__name__)
@@ -38,8 +38,10 @@ class Heartbeater:
         send: Callable[[worker_service_pb2.ConnectRequest], bool],
         on_silence: Callable[[], None],
         metrics: WorkerMetrics | None = None,
+        timers: Timers = REAL_TIMERS,
     ) -> None:
         self._table = table
+        self._timers = timers
         self._metrics = metrics
         self._interval_s = interval.total_seconds()
         self._silence_limit_s = max(self._interval_s, lease.total_seconds() / 2)
@@ -55,7 +57,7 @@ class Heartbeater:
     async def run(self) -> None:
         """Beats every interval until cancelled."""
         while True:
-            await asyncio.sleep(self._interval_s)
+            await self._timers.sleep(self._interval_s, "heartbeat")
             self.beat()
 
     def beat(self) -> None:
@@ -90,6 +92,11 @@ class Heartbeater:
     def _failed(self, reason: str) -> None:
         if self._metrics is not None:
             self._metrics.heartbeat_failures.labels(reason).inc()
+
+    @property
+    def awaiting_answer(self) -> bool:
+        """True while a heartbeat sent on this stream has no answer yet."""
+        return self._sent_at is not None
 
     def answered(self, lost_attempt_ids: Iterable[str]) -> None:
         """Records a HeartbeatAnswer: renews the leases of the attempts not reported lost."""

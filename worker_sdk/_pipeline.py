@@ -33,6 +33,7 @@ from worker_sdk._errors import PayloadUndecodable, PermanentJobFailure
 from worker_sdk._jobs import JobSpec, decode_payload
 from worker_sdk._middleware import Middleware, build_chain
 from worker_sdk._results import JobResult, Outcome, Retry, Success
+from worker_sdk._timers import REAL_TIMERS, Timers
 from worker_sdk.grammar import (
     MAX_FAILURE_DETAIL_BYTES,
     MAX_FAILURE_MESSAGE_BYTES,
@@ -87,6 +88,9 @@ class PipelineRun:
     max_output_bytes: int
     executor: Executor | None
     """Where sync handlers run; None uses the loop's default executor."""
+    timers: Timers = REAL_TIMERS
+    """The clock of the execution timeout and the cancellation grace (a test
+    coordinator's virtual one, or the real one)."""
 
 
 class _Finish:
@@ -107,19 +111,25 @@ async def execute(run: PipelineRun) -> RunReport | None:
     finish = _Finish()
     work = asyncio.ensure_future(_guarded_chain(run, finish))
     waiter = ctx._cancelled_future()
+    timeout: asyncio.Future[None] | None = None
     try:
-        timeout_s = None if run.execution_timeout is None else run.execution_timeout.total_seconds()
         either: set[asyncio.Future[Any]] = {work, waiter}
-        await asyncio.wait(either, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if run.execution_timeout is not None:
+            timeout_s = run.execution_timeout.total_seconds()
+            timeout = asyncio.ensure_future(run.timers.sleep(timeout_s, "timeout"))
+            either.add(timeout)
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
             if ctx._cancel(CAUSE_TIMEOUT):
                 logger.info("job %s attempt %s hit its execution timeout", ctx.job_id, ctx.attempt_id)
-            await asyncio.wait({work}, timeout=run.cancellation_grace.total_seconds())
+            await _wait_for_grace(run, work)
     except asyncio.CancelledError:
         work.cancel()
         raise
     finally:
         waiter.cancel()
+        if timeout is not None:
+            timeout.cancel()
     if not work.done():
         work.add_done_callback(_log_late_finish)
         return _unfinished(run, ctx.cancel_cause or CAUSE_TIMEOUT)
@@ -131,6 +141,15 @@ async def execute(run: PipelineRun) -> RunReport | None:
     except (Exception, asyncio.CancelledError) as error:
         return report_exception(error)
     return _report_result(result, run.max_output_bytes)
+
+
+async def _wait_for_grace(run: PipelineRun, work: asyncio.Future[Any]) -> None:
+    """Waits for the cancelled chain to end, at most the cancellation grace."""
+    grace = asyncio.ensure_future(run.timers.sleep(run.cancellation_grace.total_seconds(), "grace"))
+    try:
+        await asyncio.wait({work, grace}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        grace.cancel()
 
 
 async def _guarded_chain(run: PipelineRun, finish: _Finish) -> JobResult:

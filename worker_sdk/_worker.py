@@ -33,6 +33,7 @@ from worker_sdk._metrics_http import MetricsHttpLimits, MetricsHttpServer, serve
 from worker_sdk._middleware import Middleware
 from worker_sdk._pipeline import HandlerDef
 from worker_sdk._session import Session
+from worker_sdk._timers import REAL_TIMERS, Timers
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +171,9 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_task: asyncio.Task[None] | None = None
+        self._timers: Timers = REAL_TIMERS
+        """The clock of timeouts, graces, heartbeats and leases; a test coordinator
+        (``worker_sdk.testing``) sets its virtual one before ``start``."""
 
     @property
     def worker_id(self) -> str:
@@ -244,7 +248,9 @@ class Worker:
             logger.info("worker metrics on http://%s:%d/metrics", host, self.metrics_port)
         self._executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="runwick-handler")
         self._channel = self._connection.open_aio_channel()
-        engine = Engine(config, self._handlers, self._middleware, self._executor, self._metrics)
+        engine = Engine(
+            config, self._handlers, self._middleware, self._executor, self._metrics, timers=self._timers
+        )
         session = Session(
             self._channel,
             engine,
@@ -298,6 +304,25 @@ class Worker:
                 await self._metrics_server.close()
                 self._metrics_server = None
             logger.info("worker %s stopped", self._config.worker_id)
+
+    async def _vanish(self) -> None:
+        """Ends the worker as ``kill -9`` would, for tests of lease expiry: async runs
+        and the stream are cut off, nothing more is sent (no result, no release, no
+        drain), and the coordinator is left to recover the claims when their leases
+        lapse. Threads of sync handlers cannot be killed: they run on, unheard."""
+        if self._engine is None or self._stop_task is not None:
+            return
+        self._stop_task = asyncio.create_task(asyncio.sleep(0))  # stop() is now a no-op
+        tasks = [run.task for run in self._engine.table.runs.values() if run.task is not None]
+        tasks.extend(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close(None)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        logger.info("worker %s vanished (simulated crash)", self._config.worker_id)
 
     def start_in_background(self, *, start_timeout: timedelta = timedelta(seconds=30)) -> BackgroundWorker:
         """Starts the worker on a thread of its own with its own event loop, for hosts

@@ -96,7 +96,10 @@ def test_public_names_have_no_private_siblings() -> None:
 
 def test_testing_exports() -> None:
     assert sorted(worker_sdk.testing.__all__) == [
+        "AsyncCoordinator",
+        "Coordinator",
         "HandlerRun",
+        "NotIdle",
         "RawPayload",
         "run_handler",
         "run_handler_sync",

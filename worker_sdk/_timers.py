@@ -1,0 +1,114 @@
+"""The worker's timers: one seam through which the SDK reads and waits on time.
+
+A ``Worker`` uses ``REAL_TIMERS`` (the monotonic clock and ``asyncio.sleep``). The test
+coordinator (``worker_sdk.testing.Coordinator``) gives its worker ``VirtualTimers``
+instead, so that moving its virtual clock also moves the SDK's execution timeouts,
+cancellation graces, heartbeats and its own view of leases, without real waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+TimerPurpose = Literal["timeout", "grace", "heartbeat"]
+"""What a wait is for: ``VirtualTimers`` skips to a heartbeat only while runs need one."""
+
+
+class Timers(Protocol):
+    """The clock and the waits of one worker."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (leases, heartbeat silence)."""
+        ...
+
+    async def sleep(self, seconds: float, purpose: TimerPurpose) -> None:
+        """Returns once ``seconds`` have passed on this clock."""
+        ...
+
+
+class RealTimers:
+    """The host's monotonic clock and the event loop's timers."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float, purpose: TimerPurpose) -> None:
+        await asyncio.sleep(seconds)
+
+
+REAL_TIMERS: Timers = RealTimers()
+
+
+@dataclass(order=True)
+class _Sleeper:
+    deadline: float
+    sequence: int
+    purpose: TimerPurpose = field(compare=False)
+    future: asyncio.Future[None] = field(compare=False)
+
+
+class VirtualTimers:
+    """Timers on a virtual clock: a sleep returns when ``fire_due`` finds its deadline
+    reached, which happens only when the owner moves the clock and says so.
+
+    Everything runs on the one event loop that sleeps and fires (the worker's); the
+    clock itself (``now_s``) may be read from any thread.
+    """
+
+    def __init__(self, now_s: Callable[[], float]) -> None:
+        self._now_s = now_s
+        self._sleepers: list[_Sleeper] = []
+        self._sequence = itertools.count()
+        self._released = False
+
+    def monotonic(self) -> float:
+        return self._now_s()
+
+    async def sleep(self, seconds: float, purpose: TimerPurpose) -> None:
+        if self._released or seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future = asyncio.get_running_loop().create_future()
+        sleeper = _Sleeper(self._now_s() + seconds, next(self._sequence), purpose, future)
+        heapq.heappush(self._sleepers, sleeper)
+        try:
+            await future
+        finally:
+            if not future.done():  # the sleeper was cancelled: forget its deadline
+                future.cancel()
+
+    def next_deadline(self, purposes: frozenset[TimerPurpose]) -> float | None:
+        """The earliest deadline of a pending sleep for one of ``purposes``, if any."""
+        self._drop_cancelled()
+        pending = [s.deadline for s in self._sleepers if s.purpose in purposes]
+        return min(pending) if pending else None
+
+    def fire_due(self) -> int:
+        """Wakes every sleep whose deadline has come; returns how many it woke."""
+        now = self._now_s()
+        woken = 0
+        while self._sleepers and self._sleepers[0].deadline <= now:
+            sleeper = heapq.heappop(self._sleepers)
+            if not sleeper.future.done():
+                sleeper.future.set_result(None)
+                woken += 1
+        return woken
+
+    def release_all(self) -> None:
+        """Wakes every sleep now and lets later ones return at once (for shutdown)."""
+        self._released = True
+        while self._sleepers:
+            sleeper = heapq.heappop(self._sleepers)
+            if not sleeper.future.done():
+                sleeper.future.set_result(None)
+
+    def _drop_cancelled(self) -> None:
+        if any(s.future.done() for s in self._sleepers):
+            self._sleepers = [s for s in self._sleepers if not s.future.done()]
+            heapq.heapify(self._sleepers)
