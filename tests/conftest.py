@@ -21,6 +21,10 @@ from sqlalchemy.engine import make_url
 from coordinator.store import Store
 from coordinator.store.schema import metadata
 
+pytest_plugins = ["worker_sdk.testing.pytest_plugin"]
+"""The test coordinator's fixtures, as a user's project loads them (the package's
+``pytest11`` entry point loads the same module once installed; pytest then skips this)."""
+
 ADMIN_URL = os.environ.get(
     "RUNWICK_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

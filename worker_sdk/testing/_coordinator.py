@@ -9,6 +9,7 @@ itself, at each timer on the way, so what they do happens at once and in order.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ from worker_sdk._jobs import spec_of
 from worker_sdk._middleware import Middleware
 from worker_sdk._timers import VirtualTimers
 from worker_sdk._worker import Worker
+from worker_sdk.testing._database import open_test_store
 from worker_sdk.testing._errors import MISSING_EXTRA, NotIdle
 from worker_sdk.testing._idle import IdleWatch, WorkerView
 
@@ -124,7 +126,12 @@ class AsyncCoordinator:
             retain_cancelled_ms=None,
             drain_timeout_s=1.0,
         )
-        self._running = await start_coordinator(config, clock=self.clock)
+        store = await asyncio.to_thread(open_test_store, self.database_path, config.bounds)
+        try:
+            self._running = await start_coordinator(config, clock=self.clock, store=store)
+        except BaseException:
+            store.close()
+            raise
         self._client = AsyncClient(self.target)
 
     async def close(self) -> None:
