@@ -263,6 +263,21 @@ def test_a_bad_advance_is_refused_and_moves_nothing(
     assert coordinator.now == before
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"start": datetime(2026, 1, 1)}, "timezone-aware"),
+        ({"concurrency": 0}, "concurrency must be an int >= 1"),
+        ({"lease": timedelta(0)}, "lease must be a positive timedelta"),
+        ({"queues": ()}, "at least one non-empty queue name"),
+        ({"idle_timeout": timedelta(0)}, "idle_timeout must be positive"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(arguments: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Coordinator(**arguments)  # type: ignore[arg-type]
+
+
 def test_run_until_idle_that_never_goes_idle_names_what_is_still_running() -> None:
     with Coordinator() as coordinator:
 

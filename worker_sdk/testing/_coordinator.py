@@ -48,6 +48,8 @@ _HOURS_APART_S = 3600.0
 """Background loops and idle re-checks this far apart never run during a test:
 ``advance`` runs their passes instead."""
 _worker_numbers = itertools.count(1)
+_UNUSED_TARGET = "127.0.0.1:1"
+"""An address only given to a Worker that checks arguments and never starts."""
 
 
 class AsyncCoordinator:
@@ -89,6 +91,9 @@ class AsyncCoordinator:
         for name, value in (("idle_timeout", idle_timeout), ("blocked_after", blocked_after)):
             if value <= timedelta(0):
                 raise ValueError(f"{name} must be positive, got {value}")
+        # The worker's arguments, checked now as a Worker checks them (it starts later).
+        checked_queues = ("default",) if queues is None else queues
+        Worker(_UNUSED_TARGET, queues=checked_queues, concurrency=concurrency, lease=lease)
         self.clock = FakeClock(int(start.timestamp() * 1000))
         self._lease = lease
         self._concurrency = concurrency
@@ -96,10 +101,7 @@ class AsyncCoordinator:
         self._idle_timeout_s = idle_timeout.total_seconds()
         self._blocked_after_s = blocked_after.total_seconds()
         self._own_directory: Path | None = None
-        if database_path is None:
-            self._own_directory = Path(tempfile.mkdtemp(prefix="runwick-test-"))
-            database_path = self._own_directory / "runwick.db"
-        self.database_path = Path(database_path)
+        self._database_path = Path(database_path) if database_path is not None else None
         self._handlers: list[tuple[type[Any], Callable[..., Any]]] = []
         self._middleware: list[Middleware] = []
         self._running: RunningCoordinator | None = None
@@ -113,8 +115,11 @@ class AsyncCoordinator:
         """Starts the coordinator (its worker starts at the first wait)."""
         if self._running is not None:
             raise RuntimeError("the test coordinator already started")
+        if self._database_path is None:
+            self._own_directory = Path(tempfile.mkdtemp(prefix="runwick-test-"))
+            self._database_path = self._own_directory / "runwick.db"
         config = CoordinatorConfig(
-            database_url=f"sqlite:///{self.database_path}",
+            database_url=f"sqlite:///{self._database_path}",
             port=0,
             maintenance_interval_s=_HOURS_APART_S,
             schedule_interval_s=_HOURS_APART_S,
@@ -126,7 +131,7 @@ class AsyncCoordinator:
             retain_cancelled_ms=None,
             drain_timeout_s=1.0,
         )
-        store = await asyncio.to_thread(open_test_store, self.database_path, config.bounds)
+        store = await asyncio.to_thread(open_test_store, self._database_path, config.bounds)
         try:
             self._running = await start_coordinator(config, clock=self.clock, store=store)
         except BaseException:
@@ -147,6 +152,7 @@ class AsyncCoordinator:
             self._client = self._running = None
             if self._own_directory is not None:
                 shutil.rmtree(self._own_directory, ignore_errors=True)
+                self._own_directory = self._database_path = None
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -222,7 +228,7 @@ class AsyncCoordinator:
         """Ends the worker as ``kill -9`` would: no result, release or drain reaches the
         coordinator, whose leases then lapse (``advance`` past them recovers the jobs).
         The next wait starts a new worker with the same handlers."""
-        worker, self._worker = self._worker, None
+        worker, self._worker, self._timers = self._worker, None, None
         if worker is not None:
             await worker._vanish()
 
@@ -274,8 +280,11 @@ class AsyncCoordinator:
 
     async def _at_stop(self, watch: IdleWatch) -> None:
         app = self._started().app
-        if self._timers is not None:
-            self._timers.fire_due()
+        if self._timers is not None and self._timers.fire_due():
+            # The woken runs and heartbeat loop take their next step first: a run the
+            # timeout ended reports, and a heartbeat the loop sends is the one awaited.
+            for _ in range(3):
+                await asyncio.sleep(0)
         await watch.heartbeat()
         await app.run_maintenance()
         await app.run_schedules()
