@@ -58,6 +58,9 @@ class JobContext:
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._progress: ProgressReport | None = None
+        self._cancel_waits = 0
+        """``wait_cancelled`` calls pending: the test coordinator's sign that the handler
+        waits on something only time or a cancel ends (``worker_sdk.testing``)."""
 
     def __repr__(self) -> str:
         return (
@@ -118,7 +121,11 @@ class JobContext:
 
     async def wait_cancelled(self) -> None:
         """Returns once the run is cancelled (at once if it already is)."""
-        await self._cancelled_future()
+        self._cancel_waits += 1
+        try:
+            await self._cancelled_future()
+        finally:
+            self._cancel_waits -= 1
 
     def _cancelled_future(self) -> asyncio.Future[None]:
         """A future of the running loop that is done once the run is cancelled (done

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -101,6 +102,25 @@ def test_retried_three_times_with_backoff_then_failed(coordinator: Coordinator) 
         assert later.started_at == earlier.finished_at + earlier.retry_delay
 
 
+def test_one_long_advance_runs_every_retry_at_its_own_time(coordinator: Coordinator) -> None:
+    @coordinator.handler(FlakyCapture)
+    def capture(payload: FlakyCapture, ctx: JobContext) -> None:
+        raise ConnectionError("bank unreachable")
+
+    job_id = coordinator.client.enqueue(FlakyCapture("o-2"))
+    enqueued_at = coordinator.now
+    coordinator.advance(timedelta(hours=1))  # every retry comes due on the way
+    attempts = coordinator.attempts(job_id)
+    settings = coordinator.job(job_id).settings
+    assert coordinator.job(job_id).state is JobState.FAILED and len(attempts) == settings.max_executions
+    assert attempts[0].started_at == enqueued_at
+    for run in attempts:  # virtual time stands still while a handler runs
+        assert run.started_at == run.finished_at
+    for earlier, later in itertools.pairwise(attempts):
+        assert earlier.finished_at is not None and earlier.retry_delay is not None
+        assert later.started_at == earlier.finished_at + earlier.retry_delay
+
+
 @pytest.mark.parametrize(
     "start",
     [datetime(2026, 1, 14, 12, tzinfo=UTC), datetime(2026, 7, 14, 12, tzinfo=UTC)],
@@ -140,12 +160,12 @@ def test_the_nightly_schedule_enqueues_at_0230_berlin_time(start: datetime) -> N
 
 
 def test_a_lease_lapse_recovers_the_job_whose_worker_vanished() -> None:
-    with Coordinator(blocked_after=timedelta(milliseconds=50)) as coordinator:
+    with Coordinator() as coordinator:
 
         @coordinator.handler(FetchOrder)
         async def fetch(payload: FetchOrder, ctx: JobContext) -> bytes:
             if ctx.execution_number == 1:
-                await asyncio.Event().wait()  # the first worker dies in here
+                await ctx.wait_cancelled()  # the first worker dies in here
             return payload.order_id.encode()
 
         job_id = coordinator.client.enqueue(FetchOrder("o-3"))
@@ -204,7 +224,7 @@ def test_a_child_runs_after_its_parent_and_reads_its_output(coordinator: Coordin
 
 
 def test_the_workers_execution_timeout_fires_on_the_virtual_clock() -> None:
-    with Coordinator(blocked_after=timedelta(milliseconds=50)) as coordinator:
+    with Coordinator() as coordinator:
 
         @coordinator.handler(SlowExport)
         async def export(payload: SlowExport, ctx: JobContext) -> None:
@@ -226,7 +246,7 @@ def test_the_workers_execution_timeout_fires_on_the_virtual_clock() -> None:
 
 def test_heartbeats_keep_a_live_handlers_lease_while_time_moves() -> None:
     lease = timedelta(seconds=30)
-    with Coordinator(lease=lease, blocked_after=timedelta(milliseconds=50)) as coordinator:
+    with Coordinator(lease=lease) as coordinator:
 
         @coordinator.handler(FetchOrder)
         async def fetch(payload: FetchOrder, ctx: JobContext) -> None:
@@ -243,6 +263,26 @@ def test_heartbeats_keep_a_live_handlers_lease_while_time_moves() -> None:
         coordinator.run_until_idle()
         assert coordinator.job(job_id).state is JobState.CANCELLED
         assert [a.outcome for a in coordinator.attempts(job_id)] == [Outcome.CANCELLED]
+
+
+def test_a_handler_blocked_on_the_test_is_left_running_after_blocked_after() -> None:
+    go_on = threading.Event()
+    with Coordinator(blocked_after=timedelta(milliseconds=50)) as coordinator:
+
+        @coordinator.handler(SendReceipt)
+        def send(payload: SendReceipt, ctx: JobContext) -> bytes:
+            go_on.wait(timeout=30)  # until the test says so
+            return b"sent"
+
+        job_id = coordinator.client.enqueue(SendReceipt("o-8"))
+        coordinator.advance(timedelta(minutes=1))  # moves on while the handler waits
+        assert coordinator.job(job_id).state is JobState.RUNNING
+        go_on.set()
+        coordinator.run_until_idle()
+        finished = coordinator.job(job_id)
+        assert finished.state is JobState.SUCCEEDED and finished.output == b"sent"
+        [run] = coordinator.attempts(job_id)
+        assert run.started_at is not None and run.finished_at == run.started_at + timedelta(minutes=1)
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,8 @@ class AsyncCoordinator:
         idle_timeout: How long (real time) ``run_until_idle`` and ``advance`` wait for
             the worker before they raise ``NotIdle``.
         blocked_after: How long (real time) ``advance`` lets a handler it started run
-            before it takes the handler to wait on virtual time and moves on.
+            before it takes the handler to wait on virtual time and moves on; one that
+            awaits ``ctx.wait_cancelled()`` is taken so at once.
         database_path: The SQLite file; default one in a temporary directory removed
             at ``close``.
 
@@ -83,7 +84,7 @@ class AsyncCoordinator:
         concurrency: int = 8,
         queues: Sequence[str] | None = None,
         idle_timeout: timedelta = timedelta(seconds=10),
-        blocked_after: timedelta = timedelta(milliseconds=200),
+        blocked_after: timedelta = timedelta(seconds=1),
         database_path: str | Path | None = None,
     ) -> None:
         if start.tzinfo is None:
@@ -108,6 +109,8 @@ class AsyncCoordinator:
         self._client: AsyncClient | None = None
         self._worker: Worker | None = None
         self._timers: VirtualTimers | None = None
+        self._runs_first_seen: dict[str, float] = {}
+        """When ``advance`` first saw each handler running (``IdleWatch.first_seen``)."""
 
     # -- life --------------------------------------------------------------------------
 
@@ -326,7 +329,7 @@ class AsyncCoordinator:
         running = self._started()
         await self._ensure_worker()
         view = self._worker_view() if self._worker is not None else None
-        return IdleWatch(running.app, view, self._idle_timeout_s)
+        return IdleWatch(running.app, view, self._idle_timeout_s, self._runs_first_seen)
 
     def _worker_view(self) -> WorkerView:
         assert self._worker is not None and self._worker._engine is not None

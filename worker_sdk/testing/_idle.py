@@ -56,6 +56,15 @@ class WorkerView:
             for run in self.engine.table.in_phase(Phase.RUNNING)
         }
 
+    def waiting_for_cancel(self) -> set[str]:
+        """The running handlers awaiting ``ctx.wait_cancelled()``: only a timeout (virtual
+        time) or a cancel ends those."""
+        return {
+            run.attempt_id
+            for run in self.engine.table.in_phase(Phase.RUNNING)
+            if run.ctx is not None and run.ctx._cancel_waits > 0
+        }
+
     def in_transit(self) -> str | None:
         """What is between the worker and the coordinator now, if anything."""
         table = self.engine.table
@@ -84,10 +93,16 @@ class WorkerView:
 class IdleWatch:
     """Waits for the worker to settle (``advance``) or to be idle (``run_until_idle``)."""
 
-    def __init__(self, app: Facade, worker: WorkerView | None, bound_s: float) -> None:
+    def __init__(
+        self, app: Facade, worker: WorkerView | None, bound_s: float, first_seen: dict[str, float]
+    ) -> None:
         self.app = app
         self.worker = worker
         self.bound_s = bound_s
+        self.first_seen = first_seen
+        """When (loop time) each running handler was first seen running, by attempt ID:
+        kept by the coordinator across calls, so a handler is judged by how long it
+        has run, not by when a call began."""
 
     async def heartbeat(self) -> None:
         """Sends the worker's heartbeat now, if runs need one, and waits for its answer,
@@ -105,23 +120,30 @@ class IdleWatch:
 
     async def settle(self, *, blocked_after_s: float) -> None:
         """Waits until the worker has taken and started what is runnable now, every
-        result is acknowledged, and every handler started meanwhile has returned or
-        has run ``blocked_after_s`` (it then waits on virtual time, or on the test)."""
+        result is acknowledged, and every running handler has returned, awaits
+        ``ctx.wait_cancelled()``, or has run ``blocked_after_s`` (real time): those wait
+        on virtual time, or on the test."""
         worker = self.worker
         if worker is None:
             return
-        before = set(worker.running())
         loop = asyncio.get_running_loop()
-        blocked_at = loop.time() + blocked_after_s
 
-        async def settled() -> str | None:
-            if loop.time() < blocked_at:
-                started = [what for attempt, what in worker.running().items() if attempt not in before]
-                if started:
-                    return "handlers started at this time are running: " + ", ".join(started)
-            return await self._busy(worker, running_counts=False)
+        def local() -> str | None:
+            now = loop.time()
+            running = worker.running()
+            for attempt in [a for a in self.first_seen if a not in running]:
+                del self.first_seen[attempt]
+            waiting = worker.waiting_for_cancel()
+            fresh = [
+                what
+                for attempt, what in running.items()
+                if now - self.first_seen.setdefault(attempt, now) < blocked_after_s and attempt not in waiting
+            ]
+            if fresh:
+                return "handlers started at this time are running: " + ", ".join(fresh)
+            return worker.in_transit()
 
-        await _poll(settled, self.bound_s, "the worker to settle")
+        await _poll(lambda: self._busy(worker, local), self.bound_s, "the worker to settle")
 
     async def until_idle(self, bound_s: float) -> None:
         """Waits until nothing is runnable now and nothing runs (bounded: NotIdle)."""
@@ -129,28 +151,36 @@ class IdleWatch:
         if worker is None:
             return
 
-        async def idle() -> str | None:
-            return await self._busy(worker, running_counts=True)
+        def local() -> str | None:
+            running = worker.running()
+            if running:
+                return "handlers are running: " + ", ".join(running.values())
+            return worker.in_transit()
 
-        await _poll(idle, bound_s, "the worker to be idle")
+        await _poll(lambda: self._busy(worker, local), bound_s, "the worker to be idle")
 
-    async def _busy(self, worker: WorkerView, *, running_counts: bool) -> str | None:
-        """Why the worker is not done yet, or None when it is."""
-        in_transit = worker.in_transit()
-        if in_transit is not None:
-            return in_transit
-        running = worker.running()
-        if running_counts and running:
-            return "handlers are running: " + ", ".join(running.values())
+    async def _busy(self, worker: WorkerView, local: Callable[[], str | None]) -> str | None:
+        """Why the worker is not done yet (``local``: what its table says), or None.
+
+        The table is looked at again after the store is read: a claim the store no
+        longer shows due (or reserved) has reached the table by then, and a result
+        whose transaction made more work due is still unacknowledged there.
+        """
+        reason = local()
+        if reason is not None:
+            return reason
+        was_full = worker.full
+        if not was_full:
+            due = await self._due(worker.queues, worker.wire_names)
+            if due:
+                return "jobs are runnable now in queue(s) " + ", ".join(due)
         for holder in await self.app.lease_holders(_MOST_LEASE_HOLDERS):
             if holder.worker_id == worker.worker_id and holder.reserved:
                 return f"{holder.reserved} claim(s) not yet started"
-        if worker.full:
-            return None
-        due = await self._due(worker.queues, worker.wire_names)
-        if due:
-            return "jobs are runnable now in queue(s) " + ", ".join(due)
-        return None
+        reason = local()
+        if reason is None and was_full and not worker.full:
+            return "a slot freed while the store was read"
+        return reason
 
     async def _due(self, queues: Collection[str], wire_names: tuple[str, ...]) -> list[str]:
         due = []

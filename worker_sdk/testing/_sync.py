@@ -42,7 +42,7 @@ class Coordinator:
         concurrency: int = 8,
         queues: Sequence[str] | None = None,
         idle_timeout: timedelta = timedelta(seconds=10),
-        blocked_after: timedelta = timedelta(milliseconds=200),
+        blocked_after: timedelta = timedelta(seconds=1),
         database_path: str | Path | None = None,
     ) -> None:
         self._inner = AsyncCoordinator(
