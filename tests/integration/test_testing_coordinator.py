@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from worker_sdk import JobContext, JobState, Outcome, job
+from worker_sdk import CallNext, JobContext, JobResult, JobState, Outcome, Retry, Worker, job
 from worker_sdk.testing import AsyncCoordinator, Coordinator, NotIdle
 
 MS = timedelta(milliseconds=1)
@@ -334,6 +334,51 @@ def test_run_until_idle_that_never_goes_idle_names_what_is_still_running() -> No
             coordinator.run_until_idle(within=timedelta(0))
         with pytest.raises(RuntimeError, match="worker already started"):
             coordinator.handler(SendReceipt)
+
+
+class RateLimited(Exception):
+    pass
+
+
+RATE_LIMIT_PAUSE = timedelta(seconds=30)
+"""Under the jobs' maximum retry delay, which caps a middleware's Retry delay."""
+
+
+class RateLimitRetry:
+    """A rate limit is retried after exactly ``RATE_LIMIT_PAUSE``."""
+
+    async def __call__(self, ctx: JobContext, call_next: CallNext) -> JobResult:
+        try:
+            return await call_next()
+        except RateLimited:
+            return Retry("rate_limited", RATE_LIMIT_PAUSE)
+
+
+def test_an_applications_worker_brings_its_handlers_middleware_and_output_limit(
+    coordinator: Coordinator,
+) -> None:
+    app_worker = Worker("127.0.0.1:7233", max_output_bytes=8, middleware=[RateLimitRetry()])
+
+    @app_worker.handler(FetchOrder)
+    def fetch(payload: FetchOrder, ctx: JobContext) -> bytes:
+        if ctx.execution_number == 1:
+            raise RateLimited()
+        return payload.order_id.encode()
+
+    coordinator.include(app_worker)
+    short, long = (
+        coordinator.client.enqueue(FetchOrder("o-1")),
+        coordinator.client.enqueue(FetchOrder("o-123456789")),
+    )
+    coordinator.run_until_idle()
+    for job_id in (short, long):
+        [limited] = coordinator.attempts(job_id)
+        assert limited.error_code == "rate_limited" and limited.retry_delay == RATE_LIMIT_PAUSE
+    coordinator.advance(RATE_LIMIT_PAUSE)
+    coordinator.run_until_idle()
+    assert coordinator.job(short).output == b"o-1"
+    too_large = coordinator.job(long)
+    assert too_large.state is JobState.FAILED and too_large.last_error_code == "output_too_large"
 
 
 def test_handlers_of_a_type_without_job_are_refused(coordinator: Coordinator) -> None:

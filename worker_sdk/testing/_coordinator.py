@@ -105,6 +105,8 @@ class AsyncCoordinator:
         self._database_path = Path(database_path) if database_path is not None else None
         self._handlers: list[tuple[type[Any], Callable[..., Any]]] = []
         self._middleware: list[Middleware] = []
+        self._run_limits: dict[str, Any] = {}
+        """``cancellation_grace`` and ``max_output_bytes`` of an included Worker."""
         self._running: RunningCoordinator | None = None
         self._client: AsyncClient | None = None
         self._worker: Worker | None = None
@@ -221,11 +223,18 @@ class AsyncCoordinator:
 
     def include(self, worker: Worker) -> None:
         """Takes the handlers and middleware registered on an application's ``Worker``
-        (which itself is not started)."""
+        (which itself is not started), and its ``cancellation_grace`` and
+        ``max_output_bytes``, which decide outcomes. Its lease, concurrency and queues
+        are not taken: the test coordinator's own arguments set those."""
         self._check_no_worker("include a worker")
         for definition in worker._handlers.values():
             self._handlers.append((definition.spec.payload_type, definition.fn))
         self._middleware.extend(worker._middleware)
+        config = worker._config
+        self._run_limits = {
+            "cancellation_grace": config.cancellation_grace,
+            "max_output_bytes": config.max_output_bytes,
+        }
 
     async def crash_worker(self) -> None:
         """Ends the worker as ``kill -9`` would: no result, release or drain reaches the
@@ -353,6 +362,7 @@ class AsyncCoordinator:
             reconnect_max_delay=timedelta(milliseconds=100),
             worker_id=f"runwick-test-worker-{next(_worker_numbers)}",
             middleware=self._middleware,
+            **self._run_limits,
         )
         for payload_type, fn in self._handlers:
             worker.handler(payload_type)(fn)
