@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,35 +48,39 @@ REAL_TIMERS: Timers = RealTimers()
 
 @dataclass(order=True)
 class _Sleeper:
-    deadline: float
+    deadline_ms: int
     sequence: int
     purpose: TimerPurpose = field(compare=False)
     future: asyncio.Future[None] = field(compare=False)
 
 
 class VirtualTimers:
-    """Timers on a virtual clock: a sleep returns when ``fire_due`` finds its deadline
-    reached, which happens only when the owner moves the clock and says so.
+    """Timers on a virtual clock of whole milliseconds: a sleep returns when
+    ``fire_due`` finds its deadline reached, which happens only when the owner moves the
+    clock and says so. Deadlines are whole milliseconds (a wait rounded up), so the
+    owner can stop the clock exactly on one.
 
     Everything runs on the one event loop that sleeps and fires (the worker's); the
-    clock itself (``now_s``) may be read from any thread.
+    clock itself (``now_ms``) may be read from any thread.
     """
 
-    def __init__(self, now_s: Callable[[], float]) -> None:
-        self._now_s = now_s
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now_ms = now_ms
         self._sleepers: list[_Sleeper] = []
         self._sequence = itertools.count()
         self._released = False
 
     def monotonic(self) -> float:
-        return self._now_s()
+        return self._now_ms() / 1000
 
     async def sleep(self, seconds: float, purpose: TimerPurpose) -> None:
         if self._released or seconds <= 0:
             await asyncio.sleep(0)
             return
         future = asyncio.get_running_loop().create_future()
-        sleeper = _Sleeper(self._now_s() + seconds, next(self._sequence), purpose, future)
+        # Rounded to the nanosecond first: 4.07 s is 4070.0000000000005 ms in floats.
+        deadline_ms = self._now_ms() + math.ceil(round(seconds * 1000, 6))
+        sleeper = _Sleeper(deadline_ms, next(self._sequence), purpose, future)
         heapq.heappush(self._sleepers, sleeper)
         try:
             await future
@@ -83,17 +88,17 @@ class VirtualTimers:
             if not future.done():  # the sleeper was cancelled: forget its deadline
                 future.cancel()
 
-    def next_deadline(self, purposes: frozenset[TimerPurpose]) -> float | None:
+    def next_deadline_ms(self, purposes: frozenset[TimerPurpose]) -> int | None:
         """The earliest deadline of a pending sleep for one of ``purposes``, if any."""
         self._drop_cancelled()
-        pending = [s.deadline for s in self._sleepers if s.purpose in purposes]
+        pending = [s.deadline_ms for s in self._sleepers if s.purpose in purposes]
         return min(pending) if pending else None
 
     def fire_due(self) -> int:
         """Wakes every sleep whose deadline has come; returns how many it woke."""
-        now = self._now_s()
+        now_ms = self._now_ms()
         woken = 0
-        while self._sleepers and self._sleepers[0].deadline <= now:
+        while self._sleepers and self._sleepers[0].deadline_ms <= now_ms:
             sleeper = heapq.heappop(self._sleepers)
             if not sleeper.future.done():
                 sleeper.future.set_result(None)

@@ -326,9 +326,9 @@ class AsyncCoordinator:
                     break
         if self._timers is not None and self._worker is not None:
             purposes = self._worker_view().timer_purposes()
-            deadline_s = self._timers.next_deadline(purposes)
-            if deadline_s is not None:
-                candidates.append(-int(-deadline_s * 1000 // 1))  # rounded up to the millisecond
+            deadline_ms = self._timers.next_deadline_ms(purposes)
+            if deadline_ms is not None:
+                candidates.append(deadline_ms)
         later = [c for c in candidates if c > now_ms]
         return min(later) if later else now_ms + 10**15
 
@@ -366,7 +366,7 @@ class AsyncCoordinator:
         )
         for payload_type, fn in self._handlers:
             worker.handler(payload_type)(fn)
-        timers = VirtualTimers(lambda: self.clock.now_ms() / 1000)
+        timers = VirtualTimers(self.clock.now_ms)
         worker._timers = timers
         await worker.start()
         self._worker, self._timers = worker, timers
