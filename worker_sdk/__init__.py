@@ -10,7 +10,8 @@
   clients and the worker take its fields as arguments, or one ready-made.
 - ``Worker`` runs handlers for jobs the coordinator pushes over one gRPC stream, in the
   host's event loop, standalone, or on a thread of its own (``BackgroundWorker``).
-- ``worker_sdk.testing`` runs a handler through the same pipeline without a coordinator.
+- ``worker_sdk.testing`` runs a handler through the same pipeline without a coordinator,
+  or whole job lifecycles against a real coordinator on a virtual clock (``Coordinator``).
 - ``configure_logging`` sets up a standalone worker process's logs (text or JSON lines).
 """
 
