@@ -381,14 +381,25 @@ def test_an_applications_worker_brings_its_handlers_middleware_and_output_limit(
     assert too_large.state is JobState.FAILED and too_large.last_error_code == "output_too_large"
 
 
-def test_handlers_of_a_type_without_job_are_refused(coordinator: Coordinator) -> None:
+def test_a_type_without_job_or_a_second_handler_is_refused(coordinator: Coordinator) -> None:
     @dataclass
     class NotAJob:
         field: str
 
     with pytest.raises(Exception, match="@job"):
         coordinator.handler(NotAJob)
-    coordinator.run_until_idle()  # nothing registered: idle at once
+
+    @coordinator.handler(SendReceipt)
+    def send(payload: SendReceipt, ctx: JobContext) -> None:
+        pass
+
+    with pytest.raises(ValueError, match=r"'tests\.send_receipt' already has a handler"):
+        coordinator.handler(SendReceipt)
+    app_worker = Worker("127.0.0.1:7233")
+    app_worker.handler(SendReceipt)(send)
+    with pytest.raises(ValueError, match="already has a handler"):
+        coordinator.include(app_worker)
+    coordinator.run_until_idle()  # nothing enqueued: idle at once
 
 
 def test_the_fixture_gives_a_started_coordinator_and_its_client(

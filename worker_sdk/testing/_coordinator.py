@@ -207,14 +207,22 @@ class AsyncCoordinator:
     def handler(self, payload_type: type[Any]) -> Callable[[H], H]:
         """Registers the decorated function as the handler of a ``@job`` type (as
         ``Worker.handler``)."""
-        spec_of(payload_type)  # a type without @job fails here, before any work
+        wire_name = spec_of(payload_type).wire_name  # a type without @job fails here
         self._check_no_worker("register handlers")
+        self._check_no_handler(wire_name)
 
         def register(fn: H) -> H:
+            if not callable(fn):
+                raise TypeError("a handler must be callable")
+            self._check_no_handler(wire_name)
             self._handlers.append((payload_type, fn))
             return fn
 
         return register
+
+    def _check_no_handler(self, wire_name: str) -> None:
+        if any(spec_of(registered).wire_name == wire_name for registered, _ in self._handlers):
+            raise ValueError(f"wire name {wire_name!r} already has a handler")
 
     def use(self, middleware: Middleware) -> None:
         """Adds middleware around every handler (as ``Worker.use``)."""
@@ -227,6 +235,8 @@ class AsyncCoordinator:
         ``max_output_bytes``, which decide outcomes. Its lease, concurrency and queues
         are not taken: the test coordinator's own arguments set those."""
         self._check_no_worker("include a worker")
+        for wire_name in worker._handlers:
+            self._check_no_handler(wire_name)
         for definition in worker._handlers.values():
             self._handlers.append((definition.spec.payload_type, definition.fn))
         self._middleware.extend(worker._middleware)
