@@ -111,25 +111,18 @@ async def execute(run: PipelineRun) -> RunReport | None:
     finish = _Finish()
     work = asyncio.ensure_future(_guarded_chain(run, finish))
     waiter = ctx._cancelled_future()
-    timeout: asyncio.Future[None] | None = None
     try:
-        either: set[asyncio.Future[Any]] = {work, waiter}
-        if run.execution_timeout is not None:
-            timeout_s = run.execution_timeout.total_seconds()
-            timeout = asyncio.ensure_future(run.timers.sleep(timeout_s, "timeout"))
-            either.add(timeout)
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        timeout_s = None if run.execution_timeout is None else run.execution_timeout.total_seconds()
+        await run.timers.wait_first({work, waiter}, timeout_s, "timeout")
         if not work.done():
             if ctx._cancel(CAUSE_TIMEOUT):
                 logger.info("job %s attempt %s hit its execution timeout", ctx.job_id, ctx.attempt_id)
-            await _wait_for_grace(run, work)
+            await run.timers.wait_first({work}, run.cancellation_grace.total_seconds(), "grace")
     except asyncio.CancelledError:
         work.cancel()
         raise
     finally:
         waiter.cancel()
-        if timeout is not None:
-            timeout.cancel()
     if not work.done():
         work.add_done_callback(_log_late_finish)
         return _unfinished(run, ctx.cancel_cause or CAUSE_TIMEOUT)
@@ -141,15 +134,6 @@ async def execute(run: PipelineRun) -> RunReport | None:
     except (Exception, asyncio.CancelledError) as error:
         return report_exception(error)
     return _report_result(result, run.max_output_bytes)
-
-
-async def _wait_for_grace(run: PipelineRun, work: asyncio.Future[Any]) -> None:
-    """Waits for the cancelled chain to end, at most the cancellation grace."""
-    grace = asyncio.ensure_future(run.timers.sleep(run.cancellation_grace.total_seconds(), "grace"))
-    try:
-        await asyncio.wait({work, grace}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        grace.cancel()
 
 
 async def _guarded_chain(run: PipelineRun, finish: _Finish) -> JobResult:

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 TimerPurpose = Literal["timeout", "grace", "heartbeat"]
 """What a wait is for: ``VirtualTimers`` skips to a heartbeat only while runs need one."""
@@ -32,6 +32,13 @@ class Timers(Protocol):
         """Returns once ``seconds`` have passed on this clock."""
         ...
 
+    async def wait_first(
+        self, futures: set[asyncio.Future[Any]], seconds: float | None, purpose: TimerPurpose
+    ) -> None:
+        """Returns once one of ``futures`` is done, or ``seconds`` (None: no limit) have
+        passed on this clock."""
+        ...
+
 
 class RealTimers:
     """The host's monotonic clock and the event loop's timers."""
@@ -41,6 +48,12 @@ class RealTimers:
 
     async def sleep(self, seconds: float, purpose: TimerPurpose) -> None:
         await asyncio.sleep(seconds)
+
+    async def wait_first(
+        self, futures: set[asyncio.Future[Any]], seconds: float | None, purpose: TimerPurpose
+    ) -> None:
+        # The loop's own timeout: no task for the timer on the worker's hot path.
+        await asyncio.wait(futures, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
 
 
 REAL_TIMERS: Timers = RealTimers()
@@ -87,6 +100,18 @@ class VirtualTimers:
         finally:
             if not future.done():  # the sleeper was cancelled: forget its deadline
                 future.cancel()
+
+    async def wait_first(
+        self, futures: set[asyncio.Future[Any]], seconds: float | None, purpose: TimerPurpose
+    ) -> None:
+        if seconds is None:
+            await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+            return
+        timer = asyncio.ensure_future(self.sleep(seconds, purpose))
+        try:
+            await asyncio.wait({*futures, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
 
     def next_deadline_ms(self, purposes: frozenset[TimerPurpose]) -> int | None:
         """The earliest deadline of a pending sleep for one of ``purposes``, if any."""
