@@ -42,8 +42,8 @@ reach the coordinator with `--target`, `--token` or `--token-file`, `--ca`, `--c
 in the process list. They print a table fitted to the
 terminal, `--output wide`, or `--output json` (`--json`): the shapes are in
 [CLI JSON output](cli-json.md). Flags are never abbreviated. `runwick completion
-bash|zsh|fish` prints shell completion code. `serve`, `migrate` and `bench` run the coordinator's own
-code and need the `runwick[coordinator]` install.
+bash|zsh|fish` prints shell completion code. The command comes with the
+`runwick-coordinator` distribution ([Install](index.md#install)).
 
 Every command exits with one of these statuses (a test holds each client command to
 them):

@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# Both distributions, editable, in one command: the SDK with the dev extra (the root) and
+# runwick-coordinator (packaging/coordinator), which the dev extra names and no index has.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]" -e ./packaging/coordinator
 
 # Node.js tools, pinned by committed lock files into project-local node_modules/:
 # buf (protos/: `buf lint` of the wire contract) and the Node.js worker example
@@ -46,8 +48,9 @@ fi
 # The layers are a contract (pyproject.toml [tool.importlinter]): a broken one fails the run.
 .venv/bin/lint-imports --no-cache
 
-# The package as users install it: sdist and wheel built, the wheel installed with no
-# extras into a fresh virtualenv and smoke-tested there (its size is printed).
+# Runwick as users install it: both distributions' sdists and wheels built, the SDK's
+# wheel installed alone into a fresh virtualenv and checked there (its size held to
+# 25 MiB and printed), then the coordinator's; the image's build stage rehearsed.
 bash tests/wheel_smoke.sh
 
 # Two pytest-xdist processes by default (RUNWICK_TEST_WORKERS; `-n 0` in the arguments

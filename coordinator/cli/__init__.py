@@ -7,8 +7,9 @@ One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bound
 ``schedules``, ``purge`` and ``completion``; client commands connect through
 ``connect`` and print through ``output``. Server pieces are imported only inside the
 functions that run the coordinator or read its database (``serve``, ``bench``), so
-``runwick jobs`` and ``runwick worker`` work with the SDK-only install (``pip install
-runwick``); ``serve`` and ``migrate`` then say which extra to install.
+the client commands and ``runwick worker`` start without loading the server's
+dependencies; ``serve`` and ``migrate`` say what to install when those are missing (an
+install of the ``runwick-coordinator`` distribution made with ``--no-deps``).
 
 Every parser is a ``RunwickParser``: abbreviated flags are refused (``--stat`` is not
 ``--state``). Exit codes: 0 done, 1 the coordinator refused or failed, 2 bad usage or
@@ -42,7 +43,10 @@ from coordinator.cli.workers import add_workers_command, run_workers_command
 __all__ = ["EXIT_BROKEN_PIPE", "RunwickParser", "build_parser", "main"]
 
 """As a shell reports a process ended by SIGPIPE."""
-COORDINATOR_EXTRA_HINT = 'this command needs the coordinator: pip install "runwick[coordinator]"'
+COORDINATOR_EXTRA_HINT = (
+    "this command needs the coordinator's dependencies: pip install runwick-coordinator"
+    " (from a checkout: pip install . ./packaging/coordinator)"
+)
 
 
 class RunwickParser(argparse.ArgumentParser):
@@ -118,7 +122,7 @@ _SERVER_MODULES = {
     "grpc_status",
     "cronsim",
 }
-"""What the ``coordinator`` extra installs: missing, the command says to install it."""
+"""Server dependencies of runwick-coordinator: missing, the command says to install it."""
 
 
 def _run(options: argparse.Namespace) -> int:

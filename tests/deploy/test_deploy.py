@@ -245,7 +245,11 @@ def test_dockerfile_builds_a_small_non_root_image_of_the_coordinator(
     uid = int(users[-1].split(":")[0])
     for _, template in pod_templates(overlays["postgres"]):
         assert template["spec"]["securityContext"]["runAsUser"] == uid
-    assert any(kind == "RUN" and re.search(r'install .*"\.\[coordinator\]"', arg) for kind, arg in steps)
+    # Both distributions: the SDK (root) and runwick-coordinator (the coordinator, the command).
+    assert any(
+        kind == "RUN" and re.search(r"pip install .* \. \./packaging/coordinator$", arg)
+        for kind, arg in steps
+    )
     assert not any(kind == "ADD" for kind, _ in steps)  # no remote downloads into the image
     defaults = cli_defaults(monkeypatch)
     [exposed] = [arg for kind, arg in final if kind == "EXPOSE"]
@@ -271,6 +275,9 @@ def locked_pins() -> dict[str, tuple[str, list[str]]]:
     for line in joined.splitlines():
         if line.strip() and not line.startswith("#"):
             requirement, *options = line.split()
+            # pip reads everything before the first option as one requirement: a second
+            # name there ("alembic==1.20.1 alembic==1.20.1") fails the image's build.
+            assert all(opt.startswith("--hash=") for opt in options), f"not one pinned requirement: {line}"
             name, _, version = requirement.partition("==")
             hashes = [opt.removeprefix("--hash=") for opt in options if opt.startswith("--hash=sha256:")]
             pins[canonicalize_name(name)] = (version, hashes)
@@ -282,8 +289,14 @@ def test_the_image_installs_only_locked_hashed_versions_that_satisfy_pyproject()
     below a floor (the floors are set past known vulnerabilities)."""
     pins = locked_pins()
     assert pins and all(version and hashes for version, hashes in pins.values())
-    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["coordinator"]
+    wanted = []  # the SDK's dependencies and runwick-coordinator's, but the SDK itself
+    for pyproject in (
+        DEPLOY.parent / "pyproject.toml",
+        DEPLOY.parent / "packaging/coordinator/pyproject.toml",
+    ):
+        wanted += tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    wanted = [spec for spec in wanted if Requirement(spec).name != "runwick"]
+    assert len(wanted) > 15
     for spec in wanted:
         requirement = Requirement(spec)
         name = canonicalize_name(requirement.name)
@@ -296,6 +309,33 @@ def test_the_image_installs_only_locked_hashed_versions_that_satisfy_pyproject()
     assert any("--require-hashes" in arg and "requirements.lock" in arg for arg in installs)
     # Runwick itself brings nothing unlocked: no dependencies, no isolated build env.
     assert all("--require-hashes" in arg or "--no-deps --no-build-isolation" in arg for arg in installs)
+
+
+def test_the_build_context_holds_every_file_the_dockerfile_copies() -> None:
+    """Dockerfile.dockerignore keeps everything out but what it names: a COPY of a path it
+    does not let in fails the image's build (Docker cannot run here, so this is checked
+    from the files). packaging/coordinator links to coordinator/, copied beside it, and
+    the lock's source names both distributions."""
+    allowed = [
+        line[1:].rstrip("/")
+        for line in (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    steps = dockerfile()
+    sources = [
+        source
+        for kind, arg in steps
+        if kind == "COPY" and not arg.startswith("--from")
+        for source in arg.split()[:-1]
+    ]
+    assert "packaging/coordinator" in sources and "coordinator" in sources
+    for source in sources:
+        assert source in allowed, f"{source} is not in the build context"
+        assert (DEPLOY.parent / source).exists(), source
+    link = DEPLOY.parent / "packaging" / "coordinator" / "coordinator"
+    assert link.is_symlink() and link.readlink().as_posix() == "../../coordinator"
+    sources_of_the_lock = (DEPLOY / "docker" / "requirements.in").read_text().split("\n")
+    assert {".", "./packaging/coordinator"} <= set(sources_of_the_lock)
 
 
 # -- alerts and dashboard --------------------------------------------------------------

@@ -1,13 +1,32 @@
-"""Packaging: generated code is current; the SDK and client commands need no server dependencies."""
+"""Packaging: generated code is current; the SDK and client commands need no server
+dependencies; the two distributions (``runwick``, the SDK, from pyproject.toml, and
+``runwick-coordinator`` from packaging/coordinator/) declare what their code imports and
+travel at one version."""
 
 from __future__ import annotations
 
 import importlib.util
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support import ROOT
+
+SDK_DIST = ROOT
+"""The SDK's distribution, ``runwick``: the repository's root pyproject.toml."""
+COORDINATOR_DIST = ROOT / "packaging" / "coordinator"
+"""``runwick-coordinator``: the coordinator package and the ``runwick`` command."""
+TOOLING_EXTRAS = frozenset({"dev", "examples", "coordinator"})
+"""Extras of the SDK that are not its code's to import (tests, examples, the other half)."""
+
+
+def _pyproject(distribution: Path) -> dict[str, Any]:
+    return tomllib.loads((distribution / "pyproject.toml").read_text())
 
 
 def _generator():  # type: ignore[no-untyped-def]
@@ -50,7 +69,8 @@ def test_sdk_does_not_import_the_coordinator_or_sqlalchemy() -> None:
 
 
 def test_cli_client_commands_work_without_the_server_dependencies() -> None:
-    """``pip install runwick`` (no extra) gives ``runwick jobs`` and ``runwick worker``."""
+    """``runwick jobs`` and ``runwick worker`` load no server dependency: they start
+    fast, and a partial install still runs them."""
     import subprocess
     import sys
 
@@ -72,8 +92,9 @@ sys.exit(main(['jobs', 'get', 'not-a-uuid', '--target', '127.0.0.1:1']))
     assert "runwick: UNAVAILABLE" in result.stderr
 
 
-def _imports(path: Path) -> set[str]:
-    """The modules ``path`` imports (absolute names; relative imports are not used)."""
+def _imports(path: Path, *, allow_relative: bool = False) -> set[str]:
+    """The modules ``path`` imports (absolute names; relative imports are refused unless
+    ``allow_relative``, and then left out: they stay inside the package)."""
     import ast
 
     names: set[str] = set()
@@ -81,8 +102,9 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path}: relative import"
-            names.add(node.module or "")
+            assert node.level == 0 or allow_relative, f"{path}: relative import"
+            if node.level == 0:
+                names.add(node.module or "")
     return names
 
 
@@ -119,11 +141,8 @@ def test_the_domain_imports_only_the_standard_library_and_the_wire_grammar() -> 
 def test_the_dashboards_pages_styles_and_script_ship_in_the_package() -> None:
     """No build step: templates and static files are package data, every one of them."""
     import fnmatch
-    import tomllib
 
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
-        "coordinator"
-    ]
+    globs = _pyproject(COORDINATOR_DIST)["tool"]["setuptools"]["package-data"]["coordinator"]
     shipped = [
         path.relative_to(ROOT / "coordinator").as_posix()
         for folder in ("templates", "static")
@@ -131,3 +150,89 @@ def test_the_dashboards_pages_styles_and_script_ship_in_the_package() -> None:
     ]
     assert len(shipped) > 10
     assert [p for p in shipped if not any(fnmatch.fnmatch(p, g) for g in globs)] == []
+
+
+def _declared(distribution: Path, *, skip_extras: frozenset[str] = frozenset()) -> set[str]:
+    """Canonical names of what ``distribution`` depends on, its extras (but ``skip_extras``) included."""
+    project = _pyproject(distribution)["project"]
+    extras = [
+        spec
+        for name, specs in project.get("optional-dependencies", {}).items()
+        if name not in skip_extras
+        for spec in specs
+    ]
+    return {canonicalize_name(Requirement(spec).name) for spec in project["dependencies"] + extras}
+
+
+def _third_party_imports(package: str) -> set[str]:
+    """Top-level names of the modules outside the standard library and this repository
+    that ``package``'s modules import (generated protobuf code included)."""
+    found = set()
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for module in _imports(path, allow_relative=True):
+            top = module.split(".")[0]
+            if top and not _is_stdlib(module) and top not in ("coordinator", "worker_sdk"):
+                found.add(top)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "distributions"),
+    [
+        ("worker_sdk", [SDK_DIST]),
+        ("coordinator", [COORDINATOR_DIST, SDK_DIST]),
+    ],
+)
+def test_every_third_party_module_a_package_imports_is_a_dependency_of_its_distribution(
+    package: str, distributions: list[Path]
+) -> None:
+    """An import the development environment satisfies but the package's distribution
+    does not declare would pass every other test and fail in a user's install. The SDK may
+    import only its own dependencies (never rich or SQLAlchemy); the coordinator its own
+    and the SDK's."""
+    declared = set().union(*(_declared(d, skip_extras=TOOLING_EXTRAS) for d in distributions))
+    providers = packages_distributions()
+    undeclared = {
+        module: providers.get(module, ["(not installed)"])
+        for module in _third_party_imports(package)
+        if not {canonicalize_name(d) for d in providers.get(module, [])} & declared
+    }
+    assert undeclared == {}
+
+
+def test_the_sdk_distribution_holds_the_sdk_alone() -> None:
+    """What a service embeds: the package worker_sdk and four dependencies, no command,
+    nothing of the coordinator or its command-line libraries."""
+    sdk = _pyproject(SDK_DIST)
+    assert sdk["tool"]["setuptools"]["packages"]["find"]["include"] == ["worker_sdk*"]
+    assert set(sdk["tool"]["setuptools"]["package-data"]) == {"worker_sdk"}
+    assert "scripts" not in sdk["project"]
+    assert {canonicalize_name(Requirement(s).name) for s in sdk["project"]["dependencies"]} == {
+        "grpcio",
+        "protobuf",
+        "prometheus-client",
+        "googleapis-common-protos",
+    }
+
+
+def test_the_two_distributions_travel_at_one_version() -> None:
+    """runwick-coordinator needs the SDK of its own release (it imports the generated
+    protobuf modules from it), and the SDK's ``coordinator`` extra names that release."""
+    sdk, coordinator = _pyproject(SDK_DIST)["project"], _pyproject(COORDINATOR_DIST)["project"]
+    assert coordinator["name"] == "runwick-coordinator" and sdk["name"] == "runwick"
+    assert coordinator["version"] == sdk["version"]
+    assert f"runwick=={sdk['version']}" in coordinator["dependencies"]
+    assert sdk["optional-dependencies"]["coordinator"] == [f"runwick-coordinator=={sdk['version']}"]
+    assert coordinator["scripts"] == {"runwick": "coordinator.cli:main"}
+    assert coordinator["license"] == sdk["license"]
+    assert (COORDINATOR_DIST / coordinator["readme"]).is_file()
+
+
+def test_the_coordinator_distribution_builds_from_the_package_itself() -> None:
+    """packaging/coordinator/coordinator is a link to the package, never a copy that
+    could drift from it."""
+    link = COORDINATOR_DIST / "coordinator"
+    assert link.is_symlink()
+    assert link.resolve() == (ROOT / "coordinator").resolve()
+    include = _pyproject(COORDINATOR_DIST)["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert include == ["coordinator*"]
