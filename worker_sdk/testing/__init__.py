@@ -6,7 +6,7 @@
   event loop) run a real coordinator over a temporary SQLite file with a virtual clock,
   and a worker for the handlers registered on them: ``advance(timedelta)`` moves every
   timer, ``run_until_idle()`` runs what is runnable now. They need the coordinator
-  extra (``pip install 'runwick[coordinator]'``); importing this module does not.
+  extra (``pip install 'runwick[testing]'``); importing this module does not.
 - ``worker_sdk.testing.pytest_plugin`` gives pytest fixtures for them.
 """
 

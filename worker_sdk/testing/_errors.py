@@ -11,6 +11,6 @@ class NotIdle(RuntimeError):
 
 MISSING_EXTRA = (
     "worker_sdk.testing.Coordinator runs a real coordinator in-process and needs the "
-    "coordinator's dependencies: pip install 'runwick[coordinator]' (in a checkout: "
-    'pip install -e ".[coordinator]")'
+    "coordinator's dependencies: pip install 'runwick[testing]' (in a checkout: "
+    'pip install -e ".[testing]" -e ./packaging/coordinator)'
 )

@@ -45,4 +45,4 @@ def test_the_coordinator_names_the_extra_it_needs() -> None:
     assert result.returncode == 1
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("ImportError: worker_sdk.testing.Coordinator")
-    assert "pip install 'runwick[coordinator]'" in last_line
+    assert "pip install 'runwick[testing]'" in last_line
