@@ -44,6 +44,7 @@ from coordinator.domain.records import (
     WorkerStream,
 )
 from coordinator.domain.schedules import NewScheduleSpec, ScheduleView
+from coordinator.domain.search import JobSearch, SearchPage
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.metrics import CoordinatorMetrics
@@ -76,6 +77,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
 from coordinator.service.retention import RetentionService, check_purge
 from coordinator.service.schedules import Fired, SchedulesService
+from coordinator.service.search import JobSearchService
 from coordinator.service.tokens import NewToken, TokenService, check_bootstrap_token
 from coordinator.service.work import BatchAnswers
 from coordinator.store import DatabaseTimeouts, Store
@@ -697,3 +699,24 @@ class Coordinator:
             )
             for s in sessions
         ]
+
+    # -- the dashboard's search, bulk preview and schedule runs ---------------------------
+
+    async def search_jobs(self, search: JobSearch, *, page_size: int, cursor: str) -> SearchPage:
+        """A page of a jobs search, bounded as ``domain.search`` says; InvalidArgument for
+        a bad field or cursor, before any read."""
+        service = JobSearchService(self.store, self.config.dashboard_limits)
+        return await self.executors.read(service.search, search, page_size=page_size, cursor=cursor)
+
+    async def bulk_count(self, job_filter: JobFilter, *, retry: bool) -> tuple[int, bool]:
+        """How many jobs ``bulk_retry`` (``retry``) or ``bulk_cancel`` of ``job_filter``
+        would act on now, and whether the count was capped; their refusals, unread."""
+        service = JobSearchService(self.store, self.config.dashboard_limits)
+        allowed, verb = (RETRYABLE, "retry") if retry else (CANCELLABLE, "cancel")
+        return await self.executors.read(service.bulk_count, job_filter, allowed, verb)
+
+    async def run_schedule_now(self, name: str, actor: Actor) -> str:
+        """Enqueues one job from the schedule now (audited, ``schedule.run_now``); its ID."""
+        fired = await self.executors.write(self.schedules.run_now, name, actor)
+        self._schedule_fired(fired)
+        return fired.enqueued[0][1].job_id

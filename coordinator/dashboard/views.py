@@ -33,7 +33,7 @@ OPEN_STATES = (
     JobState.RUNNING,
 )
 ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-NOTICE_PARAMS = frozenset({"notice", "count", "refused"})
+NOTICE_PARAMS = frozenset({"notice", "count", "requested", "refused", "job"})
 NOTICES = {
     "retried": "Retried: the job runs again as a new generation.",
     "cancelled": "Cancel sent: the job is cancelled, or its worker has been told to stop it.",
@@ -42,6 +42,9 @@ NOTICES = {
     "limited": "Concurrency limit changed.",
     "schedule_paused": "Schedule paused: no ticks run until it is resumed.",
     "schedule_resumed": "Schedule resumed from its next tick.",
+    "schedule_created": "Schedule created: its first job is enqueued at its next tick.",
+    "schedule_deleted": "Schedule deleted; the jobs it enqueued stay.",
+    "schedule_run": "Enqueued a job from the schedule to run now.",
 }
 
 
@@ -59,7 +62,25 @@ def _notice(request: Request) -> str | None:
         count, refused = _int(request.query_params.get("count")), _int(request.query_params.get("refused"))
         text = f"Retried {count} job{'s' if count != 1 else ''}."
         return text + (f" {refused} could not be retried (no longer failed)." if refused else "")
+    if name in ("bulk_cancel", "bulk_retry"):
+        return _bulk_notice(name, request)
     return NOTICES.get(name or "")
+
+
+def _bulk_notice(name: str, request: Request) -> str:
+    count, refused = _int(request.query_params.get("count")), _int(request.query_params.get("refused"))
+    plural = "s" if count != 1 else ""
+    if name == "bulk_retry":
+        text = f"Retried {count} job{plural}."
+    else:
+        requested = _int(request.query_params.get("requested"))
+        text = f"Cancelled {count} job{plural}."
+        text += (
+            f" Asked the workers of {requested} running job{'s' if requested != 1 else ''} to stop."
+            if requested
+            else ""
+        )
+    return text + (f" {refused} skipped (changed meanwhile; see the audit log)." if refused else "")
 
 
 def _int(value: str | None) -> int:

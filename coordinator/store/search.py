@@ -1,0 +1,202 @@
+"""The jobs search (``domain.search``) and the bulk operations' count, as bounded reads.
+
+Every statement here reads a bounded number of rows whatever the size of the table: the
+indexed part of a search walks an index in ID order; what no index answers is applied
+to a window of at most ``scan_limit`` of those rows (an inner ``LIMIT`` applied before
+the other filters, so the limit bounds what is read, not only what is returned); the
+idempotency-key search probes the per-queue key index once per queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, LargeBinary, bindparam, func, select, text
+
+from coordinator.domain.records import JobRecord
+from coordinator.domain.search import PREFIX_END, JobSearch, SortKey, id_floor
+from coordinator.domain.states import JobState
+from coordinator.store.rows import job_from_mapping
+from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queues
+
+_LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
+_QUEUE_CHUNK = 500
+"""Queue names per IN list of the key probe: well under every engine's parameter limit."""
+_SORT_COLUMNS = {
+    SortKey.CREATED: jobs.c.id,
+    SortKey.RUN_AT: jobs.c.run_at_ms,
+    SortKey.FINISHED: jobs.c.finished_at_ms,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRows:
+    jobs: list[JobRecord]
+    """Up to ``limit`` + 1 matches, in the search's order."""
+    scanned: int
+    """Rows in the window (0 without one)."""
+    last_scanned_id: str | None
+    """The window's last ID in ID order (created sort): where the next window starts."""
+
+
+def search_jobs(
+    conn: Connection,
+    search: JobSearch,
+    *,
+    after_id: str | None,
+    offset: int,
+    limit: int,
+    scan_limit: int,
+    text_head_bytes: int,
+) -> SearchRows:
+    """Up to ``limit`` + 1 jobs of ``search`` after the job ``after_id`` (created sort)
+    or after ``offset`` matches of the window (other sorts); payloads left out."""
+    if search.idempotency_key is not None:
+        return SearchRows(_by_idempotency_key(conn, search, limit, text_head_bytes), 0, None)
+    indexed = _indexed_conditions(search)
+    by_id = search.sort is SortKey.CREATED
+    descending_ids = search.descending or not by_id
+    if by_id and after_id is not None:
+        indexed.append(jobs.c.id < after_id if search.descending else jobs.c.id > after_id)
+    id_order = jobs.c.id.desc() if descending_ids else jobs.c.id.asc()
+    if not search.needs_window and search.created_after_ms is None and search.created_before_ms is None:
+        rows = conn.execute(select(*_LIST_COLUMNS).where(*indexed).order_by(id_order).limit(limit + 1))
+        return SearchRows([_listed(row) for row in rows], 0, None)
+    window = select(jobs.c.id).where(*indexed).order_by(id_order).limit(scan_limit).subquery()
+    scanned, low, high = conn.execute(
+        select(func.count(), func.min(window.c.id), func.max(window.c.id))
+    ).one()
+    column = _SORT_COLUMNS[search.sort]
+    order = column.desc().nulls_last() if search.descending else column.asc().nulls_last()
+    query = (
+        select(*_LIST_COLUMNS)
+        .where(jobs.c.id.in_(select(window.c.id)), *_window_conditions(conn, search, text_head_bytes))
+        .order_by(order, jobs.c.id.desc() if search.descending else jobs.c.id.asc())
+        .limit(limit + 1)
+        .offset(offset)
+    )
+    found = [_listed(row) for row in conn.execute(query)]
+    return SearchRows(found, int(scanned), low if descending_ids else high)
+
+
+def _indexed_conditions(search: JobSearch) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if search.queue is not None:
+        conditions.append(jobs.c.queue == search.queue)
+    if search.state is not None:
+        conditions.append(jobs.c.state == search.state.value)
+    if search.wire_name is not None:
+        conditions.append(jobs.c.wire_name == search.wire_name)
+    if search.id_prefix is not None:
+        conditions += [jobs.c.id >= search.id_prefix, jobs.c.id < search.id_prefix + PREFIX_END]
+    if search.created_after_ms is not None:
+        conditions.append(jobs.c.id >= id_floor(search.created_after_ms))
+    if search.created_before_ms is not None:
+        conditions.append(jobs.c.id < id_floor(search.created_before_ms))
+    return conditions
+
+
+def _window_conditions(conn: Connection, search: JobSearch, text_head_bytes: int) -> list[Any]:
+    """The exact tests applied to the window's rows (or to the key probe's few)."""
+    conditions: list[Any] = []
+    if search.unique_key is not None:
+        conditions.append(jobs.c.unique_key == search.unique_key)
+    if search.created_after_ms is not None:
+        conditions.append(jobs.c.created_at_ms >= search.created_after_ms)
+    if search.created_before_ms is not None:
+        conditions.append(jobs.c.created_at_ms < search.created_before_ms)
+    if search.finished_after_ms is not None:
+        conditions.append(jobs.c.finished_at_ms >= search.finished_after_ms)
+    if search.finished_before_ms is not None:
+        conditions.append(jobs.c.finished_at_ms < search.finished_before_ms)
+    if search.text is not None:
+        conditions.append(_payload_contains(conn, search.text.encode(), text_head_bytes))
+    return conditions
+
+
+def _payload_contains(conn: Connection, needle: bytes, head_bytes: int) -> Any:
+    """The payload's first ``head_bytes`` contain ``needle``, byte for byte. Each engine
+    has its own spelling for a search in binary data (SQLite's ``instr`` works on blobs;
+    PostgreSQL's ``position`` on bytea); neither treats any byte as a wildcard."""
+    if conn.dialect.name == "postgresql":
+        statement = "position(:needle IN substr(jobs.payload, 1, :head)) > 0"
+    else:
+        statement = "instr(substr(jobs.payload, 1, :head), :needle) > 0"
+    return text(statement).bindparams(
+        bindparam("needle", needle, type_=LargeBinary), bindparam("head", head_bytes)
+    )
+
+
+def _by_idempotency_key(
+    conn: Connection, search: JobSearch, limit: int, text_head_bytes: int
+) -> list[JobRecord]:
+    """Keys are unique per queue: one probe of ``ux_jobs_idempotency_key`` per queue (the
+    one searched, or every known queue in chunks) finds at most one job each."""
+    names: Sequence[str]
+    if search.queue is not None:
+        names = [search.queue]
+    else:
+        names = list(conn.execute(select(queues.c.name).order_by(queues.c.name)).scalars())
+    others = [
+        *_indexed_conditions(
+            JobSearch(
+                state=search.state,
+                wire_name=search.wire_name,
+                id_prefix=search.id_prefix,
+                created_after_ms=search.created_after_ms,
+                created_before_ms=search.created_before_ms,
+            )
+        )
+    ]
+    others += _window_conditions(conn, search, text_head_bytes)
+    found: list[JobRecord] = []
+    for start in range(0, len(names), _QUEUE_CHUNK):
+        chunk = names[start : start + _QUEUE_CHUNK]
+        query = select(*_LIST_COLUMNS).where(
+            jobs.c.queue.in_(chunk), jobs.c.idempotency_key == search.idempotency_key, *others
+        )
+        found += [_listed(row) for row in conn.execute(query)]
+        if len(found) > limit:
+            break
+    key = _SORT_COLUMNS[search.sort].name
+    found.sort(key=lambda job: (getattr(job, key) is None, getattr(job, key) or 0, job.id), reverse=False)
+    if search.descending:
+        found.reverse()
+    return found[: limit + 1]
+
+
+def _listed(row: Any) -> JobRecord:
+    return job_from_mapping({**row._mapping, "payload": b"", "output": None})
+
+
+def count_for_bulk(
+    conn: Connection,
+    *,
+    queue: str | None,
+    states: Sequence[JobState],
+    wire_name: str | None,
+    cap: int,
+) -> tuple[int, bool]:
+    """How many jobs a bulk operation over this filter would select now, and whether the
+    count stopped at ``cap``. Without a wire name it is the maintained queue counts
+    (exact, no job read); with one, a count of at most ``cap`` matching rows."""
+    wanted = [state.value for state in states]
+    if wire_name is None:
+        total = 0
+        for table, column in (
+            (queue_counts, queue_counts.c.count),
+            (queue_count_deltas, queue_count_deltas.c.delta),
+        ):
+            query = select(func.coalesce(func.sum(column), 0)).where(table.c.state.in_(wanted))
+            if queue is not None:
+                query = query.where(table.c.queue == queue)
+            total += int(conn.execute(query).scalar_one())
+        return total, False
+    matching = select(jobs.c.id).where(jobs.c.wire_name == wire_name, jobs.c.state.in_(wanted))
+    if queue is not None:
+        matching = matching.where(jobs.c.queue == queue)
+    limited = matching.limit(cap).subquery()
+    counted = int(conn.execute(select(func.count()).select_from(limited)).scalar_one())
+    return counted, counted >= cap
