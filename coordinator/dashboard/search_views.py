@@ -96,7 +96,7 @@ async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
     status = 200
     try:
         search, given = parse_search(request)
-        cursor = _field(request, "cursor") or ""
+        cursor = _field(request, "page") or ""
         page = await d.app.search_jobs(search, page_size=PAGE_SIZE, cursor=cursor)
     except InvalidArgument as exc:
         if is_fragment(request):
@@ -106,7 +106,7 @@ async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
         values.update(
             jobs=page.jobs,
             page=page,
-            next_url=f"/jobs?{urlencode({**given, 'cursor': page.next_cursor})}"
+            next_url=f"/jobs?{urlencode({**given, 'page': page.next_cursor})}"
             if page.next_cursor
             else None,
             first_url=f"/jobs?{urlencode(given)}" if cursor else None,

@@ -138,6 +138,6 @@ def _cursor(cursor: str, by_id: bool, window: int) -> tuple[str | None, int]:
         return None, int(cursor)
     raise InvalidArgument(
         "cursor",
-        f"{quote(cursor[:64])} is not a page of this search; start again from its first page",
+        f"{quote(cursor[:64])} is not a page token of this search; start again from its first page",
         reason="PAGE_TOKEN_INVALID",
     )

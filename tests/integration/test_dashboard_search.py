@@ -92,7 +92,7 @@ async def test_a_payload_text_search_reads_a_bounded_window_per_page_and_pages_o
     # The first page looked at the newest WINDOW jobs only, found nothing, and says so.
     assert first.status == 200 and LISTED.findall(first.body) == []
     assert "data-window" in first.body and f"newest {WINDOW} jobs" in first.body
-    further = re.search(r'href="(/jobs\?[^"]*cursor=[^"]+)" rel="next"', first.body)
+    further = re.search(r'href="(/jobs\?[^"]*page=[^"]+)" rel="next"', first.body)
     assert further is not None
     second = await session.get(further.group(1).replace("&amp;", "&"))
     assert LISTED.findall(second.body) == [oldest]
@@ -164,8 +164,8 @@ async def test_pages_of_a_search_continue_where_the_last_ended(site: tuple[Dashb
         ({"order": "sideways"}, "is not an order"),
         ({"state": "lost"}, "unknown state"),
         ({"queue": "no spaces"}, "queue"),
-        ({"cursor": "not-a-cursor"}, "is not a page of this search"),
-        ({"sort": "run_at", "cursor": "999999"}, "is not a page of this search"),
+        ({"page": "not-a-cursor"}, "is not a page token of this search"),
+        ({"sort": "run_at", "page": "999999"}, "is not a page token of this search"),
     ],
 )
 async def test_bad_search_input_gets_a_clear_message_and_400(
