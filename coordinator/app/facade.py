@@ -655,6 +655,10 @@ class Coordinator:
                     lease_ms=s.lease_ms,
                     token_id=s.token_id,
                     draining=s.draining,
+                    host=s.host,
+                    sdk=s.sdk,
+                    connected_at_ms=self._connected_at_ms.get(s),
+                    last_heartbeat_ms=s.last_heartbeat_ms,
                 )
                 for s in self.dispatcher.sessions
             ),

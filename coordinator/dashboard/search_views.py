@@ -106,9 +106,7 @@ async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
         values.update(
             jobs=page.jobs,
             page=page,
-            next_url=f"/jobs?{urlencode({**given, 'page': page.next_cursor})}"
-            if page.next_cursor
-            else None,
+            next_url=f"/jobs?{urlencode({**given, 'page': page.next_cursor})}" if page.next_cursor else None,
             first_url=f"/jobs?{urlencode(given)}" if cursor else None,
             bulk=_bulk_links(search, given),
         )
