@@ -29,6 +29,7 @@ from coordinator.domain.activity import HOUR_MS, Throughput
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.graph import GRAPH_LIMIT, Neighbourhood
 from coordinator.domain.progress import Progress
 from coordinator.domain.records import (
     AttemptRecord,
@@ -724,3 +725,7 @@ class Coordinator:
         fired = await self.executors.write(self.schedules.run_now, name, actor)
         self._schedule_fired(fired)
         return fired.enqueued[0][1].job_id
+
+    async def job_neighbourhood(self, job: JobRecord, limit: int = GRAPH_LIMIT) -> Neighbourhood:
+        """A job just read's parents and children with their states, ``limit`` each way."""
+        return await self.executors.read(self.store.neighbourhood, job.id, limit)

@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 
 from coordinator.dashboard.requests import Host, View, Visitor, is_fragment, local_path
 from coordinator.domain.access import Scope
+from coordinator.domain.graph import timeline
 from coordinator.domain.progress import decode_progress
 from coordinator.domain.records import AttemptRecord
 from coordinator.domain.states import JobState
@@ -210,8 +211,9 @@ async def _job_page(
     d: Host, request: Request, visitor: Visitor, job_id: str, *, revealed: AttemptRecord | None
 ) -> Response:
     record = await d.app.get_job(job_id)
-    relatives = await d.app.relatives(record)
+    graph = await d.app.job_neighbourhood(record)
     attempts = await d.app.list_attempts(record.id)
+    bars, axis_from_ms, axis_to_ms = timeline(attempts)
     generations: dict[int, list[AttemptRecord]] = {}
     progress = None
     for attempt in attempts:
@@ -225,7 +227,10 @@ async def _job_page(
         "job.html",
         "job_live.html",
         job=record,
-        relatives=relatives,
+        graph=graph,
+        bars=bars,
+        axis_from_ms=axis_from_ms,
+        axis_to_ms=axis_to_ms,
         generations=sorted(generations.items(), reverse=True),
         revealed=revealed,
         progress=progress,

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.graph import Neighbourhood
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -40,6 +41,7 @@ from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.search import JobSearch
 from coordinator.domain.states import JobState
 from coordinator.store import dashboard_sessions, planner, reads
+from coordinator.store import graph as job_graph
 from coordinator.store import migrate as migrations
 from coordinator.store import schedules as schedule_reads
 from coordinator.store import search as job_search
@@ -462,6 +464,11 @@ class Store:
         """A page of a jobs search, bounded as ``store.search`` says."""
         with self._reading() as conn:
             return job_search.search_jobs(conn, search, **bounds)
+
+    def neighbourhood(self, job_id: str, limit: int) -> Neighbourhood:
+        """The job's parents and children with their states, ``limit`` each way."""
+        with self._reading() as conn:
+            return job_graph.neighbourhood(conn, job_id, limit)
 
     def count_for_bulk(self, **job_filter: Any) -> tuple[int, bool]:
         """How many jobs a bulk operation would select now (``store.search``)."""
