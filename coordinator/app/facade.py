@@ -16,10 +16,11 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.app.arrivals import Arrivals
+from coordinator.app.depths import DepthHistory
 from coordinator.app.watch import TerminalWatch
 from coordinator.app.workers import ConnectedWorker
 from coordinator.config import CoordinatorConfig
@@ -147,12 +148,13 @@ class Coordinator:
         interval, idle = config.maintenance_interval_s, config.idle_interval_s
         self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, Cadence(interval, idle))
         self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, Cadence(interval, idle))
+        self.depth_history = DepthHistory()
         self.queue_statistics = QueueStatistics(
             store,
             clock,
             config.health_check_interval_s,
             config.health_check_timeout_s,
-            self.metrics.queue_stats,
+            self._queue_stats_read,
             self._database_checked,
         )
         self.schedule_ticks = ScheduleTicks(
@@ -729,3 +731,19 @@ class Coordinator:
     async def job_neighbourhood(self, job: JobRecord, limit: int = GRAPH_LIMIT) -> Neighbourhood:
         """A job just read's parents and children with their states, ``limit`` each way."""
         return await self.executors.read(self.store.neighbourhood, job.id, limit)
+
+    def _queue_stats_read(
+        self,
+        depths: Mapping[tuple[str, str], int],
+        oldest_due_ms: Mapping[str, int],
+        now_ms: int,
+        paused: frozenset[str] = frozenset(),
+    ) -> None:
+        """One background read of the queue statistics: the gauges, and the depth series
+        the dashboard draws (``app.depths``)."""
+        self.metrics.queue_stats(depths, oldest_due_ms, now_ms, paused)
+        self.depth_history.note(depths, now_ms, frozenset(oldest_due_ms) | paused)
+
+    def queue_depths(self, queue: str) -> tuple[int | None, ...]:
+        """The queue's depth in each of the last 60 minutes, as this replica read it."""
+        return self.depth_history.series(queue, self.clock.now_ms())

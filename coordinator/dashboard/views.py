@@ -284,6 +284,7 @@ async def queues(d: Host, request: Request, visitor: Visitor) -> Response:
         "queues.html",
         "queues_live.html",
         queues=listed,
+        depths={stats.queue.name: d.app.queue_depths(stats.queue.name) for stats in listed},
         next_url=f"/queues?{urlencode({'page': next_page})}" if next_page else None,
         first_url="/queues" if page else None,
         here=f"/queues?{urlencode({'page': page})}" if page else "/queues",
