@@ -24,6 +24,10 @@ class DepthHistory:
         self.max_queues = max_queues
         self._series: dict[str, dict[int, int]] = {}
         """Per queue: minute (its first millisecond) -> the depth last read in it."""
+        self._read_minutes: set[int] = set()
+        """Minutes with a read: a queue not in a read then had no job waiting."""
+        self._full = False
+        """A queue was left out for ``max_queues``: an unknown queue's depth is unknown."""
         self._lock = threading.Lock()
 
     def note(
@@ -44,17 +48,23 @@ class DepthHistory:
                 series = self._series.get(queue)
                 if series is None:
                     if len(self._series) >= self.max_queues:
+                        self._full = True
                         continue
                     series = self._series[queue] = {}
                 series[minute] = per_queue[queue]
+            self._read_minutes = {m for m in (*self._read_minutes, minute) if m >= oldest}
             for series in self._series.values():
                 for stale in [m for m in series if m < oldest]:
                     del series[stale]
 
     def series(self, queue: str, now_ms: int) -> tuple[int | None, ...]:
         """The last ``MINUTES`` minutes' depths of ``queue``, oldest first; None for a
-        minute with no read."""
+        minute with no read (or for a queue left out for ``max_queues``)."""
         minute = now_ms - now_ms % MINUTE_MS
         with self._lock:
-            kept = dict(self._series.get(queue, {}))
-        return tuple(kept.get(minute - (MINUTES - 1 - n) * MINUTE_MS) for n in range(MINUTES))
+            kept = self._series.get(queue)
+            if kept is None and self._full:
+                return (None,) * MINUTES
+            kept, read = dict(kept or {}), set(self._read_minutes)
+        minutes = [minute - (MINUTES - 1 - n) * MINUTE_MS for n in range(MINUTES)]
+        return tuple(kept.get(m, 0) if m in read else None for m in minutes)

@@ -122,6 +122,7 @@ async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
         queue_names=queue_names,
         states=list(JobState),
         sorts=list(SortKey),
+        limits=d.app.config.dashboard_limits,
         advanced=any(name in given for name in ("key", "unique_key", "text", *TIME_FIELDS, "sort")),
         **values,
     )

@@ -12,7 +12,9 @@ dashboard = test_dashboard_http.dashboard
 """The fixture: a coordinator with its dashboard, and a token per scope."""
 
 
-async def test_the_queues_page_draws_each_queues_depth_from_the_statistics_reads(dashboard: Dashboard) -> None:
+async def test_the_queues_page_draws_each_queues_depth_from_the_statistics_reads(
+    dashboard: Dashboard,
+) -> None:
     app = dashboard.running.app
     for _ in range(3):
         await dashboard.enqueue()
