@@ -124,8 +124,8 @@ class DashboardLimits:
     search_text_head_bytes: int = 4_096
     """How much of each payload a text search looks in (what the job page shows)."""
     bulk_count_cap: int = 10_000
-    """Most jobs a bulk action's confirmation counts one by one (a wire-name filter);
-    above it the page says "at least"."""
+    """Jobs of a wire name a bulk action's confirmation reads at most to count its
+    matches (other filters are counted from the maintained queue counts)."""
 
 
 @dataclass(frozen=True, slots=True)

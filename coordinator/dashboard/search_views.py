@@ -166,6 +166,7 @@ async def bulk_confirm(d: Host, request: Request, visitor: Visitor) -> Response:
         described=job_filter.describe(),
         count=count,
         capped=capped,
+        limits=d.app.config.dashboard_limits,
         back=f"/jobs?{urlencode(given)}",
     )
     return d.renderer.page("bulk_confirm.html", context)

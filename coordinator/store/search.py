@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, LargeBinary, bindparam, func, select, text
+from sqlalchemy import ColumnElement, Connection, LargeBinary, bindparam, case, func, select, text
 
 from coordinator.domain.records import JobRecord
 from coordinator.domain.search import PREFIX_END, JobSearch, SortKey, id_floor
@@ -180,8 +180,9 @@ def count_for_bulk(
     cap: int,
 ) -> tuple[int, bool]:
     """How many jobs a bulk operation over this filter would select now, and whether the
-    count stopped at ``cap``. Without a wire name it is the maintained queue counts
-    (exact, no job read); with one, a count of at most ``cap`` matching rows."""
+    count is partial. Without a wire name it is the maintained queue counts (exact, no
+    job read); with one, the matches among the newest ``cap`` jobs of that wire name
+    (partial when there were ``cap`` of them): a bounded walk of its index."""
     wanted = [state.value for state in states]
     if wire_name is None:
         total = 0
@@ -194,9 +195,15 @@ def count_for_bulk(
                 query = query.where(table.c.queue == queue)
             total += int(conn.execute(query).scalar_one())
         return total, False
-    matching = select(jobs.c.id).where(jobs.c.wire_name == wire_name, jobs.c.state.in_(wanted))
+    newest = (
+        select(jobs.c.queue, jobs.c.state)
+        .where(jobs.c.wire_name == wire_name)
+        .order_by(jobs.c.id.desc())
+        .limit(cap)
+        .subquery()
+    )
+    matching = func.sum(case((newest.c.state.in_(wanted), 1), else_=0))
     if queue is not None:
-        matching = matching.where(jobs.c.queue == queue)
-    limited = matching.limit(cap).subquery()
-    counted = int(conn.execute(select(func.count()).select_from(limited)).scalar_one())
-    return counted, counted >= cap
+        matching = func.sum(case(((newest.c.state.in_(wanted)) & (newest.c.queue == queue), 1), else_=0))
+    scanned, counted = conn.execute(select(func.count(), func.coalesce(matching, 0))).one()
+    return int(counted), int(scanned) >= cap

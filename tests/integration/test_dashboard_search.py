@@ -183,3 +183,25 @@ async def test_bad_search_input_gets_a_clear_message_and_400(
     assert 'role="search"' in page.body  # the form stays, to correct the field
     assert fragment.status == 400 and message in fragment.body and "<html" not in fragment.body
     assert (await dashboard.running.app.get_job(job_id)).state.value == "available"
+
+
+async def test_a_bulk_count_by_wire_name_reads_a_bounded_number_of_jobs(
+    site: tuple[Dashboard, OffsetClock],
+) -> None:
+    dashboard, _ = site
+    for _ in range(7):
+        await _enqueue(dashboard, wire_name="tests.many")
+    session = await dashboard.session("manage")
+
+    capped = await session.get("/jobs/bulk/cancel?" + urlencode({"wire_name": "tests.many"}))
+    exact = await session.get("/jobs/bulk/cancel?" + urlencode({"queue": "default"}))
+
+    # bulk_count_cap is 5 here: the count stops there and says so; a queue's is exact.
+    assert (
+        capped.status == 200
+        and 'data-bulk-count="5"' in capped.body
+        and "of the newest 5 jobs" in capped.body
+    )
+    assert 'data-bulk-count="7"' in exact.body and "of the newest" not in exact.body
+    done = await session.post("/jobs/bulk/cancel", {"csrf": await session.csrf(), "wire_name": "tests.many"})
+    assert done.status == 303 and "count=7" in (done.header("location") or "")  # all are acted on
