@@ -19,5 +19,4 @@ ADDED: list[tuple[str, View, Scope, tuple[str, ...]]] = [
     ("/schedules/{name}/delete", schedule_views.confirm_delete, Scope.MANAGE, GET),
     ("/schedules/{name}/delete", schedule_views.delete_schedule, Scope.MANAGE, POST),
 ]
-REPLACED = frozenset({("/jobs", GET)})
-ROUTES = [*ADDED, *(route for route in views.ROUTES if (route[0], route[3]) not in REPLACED)]
+ROUTES = [*ADDED, *views.ROUTES]

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from coordinator.dashboard.requests import Host, Visitor
-from coordinator.dashboard.views import _back
+from coordinator.dashboard.views import back_to
 from coordinator.domain.records import DEFAULT_QUEUE
 from coordinator.domain.schedules import CatchUp, NewScheduleSpec
 from coordinator.errors import InvalidArgument
@@ -55,12 +55,12 @@ async def create_schedule(d: Host, request: Request, visitor: Visitor) -> Respon
         await d.app.create_schedule(spec, visitor.actor)
     except InvalidArgument as exc:
         return _form_page(d, request, visitor, values, str(exc))
-    return await _back(request, "/schedules", "schedule_created")
+    return await back_to(request, "/schedules", "schedule_created")
 
 
 async def run_schedule(d: Host, request: Request, visitor: Visitor) -> Response:
     job_id = await d.app.run_schedule_now(request.path_params["name"], visitor.actor)
-    return await _back(request, "/schedules", "schedule_run", job=job_id)
+    return await back_to(request, "/schedules", "schedule_run", job=job_id)
 
 
 async def confirm_delete(d: Host, request: Request, visitor: Visitor) -> Response:
@@ -71,4 +71,4 @@ async def confirm_delete(d: Host, request: Request, visitor: Visitor) -> Respons
 
 async def delete_schedule(d: Host, request: Request, visitor: Visitor) -> Response:
     await d.app.delete_schedule(request.path_params["name"], visitor.actor)
-    return await _back(request, "/schedules", "schedule_deleted")
+    return await back_to(request, "/schedules", "schedule_deleted")

@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 
 from coordinator.app import JobFilter
 from coordinator.dashboard.requests import Host, Visitor, is_fragment
-from coordinator.dashboard.views import PAGE_SIZE, QUEUE_OPTIONS, _back, _form_text, _notice, _state
+from coordinator.dashboard.views import PAGE_SIZE, QUEUE_OPTIONS, back_to, form_text, notice_for, parse_state
 from coordinator.domain.search import JobSearch, SortKey
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument
@@ -74,7 +74,7 @@ def parse_search(request: Request) -> tuple[JobSearch, dict[str, str]]:
         given.update(sort=sort.value, order=order)
     search = JobSearch(
         queue=given.get("queue"),
-        state=_state(given.get("state")),
+        state=parse_state(given.get("state")),
         wire_name=given.get("wire_name"),
         id_prefix=given.get("id_prefix"),
         idempotency_key=given.get("key"),
@@ -117,7 +117,7 @@ async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
     context = d.context(
         request,
         visitor,
-        notice=_notice(request),
+        notice=notice_for(request),
         given=given,
         queue_names=queue_names,
         states=list(JobState),
@@ -141,7 +141,7 @@ def _bulk_links(search: JobSearch, given: dict[str, str]) -> dict[str, str] | No
 
 
 def _bulk_filter(queue: str | None, state: str | None, wire_name: str | None) -> JobFilter:
-    return JobFilter(queue=queue, state=_state(state), wire_name=wire_name)
+    return JobFilter(queue=queue, state=parse_state(state), wire_name=wire_name)
 
 
 def _verb(request: Request) -> str:
@@ -175,7 +175,7 @@ async def bulk_confirm(d: Host, request: Request, visitor: Visitor) -> Response:
 async def bulk_run(d: Host, request: Request, visitor: Visitor) -> Response:
     """Runs the bulk action (the facade audits each job as the API's bulk calls do)."""
     verb = _verb(request)
-    names = {name: await _form_text(request, name) for name in ("queue", "state", "wire_name")}
+    names = {name: await form_text(request, name) for name in ("queue", "state", "wire_name")}
     job_filter = _bulk_filter(names["queue"], names["state"], names["wire_name"])
     if BULK_VERBS[verb]:
         include = (await request.form()).get("include_dependents") == "on"
@@ -184,6 +184,6 @@ async def bulk_run(d: Host, request: Request, visitor: Visitor) -> Response:
         outcome = await d.app.bulk_cancel(job_filter, visitor.actor)
     given = {k: v for k, v in names.items() if v}
     done = {"count": outcome.done, "requested": outcome.requested, "refused": outcome.skipped}
-    response = await _back(request, f"/jobs?{urlencode(given)}", f"bulk_{verb}", **done)
+    response = await back_to(request, f"/jobs?{urlencode(given)}", f"bulk_{verb}", **done)
     assert isinstance(response, RedirectResponse)
     return response

@@ -9,6 +9,7 @@ idempotency-key search probes the per-queue key index once per queue.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,17 +140,8 @@ def _by_idempotency_key(
         names = [search.queue]
     else:
         names = list(conn.execute(select(queues.c.name).order_by(queues.c.name)).scalars())
-    others = [
-        *_indexed_conditions(
-            JobSearch(
-                state=search.state,
-                wire_name=search.wire_name,
-                id_prefix=search.id_prefix,
-                created_after_ms=search.created_after_ms,
-                created_before_ms=search.created_before_ms,
-            )
-        )
-    ]
+    # The queue is probed below; every other field only filters the few rows found.
+    others = [*_indexed_conditions(dataclasses.replace(search, queue=None))]
     others += _window_conditions(conn, search, text_head_bytes)
     found: list[JobRecord] = []
     for start in range(0, len(names), _QUEUE_CHUNK):
@@ -161,10 +153,11 @@ def _by_idempotency_key(
         if len(found) > limit:
             break
     key = _SORT_COLUMNS[search.sort].name
-    found.sort(key=lambda job: (getattr(job, key) is None, getattr(job, key) or 0, job.id), reverse=False)
+    # Unset times last either way, as the window's NULLS LAST orders them.
+    ordered = sorted((j for j in found if getattr(j, key) is not None), key=lambda j: (getattr(j, key), j.id))
     if search.descending:
-        found.reverse()
-    return found[: limit + 1]
+        ordered.reverse()
+    return [*ordered, *(j for j in found if getattr(j, key) is None)][: limit + 1]
 
 
 def _listed(row: Any) -> JobRecord:
