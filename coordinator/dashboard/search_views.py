@@ -41,6 +41,17 @@ def _field(request: Request, name: str) -> str | None:
     return value.strip() or None
 
 
+def _as_typed(request: Request) -> dict[str, str]:
+    """The search's fields as the visitor typed them (each cut to ``MAX_FIELD_CHARS``),
+    to refill the form of a refused search."""
+    names = (*TEXT_FIELDS, "sort", "order")
+    return {
+        name: value[:MAX_FIELD_CHARS]
+        for name in names
+        if (value := request.query_params.get(name, "").strip())
+    }
+
+
 def parse_time(name: str, value: str | None) -> int | None:
     """Milliseconds since the epoch of an ISO 8601 date or date and time; one without a
     zone is UTC (the dashboard shows every time in UTC)."""
@@ -102,6 +113,7 @@ async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
         if is_fragment(request):
             return Response(str(exc), status_code=400, media_type="text/plain")
         values["search_error"], status = str(exc), 400
+        given = _as_typed(request)
     else:
         values.update(
             jobs=page.jobs,

@@ -6,6 +6,7 @@ reads nothing and changes nothing."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import AsyncIterator
 from urllib.parse import urlencode
@@ -181,6 +182,8 @@ async def test_bad_search_input_gets_a_clear_message_and_400(
     assert page.status == 400 and "data-search-error" in page.body and message in page.body, page.body[:3000]
     assert LISTED.findall(page.body) == []
     assert 'role="search"' in page.body  # the form stays, to correct the field
+    for value in query.values():
+        assert html.escape(value[:1_000]) in page.body  # as typed
     assert fragment.status == 400 and message in fragment.body and "<html" not in fragment.body
     assert (await dashboard.running.app.get_job(job_id)).state.value == "available"
 
