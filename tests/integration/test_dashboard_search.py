@@ -77,6 +77,9 @@ async def test_search_by_id_prefix_keys_and_payload_text(site: tuple[Dashboard, 
     assert await _listed(session, text="Zoe-Quinn") == [texted]
     assert await _listed(session, text="zoe-quinn") == []  # case-sensitive
     assert await _listed(session, text="%") == []  # no wildcards
+    texted_page = await session.get("/jobs?text=Zoe-Quinn")
+    assert "data-not-live" in texted_page.body and "data-live=" not in texted_page.body  # no polling
+    assert "data-live=" in (await session.get("/jobs?unique_key=user-5")).body
 
 
 async def test_a_payload_text_search_reads_a_bounded_window_per_page_and_pages_on(
