@@ -283,6 +283,18 @@ def measure(port: int, token: str, busy_job: str, rounds: int) -> list[tuple[str
         "/jobs?queue=queue-7",
         "/jobs?wire_name=bench.report",
         "/jobs?wire_name=bench.rare",
+        # The search (docs/dashboard.md, "Searching jobs"): what no index answers reads
+        # a bounded window; a text that matches nothing reads the whole window.
+        "/jobs?text=no-such-text",
+        "/jobs?text=o-12345&queue=queue-3",
+        "/jobs?key=no-such-key",
+        "/jobs?unique_key=no-such-key&state=succeeded",
+        f"/jobs?id_prefix={busy_job[:8]}",
+        "/jobs?created_after=2000-01-01&created_before=2100-01-01",
+        "/jobs?sort=run_at&order=asc",
+        "/jobs?sort=finished&state=failed",
+        "/jobs/bulk/cancel?queue=queue-3",
+        "/jobs/bulk/retry?state=failed&wire_name=bench.report",
         f"/jobs/{busy_job}",
         f"/jobs/{busy_job}?fragment=1",
         "/failed",
@@ -306,7 +318,7 @@ async def run(url: str, rounds: int, busy_job: str) -> list[tuple[str, list[floa
     )
     running = await start_coordinator(config)
     try:
-        token = (await running.app.create_token("bench", ["read", "admin"], [], SYSTEM_ACTOR)).token
+        token = (await running.app.create_token("bench", ["read", "manage", "admin"], [], SYSTEM_ACTOR)).token
         assert running.dashboard_port is not None
         return await asyncio.to_thread(measure, running.dashboard_port, token, busy_job, rounds)
     finally:

@@ -115,6 +115,17 @@ class DashboardLimits:
     the count of those it stood for."""
     max_sessions_per_token: int = 32
     """Sessions one token may hold at once; a new sign-in ends its oldest beyond this."""
+    search_window_jobs: int = 10_000
+    """Jobs a page of the jobs search reads at most to apply what no index answers (a
+    unique key, a finished-time range, a sort by run or finish time): see
+    ``domain.search``."""
+    search_text_window_jobs: int = 1_000
+    """The same bound for a search by payload text, which reads payloads."""
+    search_text_head_bytes: int = 4_096
+    """How much of each payload a text search looks in (what the job page shows)."""
+    bulk_count_cap: int = 10_000
+    """Jobs of a wire name a bulk action's confirmation reads at most to count its
+    matches (other filters are counted from the maintained queue counts)."""
 
 
 @dataclass(frozen=True, slots=True)

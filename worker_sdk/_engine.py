@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import timedelta
 
+from worker_sdk import _identity
 from worker_sdk._config import WorkerConfig
 from worker_sdk._context import CAUSE_CANCELLED, CAUSE_LOST, CAUSE_SHUTDOWN, JobContext
 from worker_sdk._convert import duration, optional_timedelta, result_message
@@ -99,6 +100,8 @@ class Engine:
                 capacity=config.concurrency,
                 lease=duration(config.lease),
                 batches=True,
+                host=_identity.host(),
+                sdk=_identity.sdk(),
             )
         )
 

@@ -176,6 +176,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             if message.heartbeat.HasField("lease"):
                 lease_ms = _lease_ms(message.heartbeat.lease, "heartbeat.lease")
             session.heartbeat(attempt_ids, lease_ms, heartbeat_progress(message.heartbeat))
+            session.last_heartbeat_ms = self.app.clock.now_ms()  # the dashboard's workers page
         elif kind == "result":
             _result(session, message.result)
         elif kind == "release":
@@ -274,4 +275,21 @@ def _hello(hello: pb.Hello, max_name_length: int) -> WorkerHello:
             "hello.capacity", f"must be 1 to {MAX_CAPACITY}, got {hello.capacity}", reason="OUT_OF_RANGE"
         )
     lease_ms = _lease_ms(hello.lease, "hello.lease") if hello.HasField("lease") else DEFAULT_LEASE_MS
-    return WorkerHello(hello.worker_id, queues, wire_names, hello.capacity, lease_ms)
+    host = _said("hello.host", hello.host, MAX_HOST_CHARS)
+    sdk = _said("hello.sdk", hello.sdk, MAX_SDK_CHARS)
+    return WorkerHello(hello.worker_id, queues, wire_names, hello.capacity, lease_ms, host=host, sdk=sdk)
+
+
+MAX_HOST_CHARS = 256
+MAX_SDK_CHARS = 128
+
+
+def _said(field: str, value: str, limit: int) -> str:
+    """An optional Hello text: at most ``limit`` printable characters."""
+    if len(value) > limit:
+        raise InvalidArgument(
+            field, f"must be at most {limit} characters, got {len(value)}", reason="OUT_OF_RANGE"
+        )
+    if not value.isprintable():
+        raise InvalidArgument(field, "holds control characters; use printable text", reason="OUT_OF_RANGE")
+    return value

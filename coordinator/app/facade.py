@@ -16,10 +16,11 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.app.arrivals import Arrivals
+from coordinator.app.depths import DepthHistory
 from coordinator.app.watch import TerminalWatch
 from coordinator.app.workers import ConnectedWorker
 from coordinator.config import CoordinatorConfig
@@ -29,6 +30,7 @@ from coordinator.domain.activity import HOUR_MS, Throughput
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.graph import GRAPH_LIMIT, Neighbourhood
 from coordinator.domain.progress import Progress
 from coordinator.domain.records import (
     AttemptRecord,
@@ -44,6 +46,7 @@ from coordinator.domain.records import (
     WorkerStream,
 )
 from coordinator.domain.schedules import NewScheduleSpec, ScheduleView
+from coordinator.domain.search import JobSearch, SearchPage
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument, Unavailable
 from coordinator.metrics import CoordinatorMetrics
@@ -76,6 +79,7 @@ from coordinator.service.manage import ManagementService
 from coordinator.service.queues import QueueService
 from coordinator.service.retention import RetentionService, check_purge
 from coordinator.service.schedules import Fired, SchedulesService
+from coordinator.service.search import JobSearchService
 from coordinator.service.tokens import NewToken, TokenService, check_bootstrap_token
 from coordinator.service.work import BatchAnswers
 from coordinator.store import DatabaseTimeouts, Store
@@ -144,12 +148,13 @@ class Coordinator:
         interval, idle = config.maintenance_interval_s, config.idle_interval_s
         self.lease_expiry = lease_expiry(self.ops, self.executors, self._absorb, Cadence(interval, idle))
         self.due_promotion = due_promotion(self.ops, self.executors, self._absorb, Cadence(interval, idle))
+        self.depth_history = DepthHistory()
         self.queue_statistics = QueueStatistics(
             store,
             clock,
             config.health_check_interval_s,
             config.health_check_timeout_s,
-            self.metrics.queue_stats,
+            self._queue_stats_read,
             self._database_checked,
         )
         self.schedule_ticks = ScheduleTicks(
@@ -653,6 +658,10 @@ class Coordinator:
                     lease_ms=s.lease_ms,
                     token_id=s.token_id,
                     draining=s.draining,
+                    host=s.host,
+                    sdk=s.sdk,
+                    connected_at_ms=self._connected_at_ms.get(s),
+                    last_heartbeat_ms=s.last_heartbeat_ms,
                 )
                 for s in self.dispatcher.sessions
             ),
@@ -697,3 +706,44 @@ class Coordinator:
             )
             for s in sessions
         ]
+
+    # -- the dashboard's search, bulk preview and schedule runs ---------------------------
+
+    async def search_jobs(self, search: JobSearch, *, page_size: int, cursor: str) -> SearchPage:
+        """A page of a jobs search, bounded as ``domain.search`` says; InvalidArgument for
+        a bad field or cursor, before any read."""
+        service = JobSearchService(self.store, self.config.dashboard_limits)
+        return await self.executors.read(service.search, search, page_size=page_size, cursor=cursor)
+
+    async def bulk_count(self, job_filter: JobFilter, *, retry: bool) -> tuple[int, bool]:
+        """How many jobs ``bulk_retry`` (``retry``) or ``bulk_cancel`` of ``job_filter``
+        would act on now, and whether the count was capped; their refusals, unread."""
+        service = JobSearchService(self.store, self.config.dashboard_limits)
+        allowed, verb = (RETRYABLE, "retry") if retry else (CANCELLABLE, "cancel")
+        return await self.executors.read(service.bulk_count, job_filter, allowed, verb)
+
+    async def run_schedule_now(self, name: str, actor: Actor) -> str:
+        """Enqueues one job from the schedule now (audited, ``schedule.run_now``); its ID."""
+        fired = await self.executors.write(self.schedules.run_now, name, actor)
+        self._schedule_fired(fired)
+        return fired.enqueued[0][1].job_id
+
+    async def job_neighbourhood(self, job: JobRecord, limit: int = GRAPH_LIMIT) -> Neighbourhood:
+        """A job just read's parents and children with their states, ``limit`` each way."""
+        return await self.executors.read(self.store.neighbourhood, job.id, limit)
+
+    def _queue_stats_read(
+        self,
+        depths: Mapping[tuple[str, str], int],
+        oldest_due_ms: Mapping[str, int],
+        now_ms: int,
+        paused: frozenset[str] = frozenset(),
+    ) -> None:
+        """One background read of the queue statistics: the gauges, and the depth series
+        the dashboard draws (``app.depths``)."""
+        self.metrics.queue_stats(depths, oldest_due_ms, now_ms, paused)
+        self.depth_history.note(depths, now_ms, frozenset(oldest_due_ms) | paused)
+
+    def queue_depths(self, queue: str) -> tuple[int | None, ...]:
+        """The queue's depth in each of the last 60 minutes, as this replica read it."""
+        return self.depth_history.series(queue, self.clock.now_ms())

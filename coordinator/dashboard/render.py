@@ -10,7 +10,7 @@ cached for an hour.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,35 @@ def class_name(recorded: str | None) -> str:
     return recorded.rsplit(".", 1)[-1]
 
 
+SPARK_HEIGHT = 20
+
+
+def sparkline(series: Sequence[int | None]) -> dict[str, Any]:
+    """A depth series as SVG polylines (one per run of minutes with a read; x is the
+    minute, y the depth scaled to the series' own peak) with its newest and peak values."""
+    known = [v for v in series if v is not None]
+    peak = max(known, default=0)
+    runs: list[list[tuple[float, float]]] = [[]]
+    for x, value in enumerate(series):
+        if value is None:
+            runs.append([])
+        else:
+            runs[-1].append((x, SPARK_HEIGHT - 1 - (value * (SPARK_HEIGHT - 2) / peak if peak else 0)))
+    lines = []
+    for run in filter(None, runs):
+        if len(run) == 1:  # a lone read: a short flat stroke, so that it shows
+            run.append((run[0][0] + 0.8, run[0][1]))
+        lines.append(" ".join(f"{x:g},{y:.1f}" for x, y in run))
+    newest = next((v for v in reversed(series) if v is not None), None)
+    return {
+        "lines": lines,
+        "width": max(len(series) - 1, 1),
+        "peak": peak,
+        "newest": newest,
+        "reads": len(known),
+    }
+
+
 def percent(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.1f} %"
 
@@ -124,7 +153,7 @@ def build_environment() -> Environment:
         percent=percent,
         class_name=class_name,
     )
-    env.globals.update(between=between, preview=preview)
+    env.globals.update(between=between, preview=preview, sparkline=sparkline)
     return env
 
 

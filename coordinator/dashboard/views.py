@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 
 from coordinator.dashboard.requests import Host, View, Visitor, is_fragment, local_path
 from coordinator.domain.access import Scope
+from coordinator.domain.graph import timeline
 from coordinator.domain.progress import decode_progress
 from coordinator.domain.records import AttemptRecord
 from coordinator.domain.states import JobState
@@ -33,7 +34,7 @@ OPEN_STATES = (
     JobState.RUNNING,
 )
 ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-NOTICE_PARAMS = frozenset({"notice", "count", "refused"})
+NOTICE_PARAMS = frozenset({"notice", "count", "requested", "refused", "job"})
 NOTICES = {
     "retried": "Retried: the job runs again as a new generation.",
     "cancelled": "Cancel sent: the job is cancelled, or its worker has been told to stop it.",
@@ -42,31 +43,52 @@ NOTICES = {
     "limited": "Concurrency limit changed.",
     "schedule_paused": "Schedule paused: no ticks run until it is resumed.",
     "schedule_resumed": "Schedule resumed from its next tick.",
+    "schedule_created": "Schedule created: its first job is enqueued at its next tick.",
+    "schedule_deleted": "Schedule deleted; the jobs it enqueued stay.",
+    "schedule_run": "Enqueued a job from the schedule to run now.",
 }
 
 
 def _show(d: Host, request: Request, visitor: Visitor, page: str, live: str, **values: Any) -> Response:
     """The whole page, or (``fragment=1``) only its live part."""
-    context = d.context(request, visitor, notice=_notice(request), **values)
+    context = d.context(request, visitor, notice=notice_for(request), **values)
     if is_fragment(request):
         return d.renderer.fragment(request, live, context)
     return d.renderer.page(page, context)
 
 
-def _notice(request: Request) -> str | None:
+def notice_for(request: Request) -> str | None:
     name = request.query_params.get("notice")
     if name == "retried_many":
         count, refused = _int(request.query_params.get("count")), _int(request.query_params.get("refused"))
         text = f"Retried {count} job{'s' if count != 1 else ''}."
         return text + (f" {refused} could not be retried (no longer failed)." if refused else "")
+    if name in ("bulk_cancel", "bulk_retry"):
+        return _bulk_notice(name, request)
     return NOTICES.get(name or "")
+
+
+def _bulk_notice(name: str, request: Request) -> str:
+    count, refused = _int(request.query_params.get("count")), _int(request.query_params.get("refused"))
+    plural = "s" if count != 1 else ""
+    if name == "bulk_retry":
+        text = f"Retried {count} job{plural}."
+    else:
+        requested = _int(request.query_params.get("requested"))
+        text = f"Cancelled {count} job{plural}."
+        text += (
+            f" Asked the workers of {requested} running job{'s' if requested != 1 else ''} to stop."
+            if requested
+            else ""
+        )
+    return text + (f" {refused} skipped (changed meanwhile; see the audit log)." if refused else "")
 
 
 def _int(value: str | None) -> int:
     return int(value) if value and value.isdigit() and len(value) < 10 else 0
 
 
-def _state(value: str | None) -> JobState | None:
+def parse_state(value: str | None) -> JobState | None:
     if not value:
         return None
     try:
@@ -81,15 +103,15 @@ def _text(request: Request, name: str) -> str | None:
     return value or None
 
 
-async def _form_text(request: Request, name: str) -> str | None:
+async def form_text(request: Request, name: str) -> str | None:
     value = (await request.form()).get(name)
     return value.strip() or None if isinstance(value, str) else None
 
 
-async def _back(request: Request, default: str, notice: str, **extra: object) -> Response:
+async def back_to(request: Request, default: str, notice: str, **extra: object) -> Response:
     """303 to the form's ``next`` (a local path, else ``default``) with ``notice``; the
     notice of an earlier action in that URL is dropped, so they do not pile up."""
-    path, _, query = local_path(await _form_text(request, "next") or default).partition("?")
+    path, _, query = local_path(await form_text(request, "next") or default).partition("?")
     kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in NOTICE_PARAMS]
     added = [("notice", notice), *((k, str(v)) for k, v in extra.items())]
     return RedirectResponse(f"{path}?{urlencode([*kept, *added])}", status_code=303)
@@ -129,28 +151,13 @@ async def overview(d: Host, request: Request, visitor: Visitor) -> Response:
 # -- jobs ------------------------------------------------------------------------------
 
 
-async def jobs(d: Host, request: Request, visitor: Visitor) -> Response:
-    return await _job_list(d, request, visitor, state=_state(_text(request, "state")), failed_view=False)
-
-
 async def failed(d: Host, request: Request, visitor: Visitor) -> Response:
-    return await _job_list(d, request, visitor, state=JobState.FAILED, failed_view=True)
-
-
-async def _job_list(
-    d: Host, request: Request, visitor: Visitor, *, state: JobState | None, failed_view: bool
-) -> Response:
+    """Failed jobs, newest first, by queue and wire name (``/jobs`` searches the rest)."""
     queue, wire_name, page = _text(request, "queue"), _text(request, "wire_name"), _text(request, "page")
     listed, next_page = await d.app.list_jobs(
-        queue=queue, state=state, wire_name=wire_name, page_size=PAGE_SIZE, page_token=page or ""
+        queue=queue, state=JobState.FAILED, wire_name=wire_name, page_size=PAGE_SIZE, page_token=page or ""
     )
-    filters = {
-        k: v
-        for k, v in (("queue", queue), ("state", state.value if state else None), ("wire_name", wire_name))
-        if v
-    }
-    if failed_view:
-        filters.pop("state", None)
+    filters = {k: v for k, v in (("queue", queue), ("wire_name", wire_name)) if v}
     offered, _ = await d.app.list_queues(page_size=QUEUE_OPTIONS)
     queue_names = [s.queue.name for s in offered]
     if queue and queue not in queue_names:
@@ -159,16 +166,14 @@ async def _job_list(
         d,
         request,
         visitor,
-        "failed.html" if failed_view else "jobs.html",
-        "failed_live.html" if failed_view else "jobs_live.html",
+        "failed.html",
+        "failed_live.html",
         jobs=listed,
-        next_url=f"{request.url.path}?{urlencode({**filters, 'page': next_page})}" if next_page else None,
-        first_url=f"{request.url.path}?{urlencode(filters)}" if page else None,
+        next_url=f"/failed?{urlencode({**filters, 'page': next_page})}" if next_page else None,
+        first_url=f"/failed?{urlencode(filters)}" if page else None,
         queue=queue,
-        state=state,
         wire_name=wire_name,
         queue_names=queue_names,
-        states=list(JobState),
         here=str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
     )
 
@@ -189,8 +194,9 @@ async def _job_page(
     d: Host, request: Request, visitor: Visitor, job_id: str, *, revealed: AttemptRecord | None
 ) -> Response:
     record = await d.app.get_job(job_id)
-    relatives = await d.app.relatives(record)
+    graph = await d.app.job_neighbourhood(record)
     attempts = await d.app.list_attempts(record.id)
+    bars, axis_from_ms, axis_to_ms = timeline(attempts)
     generations: dict[int, list[AttemptRecord]] = {}
     progress = None
     for attempt in attempts:
@@ -204,7 +210,10 @@ async def _job_page(
         "job.html",
         "job_live.html",
         job=record,
-        relatives=relatives,
+        graph=graph,
+        bars=bars,
+        axis_from_ms=axis_from_ms,
+        axis_to_ms=axis_to_ms,
         generations=sorted(generations.items(), reverse=True),
         revealed=revealed,
         progress=progress,
@@ -215,12 +224,12 @@ async def _job_page(
 async def retry_job(d: Host, request: Request, visitor: Visitor) -> Response:
     include = (await request.form()).get("include_dependents") == "on"
     record, _ = await d.app.retry(request.path_params["job_id"], visitor.actor, include_dependents=include)
-    return await _back(request, f"/jobs/{record.id}", "retried")
+    return await back_to(request, f"/jobs/{record.id}", "retried")
 
 
 async def cancel_job(d: Host, request: Request, visitor: Visitor) -> Response:
     record = await d.app.cancel(request.path_params["job_id"], visitor.actor)
-    return await _back(request, f"/jobs/{record.id}", "cancelled")
+    return await back_to(request, f"/jobs/{record.id}", "cancelled")
 
 
 async def reveal_error(d: Host, request: Request, visitor: Visitor) -> Response:
@@ -242,7 +251,7 @@ async def retry_failed(d: Host, request: Request, visitor: Visitor) -> Response:
             retried += 1
         except CoordinatorError:
             refused += 1  # retried meanwhile by someone else, or purged
-    return await _back(request, "/failed", "retried_many", count=retried, refused=refused)
+    return await back_to(request, "/failed", "retried_many", count=retried, refused=refused)
 
 
 # -- queues ----------------------------------------------------------------------------
@@ -258,6 +267,7 @@ async def queues(d: Host, request: Request, visitor: Visitor) -> Response:
         "queues.html",
         "queues_live.html",
         queues=listed,
+        depths={stats.queue.name: d.app.queue_depths(stats.queue.name) for stats in listed},
         next_url=f"/queues?{urlencode({'page': next_page})}" if next_page else None,
         first_url="/queues" if page else None,
         here=f"/queues?{urlencode({'page': page})}" if page else "/queues",
@@ -268,12 +278,12 @@ async def queues(d: Host, request: Request, visitor: Visitor) -> Response:
 
 async def pause_queue(d: Host, request: Request, visitor: Visitor) -> Response:
     await d.app.pause_queue(request.path_params["name"], visitor.actor)
-    return await _back(request, "/queues", "paused")
+    return await back_to(request, "/queues", "paused")
 
 
 async def resume_queue(d: Host, request: Request, visitor: Visitor) -> Response:
     await d.app.resume_queue(request.path_params["name"], visitor.actor)
-    return await _back(request, "/queues", "resumed")
+    return await back_to(request, "/queues", "resumed")
 
 
 async def limit_queue(d: Host, request: Request, visitor: Visitor) -> Response:
@@ -287,7 +297,7 @@ async def limit_queue(d: Host, request: Request, visitor: Visitor) -> Response:
     else:
         raise InvalidArgument("limit", f"{text!r} is not a whole number; leave it empty for no limit")
     await d.app.set_queue_limit(request.path_params["name"], limit, visitor.actor)
-    return await _back(request, "/queues", "limited")
+    return await back_to(request, "/queues", "limited")
 
 
 # -- schedules, workers, audit ---------------------------------------------------------
@@ -310,12 +320,12 @@ async def schedules(d: Host, request: Request, visitor: Visitor) -> Response:
 
 async def pause_schedule(d: Host, request: Request, visitor: Visitor) -> Response:
     await d.app.pause_schedule(request.path_params["name"], visitor.actor)
-    return await _back(request, "/schedules", "schedule_paused")
+    return await back_to(request, "/schedules", "schedule_paused")
 
 
 async def resume_schedule(d: Host, request: Request, visitor: Visitor) -> Response:
     await d.app.resume_schedule(request.path_params["name"], visitor.actor)
-    return await _back(request, "/schedules", "schedule_resumed")
+    return await back_to(request, "/schedules", "schedule_resumed")
 
 
 async def workers(d: Host, request: Request, visitor: Visitor) -> Response:
@@ -354,7 +364,6 @@ GET = ("GET",)
 POST = ("POST",)
 ROUTES: list[tuple[str, View, Scope, tuple[str, ...]]] = [
     ("/", overview, Scope.READ, GET),
-    ("/jobs", jobs, Scope.READ, GET),
     ("/jobs/go", go_to_job, Scope.READ, GET),
     ("/jobs/{job_id}", job, Scope.READ, GET),
     ("/jobs/{job_id}/retry", retry_job, Scope.MANAGE, POST),

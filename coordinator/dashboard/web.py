@@ -30,7 +30,7 @@ from coordinator.dashboard.guard import RequestGuard, allowed_hosts, refusal
 from coordinator.dashboard.limits import LogSampler, SigninLimiter, client_key
 from coordinator.dashboard.render import STATIC, Renderer, SecurityHeaders
 from coordinator.dashboard.requests import View, Visitor, is_fragment, live_url, local_path, peer
-from coordinator.dashboard.views import ROUTES
+from coordinator.dashboard.routes import ROUTES
 from coordinator.domain.access import ANONYMOUS, Principal, Scope
 from coordinator.errors import (
     AlreadyExists,
@@ -320,7 +320,7 @@ class Dashboard:
 
 
 def build_app(app: Coordinator, *, tls: bool) -> Starlette:
-    """The dashboard over ``app``: every route of ``views.ROUTES``, sign-in, sign-out and
+    """The dashboard over ``app``: every route of ``routes.ROUTES``, sign-in, sign-out and
     the static files, with the security headers on every response."""
     dashboard = Dashboard(app, tls=tls)
     routes: list[Route | Mount] = [

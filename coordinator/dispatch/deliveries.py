@@ -49,3 +49,7 @@ class WorkerHello:
     """The token the stream was opened with (None with auth off)."""
     token_queues: frozenset[str] | None = None
     """That token's queue restriction (None: any queue)."""
+    host: str = ""
+    """The host the worker says it runs on ('' when it did not say)."""
+    sdk: str = ""
+    """The SDK and version it says it runs (``runwick-python/0.1.0``; '' when not said)."""

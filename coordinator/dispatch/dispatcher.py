@@ -196,6 +196,8 @@ class Dispatcher:
             token_queues=hello.token_queues,
             budget=self.stream_bounds.stream_budget(hello.capacity),
             unheld_checks_left=self.stream_bounds.unheld_heartbeat_checks(hello.capacity),
+            host=hello.host,
+            sdk=hello.sdk,
         )
         self.sessions.add(session)
         self._idle.clear()

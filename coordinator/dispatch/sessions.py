@@ -82,6 +82,11 @@ class WorkerSession:
     """The progress report last stored for each attempt it holds (stored form): a
     heartbeat repeating it writes nothing. Only attempts its last heartbeat renewed."""
     _room: asyncio.Event | None = field(default=None, repr=False)
+    host: str = ""
+    """What the Hello said of the worker (the dashboard shows them)."""
+    sdk: str = ""
+    last_heartbeat_ms: int | None = None
+    """When the transport last handed on a heartbeat of this stream (None: none yet)."""
 
     @property
     def full(self) -> bool:

@@ -309,3 +309,10 @@ class WorkerStream:
     lease_ms: int
     token_id: str | None
     draining: bool
+    host: str = ""
+    """The host the worker said it runs on ('' when it did not say)."""
+    sdk: str = ""
+    """The SDK and version it said it runs ('' when it did not say)."""
+    connected_at_ms: int | None = None
+    last_heartbeat_ms: int | None = None
+    """Its last heartbeat on this stream (None: none yet; an idle worker sends none)."""

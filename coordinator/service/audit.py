@@ -28,6 +28,8 @@ SCHEDULE_CREATE = "schedule.create"
 SCHEDULE_PAUSE = "schedule.pause"
 SCHEDULE_RESUME = "schedule.resume"
 SCHEDULE_DELETE = "schedule.delete"
+SCHEDULE_RUN_NOW = "schedule.run_now"
+"""One job enqueued from a schedule at once; target is the schedule, detail the job."""
 JOBS_PURGE = "jobs.purge"
 """R-19: a purge asked for by an operator; target is the state, detail the cutoff."""
 

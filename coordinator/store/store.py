@@ -18,13 +18,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.graph import Neighbourhood
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -37,10 +38,13 @@ from coordinator.domain.records import (
     Transition,
 )
 from coordinator.domain.schedules import ScheduleRecord
+from coordinator.domain.search import JobSearch
 from coordinator.domain.states import JobState
 from coordinator.store import dashboard_sessions, planner, reads
+from coordinator.store import graph as job_graph
 from coordinator.store import migrate as migrations
 from coordinator.store import schedules as schedule_reads
+from coordinator.store import search as job_search
 from coordinator.store.engine import (
     DEFAULT_TIMEOUTS,
     DatabaseTimeouts,
@@ -455,6 +459,21 @@ class Store:
         """Unpaused schedules whose next tick has come, the most overdue first."""
         with self._reading() as conn:
             return schedule_reads.due_schedule_names(conn, now_ms, limit)
+
+    def search_jobs(self, search: JobSearch, **bounds: Any) -> job_search.SearchRows:
+        """A page of a jobs search, bounded as ``store.search`` says."""
+        with self._reading() as conn:
+            return job_search.search_jobs(conn, search, **bounds)
+
+    def neighbourhood(self, job_id: str, limit: int) -> Neighbourhood:
+        """The job's parents and children with their states, ``limit`` each way."""
+        with self._reading() as conn:
+            return job_graph.neighbourhood(conn, job_id, limit)
+
+    def count_for_bulk(self, **job_filter: Any) -> tuple[int, bool]:
+        """How many jobs a bulk operation would select now (``store.search``)."""
+        with self._reading() as conn:
+            return job_search.count_for_bulk(conn, **job_filter)
 
 
 def _store_error(exc: DBAPIError, what: str, *, before_commit: bool) -> StoreError:

@@ -146,6 +146,8 @@ class Worker {
         wire_names: Object.keys(handlers), // empty would mean: no work at all
         capacity: CONCURRENCY,
         lease: duration(LEASE_MS),
+        host: os.hostname(), // optional: shown on the dashboard's workers page
+        sdk: 'runwick-node-example/0.1.0',
       },
     });
   }

@@ -40,6 +40,8 @@ class RawWorker:
         token: str | None = None,
         queues: list[str] | None = None,
         batches: bool = False,
+        host: str = "",
+        sdk: str = "",
     ):
         self.received: list[pb.ConnectResponse] = []
         self._unread: defaultdict[str, list[Any]] = defaultdict(list)
@@ -57,6 +59,8 @@ class RawWorker:
                     capacity=capacity,
                     lease=lease,
                     batches=batches,
+                    host=host,
+                    sdk=sdk,
                 )
             )
         )

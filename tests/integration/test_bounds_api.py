@@ -349,6 +349,9 @@ async def test_stream_messages_out_of_order_or_malformed_end_the_stream_clearly(
             "OUT_OF_RANGE",
         ),
         (pb.Hello(worker_id="w", capacity=1, lease=Duration(nanos=1)), "hello.lease", "INVALID_DURATION"),
+        (pb.Hello(worker_id="w", capacity=1, host="h" * 257), "hello.host", "OUT_OF_RANGE"),
+        (pb.Hello(worker_id="w", capacity=1, host="a\nb"), "hello.host", "OUT_OF_RANGE"),
+        (pb.Hello(worker_id="w", capacity=1, sdk="s" * 129), "hello.sdk", "OUT_OF_RANGE"),
     ],
 )
 async def test_a_bad_hello_is_refused_naming_the_field(

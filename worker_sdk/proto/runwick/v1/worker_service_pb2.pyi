@@ -51,20 +51,24 @@ class ConnectResponse(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., start_answer: _Optional[_Union[StartAnswer, _Mapping]] = ..., heartbeat_answer: _Optional[_Union[HeartbeatAnswer, _Mapping]] = ..., result_ack: _Optional[_Union[ResultAck, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., batch: _Optional[_Union[CoordinatorBatch, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "lease", "batches")
+    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "lease", "batches", "host", "sdk")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     WIRE_NAMES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    SDK_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     wire_names: _containers.RepeatedScalarFieldContainer[str]
     capacity: int
     lease: _duration_pb2.Duration
     batches: bool
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batches: _Optional[bool] = ...) -> None: ...
+    host: str
+    sdk: str
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., batches: _Optional[bool] = ..., host: _Optional[str] = ..., sdk: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("coordinator_id", "batches")
