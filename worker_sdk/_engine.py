@@ -33,6 +33,7 @@ from worker_sdk._pipeline import report_exception as _report_exception
 from worker_sdk._results import Outcome
 from worker_sdk._runs import Phase, Run, RunTable
 from worker_sdk._session import Session
+from worker_sdk._tracing import run_span
 from worker_sdk.proto.runwick.v1 import job_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
@@ -324,12 +325,17 @@ class Engine:
             in_flight = self._metrics.run_in_flight(assignment.queue, assignment.wire_name)
             in_flight.inc()
         started = asyncio.get_running_loop().time()
-        # Every log line of the run (middleware, handler threads too) names its job.
-        with job_log_context(
-            job_id=assignment.job_id,
-            attempt_id=assignment.attempt_id,
-            wire_name=assignment.wire_name,
-            queue=assignment.queue,
+        # Every log line of the run (middleware, handler threads too) names its job, and
+        # its span when the run is traced (the span is current for the handler too).
+        with (
+            run_span(assignment, run.ctx.execution_number) as span,
+            job_log_context(
+                job_id=assignment.job_id,
+                attempt_id=assignment.attempt_id,
+                wire_name=assignment.wire_name,
+                queue=assignment.queue,
+                **span.log_fields,
+            ),
         ):
             try:
                 report = await execute(pipeline_run)
@@ -339,8 +345,9 @@ class Engine:
             finally:
                 if in_flight is not None:
                     in_flight.dec()
-        if run.lost:
-            report = None
+            if run.lost:
+                report = None
+            span.finished(report)
         if self._metrics is not None:
             outcome = NO_RESULT if report is None else report.outcome.value
             elapsed = asyncio.get_running_loop().time() - started
