@@ -41,15 +41,15 @@ _LOG_FIELDS_OFF: Mapping[str, str] = {}
 class _OTel:
     """The OpenTelemetry API's parts this module uses, loaded once."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracer_provider: Any = None) -> None:
         from opentelemetry import context, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.trace = trace
         self.context = context
-        self.tracer = trace.get_tracer(TRACER_NAME)  # a proxy: follows a provider set later
+        # The global provider's tracer is a proxy: it follows a provider set later.
+        self.tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         self.propagator = TraceContextTextMapPropagator()
-        self.error = trace.Status(trace.StatusCode.ERROR)
 
 
 @functools.cache
