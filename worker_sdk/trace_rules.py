@@ -16,6 +16,7 @@ __all__ = [
     "TRACEPARENT_LENGTH",
     "TRACE_CONTEXT_WIRE_BYTES",
     "trace_context_problem",
+    "trace_id_of",
 ]
 
 TRACEPARENT_LENGTH = 55
@@ -60,3 +61,11 @@ def trace_context_problem(traceparent: str, tracestate: str) -> str | None:
     if _PRINTABLE_ASCII.fullmatch(tracestate) is None:
         return "tracestate must be printable ASCII (W3C Trace Context list members)"
     return None
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace ID (32 lowercase hex digits) of a well-formed ``traceparent``, the ID a
+    tracing backend finds the trace by; None for None or a malformed one."""
+    if traceparent is None or trace_context_problem(traceparent, "") is not None:
+        return None
+    return traceparent[3:35]

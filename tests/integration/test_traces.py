@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
 from tests.support import ROOT, WorkerProcess, eventually_async, free_port, reap, start_process, wait_for_line
 from worker_sdk import AsyncClient, JobState
@@ -130,6 +131,14 @@ async def test_get_job_returns_the_stored_trace_context(
     assert not plain.job.HasField("trace_context")
     info = await client.get(traced)
     assert (info.traceparent, info.tracestate) == (TRACEPARENT, TRACESTATE)
+    shown = (await runwick("jobs", "get", traced, "--target", coordinator.target)).stdout.splitlines()
+    assert [line.split() for line in shown if line.strip().startswith("trace id")] == [
+        ["trace", "id", TRACEPARENT[3:35]]
+    ]
+    as_json = json.loads(
+        (await runwick("jobs", "get", traced, "--json", "--target", coordinator.target)).stdout
+    )
+    assert (as_json["job"]["traceparent"], as_json["job"]["tracestate"]) == (TRACEPARENT, TRACESTATE)
     assert ((await client.get(untraced)).traceparent, (await client.get(untraced)).tracestate) == (None, None)
 
 

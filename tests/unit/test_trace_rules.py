@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from worker_sdk.trace_rules import MAX_TRACESTATE_BYTES, TRACEPARENT_LENGTH, trace_context_problem
+from worker_sdk.trace_rules import (
+    MAX_TRACESTATE_BYTES,
+    TRACEPARENT_LENGTH,
+    trace_context_problem,
+    trace_id_of,
+)
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -39,3 +44,9 @@ def test_well_formed_contexts_pass(traceparent: str, tracestate: str) -> None:
 def test_malformed_contexts_say_what_is_wrong(traceparent: str, tracestate: str, problem: str) -> None:
     found = trace_context_problem(traceparent, tracestate)
     assert found is not None and problem in found
+
+
+def test_the_trace_id_is_read_from_a_well_formed_traceparent_only() -> None:
+    assert trace_id_of(TRACEPARENT) == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert trace_id_of(None) is None
+    assert trace_id_of(TRACEPARENT[:-1]) is None
