@@ -1,0 +1,160 @@
+"""What tracing costs the workers: ``runwick bench``'s processing throughput with the
+SDK's spans recorded by a real OpenTelemetry SDK TracerProvider (a BatchSpanProcessor
+with an exporter that drops what it is given) against tracing off (``RUNWICK_OTEL=off``:
+the SDK imports no OpenTelemetry at all). The variants alternate over one coordinator,
+so the load of a shared machine falls on both alike.
+
+    python benchmarks/otel.py                       # SQLite, 3 runs a side
+    python benchmarks/otel.py --engine postgres --runs 5 --jobs 20000
+
+Each run starts its own bench worker processes (``coordinator.cli.bench.worker``, the
+``runwick bench`` worker, run through this script's ``worker`` command so that the "on"
+side installs the TracerProvider first) and measures them with ``runwick bench --target
+... --no-workers``. An "on" worker counts the spans it ended; the script fails unless
+every measured job made one. It prints each run and the ratio of the medians.
+
+Needs the ``otel`` and ``dev`` extras (opentelemetry-api and opentelemetry-sdk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from coordinator.cli.bench import deployment
+from coordinator.cli.bench.sink import ready_pids
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("off", "on")
+SPANS_PREFIX = "spans-"
+"""File an "on" worker writes at exit into the sink folder: how many spans it ended."""
+READY_TIMEOUT_S = 60.0
+
+
+def _install_tracer_provider(sink: Path) -> None:
+    """A real SDK TracerProvider whose spans go through a BatchSpanProcessor to an
+    exporter that only counts them (written to the sink folder at exit)."""
+    import atexit
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class CountingExporter(SpanExporter):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def export(self, spans: Sequence[object]) -> SpanExportResult:
+            self.count += len(spans)
+            return SpanExportResult.SUCCESS
+
+    exporter = CountingExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+    def report() -> None:
+        provider.shutdown()  # exports what the batch processor still holds
+        (sink / f"{SPANS_PREFIX}{os.getpid()}").write_text(str(exporter.count))
+
+    atexit.register(report)
+
+
+def worker_main(argv: Sequence[str]) -> int:
+    """``otel.py worker on|off BENCH-WORKER-ARGS...``: a bench worker, traced or not."""
+    from coordinator.cli.bench.worker import main, parse
+
+    variant, rest = argv[0], list(argv[1:])
+    if variant == "on":
+        _install_tracer_provider(Path(parse(rest).sink))
+    return main(rest)
+
+
+def _start_workers(
+    variant: str, count: int, sink: Path, queue: str, options: argparse.Namespace
+) -> list[subprocess.Popen[bytes]]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RUNWICK_")}
+    env.update(RUNWICK_TARGET=options.target, PYTHONPATH=str(ROOT))
+    if variant == "off":
+        env["RUNWICK_OTEL"] = "off"
+    args = ["--sink", str(sink), "--queue", queue, "--concurrency", str(options.concurrency)]
+    command = [sys.executable, __file__, "worker", variant, *args]
+    workers = []
+    for index in range(count):
+        with (sink.parent / f"{sink.name}-worker-{index}.log").open("ab") as log:  # the child keeps its own
+            workers.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while len(ready_pids(sink)) < count:
+        if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+            deployment.stop_processes(workers)
+            raise SystemExit(f"the {variant} workers did not get ready; see {sink.parent}")
+        time.sleep(0.05)
+    return workers
+
+
+def _one_run(variant: str, index: int, folder: Path, options: argparse.Namespace) -> float:
+    sink, queue = folder / f"{variant}-{index}", f"otel-bench-{variant}-{index}"
+    sink.mkdir()
+    workers = _start_workers(variant, options.workers, sink, queue, options)
+    try:
+        bench = [sys.executable, "-m", "coordinator.cli", "bench", "--target", options.target]
+        bench += ["--no-workers", "--sink", str(sink), "--queue", queue, "--json"]
+        bench += ["--jobs", str(options.jobs), "--latency-jobs", "0"]
+        done = subprocess.run(bench, capture_output=True, text=True, check=False, cwd=ROOT)
+        if done.returncode != 0:
+            raise SystemExit(f"runwick bench failed ({variant} run {index}):\n{done.stdout}\n{done.stderr}")
+        jobs_per_s = float(json.loads(done.stdout)["processing"]["jobs_per_s"])
+    finally:
+        deployment.stop_processes(workers)
+    if variant == "on":
+        spans = sum(int(path.read_text()) for path in sink.glob(f"{SPANS_PREFIX}*"))
+        if spans < options.jobs:
+            raise SystemExit(f"the traced workers ended {spans} spans for {options.jobs} jobs: not traced")
+    return jobs_per_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--database-url", help="postgres: the server the scratch database is made on")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each variant, alternating")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=64)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="runwick-otel-bench-") as name:
+        folder = Path(name)
+        database = deployment.ScratchDatabase.create(options.engine, options.database_url, folder)
+        coordinator = deployment.start_coordinator(database.url, folder / "coordinator.log")
+        options.target = coordinator.target
+        figures: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        try:
+            for index in range(options.runs):
+                for variant in VARIANTS if index % 2 == 0 else reversed(VARIANTS):
+                    figures[variant].append(_one_run(variant, index, folder, options))
+                    print(
+                        f"run {index + 1} tracing {variant:3}: {figures[variant][-1]:,.0f} jobs/s", flush=True
+                    )
+        finally:
+            deployment.stop_processes([coordinator.process])
+            database.drop()
+    medians = {variant: statistics.median(values) for variant, values in figures.items()}
+    print(
+        f"{options.engine}, {options.jobs} jobs, {options.workers} workers x {options.concurrency}: "
+        f"median off {medians['off']:,.0f}, on {medians['on']:,.0f} jobs/s; "
+        f"on/off {medians['on'] / medians['off']:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        sys.exit(worker_main(sys.argv[2:]))
+    main()
