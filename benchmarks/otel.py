@@ -1,8 +1,9 @@
 """What tracing costs the workers: ``runwick bench``'s processing throughput with the
-SDK's spans recorded by a real OpenTelemetry SDK TracerProvider (a BatchSpanProcessor
-with an exporter that drops what it is given) against tracing off (``RUNWICK_OTEL=off``:
-the SDK imports no OpenTelemetry at all). The variants alternate over one coordinator,
-so the load of a shared machine falls on both alike.
+SDK's spans recorded by a real OpenTelemetry SDK TracerProvider (with a span processor
+that drops each span, or ``--processor batch``: a BatchSpanProcessor whose exporter drops
+each batch) against tracing off (``RUNWICK_OTEL=off``: the SDK imports no OpenTelemetry).
+The variants alternate over one coordinator, so the load of a shared machine falls on
+both alike.
 
     python benchmarks/otel.py                       # SQLite, 3 runs a side
     python benchmarks/otel.py --engine postgres --runs 5 --jobs 20000
@@ -11,7 +12,8 @@ Each run starts its own bench worker processes (``coordinator.cli.bench.worker``
 ``runwick bench`` worker, run through this script's ``worker`` command so that the "on"
 side installs the TracerProvider first) and measures them with ``runwick bench --target
 ... --no-workers``. An "on" worker counts the spans it ended; the script fails unless
-every measured job made one. It prints each run and the ratio of the medians.
+every measured job made one. It prints each run, each pair's ratio and the ratio of
+the medians.
 
 Needs the ``otel`` and ``dev`` extras (opentelemetry-api and opentelemetry-sdk).
 """
@@ -39,42 +41,49 @@ SPANS_PREFIX = "spans-"
 READY_TIMEOUT_S = 60.0
 
 
-def _install_tracer_provider(sink: Path) -> None:
-    """A real SDK TracerProvider whose spans go through a BatchSpanProcessor to an
-    exporter that only counts them (written to the sink folder at exit)."""
+def _install_tracer_provider(sink: Path, processor: str) -> None:
+    """A real SDK TracerProvider: every span is sampled, recorded and ended, then given to
+    a span processor that only counts it (``noop``), or to a BatchSpanProcessor whose
+    exporter only counts what it gets (``batch``). The count goes to the sink folder at
+    exit."""
     import atexit
 
     from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    class CountingExporter(SpanExporter):
-        def __init__(self) -> None:
-            self.count = 0
+    ended = [0]
 
-        def export(self, spans: Sequence[object]) -> SpanExportResult:
-            self.count += len(spans)
+    class CountingProcessor(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            ended[0] += 1
+
+    class CountingExporter(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            ended[0] += len(spans)
             return SpanExportResult.SUCCESS
 
-    exporter = CountingExporter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    if processor == "batch":
+        provider.add_span_processor(BatchSpanProcessor(CountingExporter()))
+    else:
+        provider.add_span_processor(CountingProcessor())
     trace.set_tracer_provider(provider)
 
     def report() -> None:
-        provider.shutdown()  # exports what the batch processor still holds
-        (sink / f"{SPANS_PREFIX}{os.getpid()}").write_text(str(exporter.count))
+        provider.shutdown()  # a batch processor exports what it still holds
+        (sink / f"{SPANS_PREFIX}{os.getpid()}").write_text(str(ended[0]))
 
     atexit.register(report)
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    """``otel.py worker on|off BENCH-WORKER-ARGS...``: a bench worker, traced or not."""
+    """``otel.py worker on|off PROCESSOR BENCH-WORKER-ARGS...``: a bench worker, traced or not."""
     from coordinator.cli.bench.worker import main, parse
 
-    variant, rest = argv[0], list(argv[1:])
+    variant, processor, rest = argv[0], argv[1], list(argv[2:])
     if variant == "on":
-        _install_tracer_provider(Path(parse(rest).sink))
+        _install_tracer_provider(Path(parse(rest).sink), processor)
     return main(rest)
 
 
@@ -86,7 +95,7 @@ def _start_workers(
     if variant == "off":
         env["RUNWICK_OTEL"] = "off"
     args = ["--sink", str(sink), "--queue", queue, "--concurrency", str(options.concurrency)]
-    command = [sys.executable, __file__, "worker", variant, *args]
+    command = [sys.executable, __file__, "worker", variant, options.processor, *args]
     workers = []
     for index in range(count):
         with (sink.parent / f"{sink.name}-worker-{index}.log").open("ab") as log:  # the child keeps its own
@@ -129,6 +138,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--processor",
+        choices=("noop", "batch"),
+        default="noop",
+        help="the traced side's span processor: one that drops each span (default), or a "
+        "BatchSpanProcessor with an exporter that drops each batch",
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="runwick-otel-bench-") as name:
         folder = Path(name)
@@ -147,8 +163,11 @@ def main() -> None:
             deployment.stop_processes([coordinator.process])
             database.drop()
     medians = {variant: statistics.median(values) for variant, values in figures.items()}
+    pairs = [on / off for on, off in zip(figures["on"], figures["off"], strict=True)]
+    print("on/off of each run:", ", ".join(f"{ratio:.2f}" for ratio in pairs))
     print(
-        f"{options.engine}, {options.jobs} jobs, {options.workers} workers x {options.concurrency}: "
+        f"{options.engine}, {options.processor} processor, {options.jobs} jobs, "
+        f"{options.workers} workers x {options.concurrency}: "
         f"median off {medians['off']:,.0f}, on {medians['on']:,.0f} jobs/s; "
         f"on/off {medians['on'] / medians['off']:.3f}"
     )

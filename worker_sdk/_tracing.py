@@ -113,11 +113,16 @@ def send_span(request: job_service_pb2.EnqueueRequest) -> Iterator[SendSpan]:
 
 
 class RunSpan:
-    """A run's span: the log fields that name it, and its end with the run's report."""
+    """A run's CONSUMER span, current for the handler (and its threads) while entered;
+    ``log_fields`` name it in the run's log lines, ``finished`` puts the run's outcome
+    on it. A plain class rather than a generator: it is on every run's path."""
+
+    __slots__ = ("_otel", "_span", "_token", "log_fields")
 
     def __init__(self, otel: _OTel | None = None, span: Any = None) -> None:
         self._otel = otel
         self._span = span
+        self._token: object = None
         self.log_fields: Mapping[str, str] = _LOG_FIELDS_OFF
         """``trace_id`` and ``span_id`` (lowercase hex) for the run's log lines."""
         if span is not None:
@@ -127,6 +132,20 @@ class RunSpan:
                     "trace_id": format(context.trace_id, "032x"),
                     "span_id": format(context.span_id, "016x"),
                 }
+
+    def __enter__(self) -> RunSpan:
+        if self._otel is not None:
+            self._token = self._otel.context.attach(self._otel.trace.set_span_in_context(self._span))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        otel = self._otel
+        if otel is None:
+            return
+        otel.context.detach(self._token)
+        if error is not None:  # not the handler's (the pipeline reports those): the worker's own
+            self._span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, type(error).__name__))
+        self._span.end()
 
     def finished(self, report: RunReport | None) -> None:
         """Puts the run's outcome on the span: a failure's error code as ``error.type``
@@ -139,29 +158,28 @@ class RunSpan:
             span.set_attribute("runwick.outcome", "no_result")
             span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, "no result sent"))
             return
-        span.set_attribute("runwick.outcome", report.outcome.value)
-        if report.outcome is not Outcome.SUCCEEDED:
-            span.set_attribute("error.type", report.error_code or report.outcome.value)
-            if report.exception_type:
-                span.set_attribute("exception.type", report.exception_type)
-            span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, report.error_code))
+        if report.outcome is Outcome.SUCCEEDED:
+            span.set_attribute("runwick.outcome", report.outcome.value)
+            return
+        attributes = {"runwick.outcome": report.outcome.value, "error.type": report.error_code or "failed"}
+        if report.exception_type:
+            attributes["exception.type"] = report.exception_type
+        span.set_attributes(attributes)
+        span.set_status(otel.trace.Status(otel.trace.StatusCode.ERROR, report.error_code))
 
 
 _NO_RUN_SPAN = RunSpan()
 
 
-@contextlib.contextmanager
-def run_span(assignment: worker_pb.Assignment, execution_number: int) -> Iterator[RunSpan]:
-    """Runs one attempt inside its CONSUMER span, current for the handler (and its
-    threads), the child of the trace context the job was enqueued with."""
+def run_span(assignment: worker_pb.Assignment, execution_number: int) -> RunSpan:
+    """The CONSUMER span of one run of ``assignment`` (enter it around the run), the
+    child of the trace context the job was enqueued with, or a root span without one."""
     otel = _otel()
     if otel is None:
-        yield _NO_RUN_SPAN
-        return
+        return _NO_RUN_SPAN
     parent = otel.context.Context()  # never the worker's own context: a job has its own trace
     if assignment.HasField("trace_context"):
         parent = otel.propagator.extract(_carrier(assignment.trace_context), context=parent)
-    links = _parent_links(otel, assignment)
     attributes: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
@@ -172,16 +190,14 @@ def run_span(assignment: worker_pb.Assignment, execution_number: int) -> Iterato
         "runwick.execution_number": execution_number,
         "runwick.wire_name": assignment.wire_name,
     }
-    with otel.tracer.start_as_current_span(
+    span = otel.tracer.start_span(
         f"process {assignment.queue}",
         context=parent,
         kind=otel.trace.SpanKind.CONSUMER,
         attributes=attributes,
-        links=links,
-        record_exception=False,  # the pipeline catches the handler's; ``finished`` reports it
-        set_status_on_exception=True,
-    ) as span:
-        yield RunSpan(otel, span)
+        links=_parent_links(otel, assignment) if assignment.parent_outputs else None,
+    )
+    return RunSpan(otel, span)
 
 
 def _carrier(context: job_pb2.TraceContext) -> dict[str, str]:
