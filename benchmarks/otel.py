@@ -109,7 +109,14 @@ def _start_workers(
     return workers
 
 
-def _one_run(variant: str, index: int, folder: Path, options: argparse.Namespace) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _one_run(variant: str, index: int, folder: Path, options: argparse.Namespace) -> tuple[float, float]:
+    """One run's processing throughput (jobs/s) and its workers' CPU per job (µs)."""
     sink, queue = folder / f"{variant}-{index}", f"otel-bench-{variant}-{index}"
     sink.mkdir()
     workers = _start_workers(variant, options.workers, sink, queue, options)
@@ -121,13 +128,16 @@ def _one_run(variant: str, index: int, folder: Path, options: argparse.Namespace
         if done.returncode != 0:
             raise SystemExit(f"runwick bench failed ({variant} run {index}):\n{done.stdout}\n{done.stderr}")
         jobs_per_s = float(json.loads(done.stdout)["processing"]["jobs_per_s"])
+        # All of the workers' CPU since they started, over the jobs they ran: start-up
+        # and the warm-up jobs too, alike on both sides.
+        cpu_us = sum(_cpu_seconds(worker.pid) for worker in workers) / options.jobs * 1e6
     finally:
         deployment.stop_processes(workers)
     if variant == "on":
         spans = sum(int(path.read_text()) for path in sink.glob(f"{SPANS_PREFIX}*"))
         if spans < options.jobs:
             raise SystemExit(f"the traced workers ended {spans} spans for {options.jobs} jobs: not traced")
-    return jobs_per_s
+    return jobs_per_s, cpu_us
 
 
 def main() -> None:
@@ -152,12 +162,17 @@ def main() -> None:
         coordinator = deployment.start_coordinator(database.url, folder / "coordinator.log")
         options.target = coordinator.target
         figures: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        cpu: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
         try:
             for index in range(options.runs):
                 for variant in VARIANTS if index % 2 == 0 else reversed(VARIANTS):
-                    figures[variant].append(_one_run(variant, index, folder, options))
+                    jobs_per_s, cpu_us = _one_run(variant, index, folder, options)
+                    figures[variant].append(jobs_per_s)
+                    cpu[variant].append(cpu_us)
                     print(
-                        f"run {index + 1} tracing {variant:3}: {figures[variant][-1]:,.0f} jobs/s", flush=True
+                        f"run {index + 1} tracing {variant:3}: {jobs_per_s:,.0f} jobs/s, "
+                        f"workers' CPU {cpu_us:,.0f} µs/job",
+                        flush=True,
                     )
         finally:
             deployment.stop_processes([coordinator.process])
@@ -170,6 +185,11 @@ def main() -> None:
         f"{options.workers} workers x {options.concurrency}: "
         f"median off {medians['off']:,.0f}, on {medians['on']:,.0f} jobs/s; "
         f"on/off {medians['on'] / medians['off']:.3f}"
+    )
+    cpu_medians = {variant: statistics.median(values) for variant, values in cpu.items()}
+    print(
+        f"workers' CPU per job, median: off {cpu_medians['off']:,.0f} µs, on {cpu_medians['on']:,.0f} µs "
+        f"(+{cpu_medians['on'] - cpu_medians['off']:,.0f} µs)"
     )
 
 
