@@ -121,6 +121,7 @@ def _one_run(variant: str, index: int, folder: Path, options: argparse.Namespace
     sink.mkdir()
     workers = _start_workers(variant, options.workers, sink, queue, options)
     try:
+        cpu_at_ready = sum(_cpu_seconds(worker.pid) for worker in workers)
         bench = [sys.executable, "-m", "coordinator.cli", "bench", "--target", options.target]
         bench += ["--no-workers", "--sink", str(sink), "--queue", queue, "--json"]
         bench += ["--jobs", str(options.jobs), "--latency-jobs", "0"]
@@ -128,9 +129,10 @@ def _one_run(variant: str, index: int, folder: Path, options: argparse.Namespace
         if done.returncode != 0:
             raise SystemExit(f"runwick bench failed ({variant} run {index}):\n{done.stdout}\n{done.stderr}")
         jobs_per_s = float(json.loads(done.stdout)["processing"]["jobs_per_s"])
-        # All of the workers' CPU since they started, over the jobs they ran: start-up
-        # and the warm-up jobs too, alike on both sides.
-        cpu_us = sum(_cpu_seconds(worker.pid) for worker in workers) / options.jobs * 1e6
+        # The workers' CPU from their ready marker (start-up, and the import of the SDK on
+        # the traced side, left out), over the measured jobs (the few warm-up ones in it).
+        cpu_s = sum(_cpu_seconds(worker.pid) for worker in workers) - cpu_at_ready
+        cpu_us = cpu_s / options.jobs * 1e6
     finally:
         deployment.stop_processes(workers)
     if variant == "on":
