@@ -1,7 +1,8 @@
 """Structured logs: a JSON line formatter, and the job context a run's log lines carry.
 
 While a handler runs (its middleware and sync handler threads included), every log record
-formatted by ``JsonFormatter`` names the job and attempt, whichever logger wrote it. Log
+formatted by ``JsonFormatter`` names the job and attempt, whichever logger wrote it, and
+the run's span (``trace_id``, ``span_id``) when the run is traced (``_tracing``). Log
 calls elsewhere may pass the same fields with ``extra={"attempt_id": ...}``. Error text
 stays out of INFO and above (R-22): handler exceptions are logged at DEBUG only.
 """
