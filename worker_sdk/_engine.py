@@ -33,6 +33,7 @@ from worker_sdk._pipeline import report_exception as _report_exception
 from worker_sdk._results import Outcome
 from worker_sdk._runs import Phase, Run, RunTable
 from worker_sdk._session import Session
+from worker_sdk._tracing import load as load_tracing
 from worker_sdk._tracing import run_span
 from worker_sdk.proto.runwick.v1 import job_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
@@ -63,6 +64,7 @@ class Engine:
         self._middleware = tuple(middleware)
         self._executor = executor
         self.table = RunTable(config.concurrency)
+        load_tracing()  # imports OpenTelemetry, when installed, now rather than in the first run
         self._session: Session | None = None
         self.heartbeater = Heartbeater(
             self.table,

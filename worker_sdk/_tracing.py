@@ -90,6 +90,12 @@ def _otel() -> _OTel | None:
         return None
 
 
+def load() -> bool:
+    """Loads OpenTelemetry now if it is installed (a worker's start: the import is then
+    no run's cost); whether the SDK traces."""
+    return _otel() is not None
+
+
 class SendSpan:
     """An enqueue call's span; ``enqueued`` names the jobs once the call answered."""
 
