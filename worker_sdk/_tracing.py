@@ -28,6 +28,7 @@ from worker_sdk._pipeline import RunReport
 from worker_sdk._results import Outcome
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as worker_pb
+from worker_sdk.trace_rules import fit_tracestate
 
 DISABLE_ENV = "RUNWICK_OTEL"
 """Set to ``off`` to keep the SDK from tracing even where OpenTelemetry is installed."""
@@ -138,7 +139,8 @@ def send_span(request: job_service_pb2.EnqueueRequest) -> Iterator[SendSpan]:
         otel.propagator.inject(carrier)
         traceparent = carrier.get(TRACEPARENT)
         if traceparent is not None:
-            context = job_pb2.TraceContext(traceparent=traceparent, tracestate=carrier.get(TRACESTATE, ""))
+            tracestate = fit_tracestate(carrier.get(TRACESTATE, ""))
+            context = job_pb2.TraceContext(traceparent=traceparent, tracestate=tracestate)
             for job in request.jobs:
                 job.trace_context.CopyFrom(context)
         yield SendSpan(span) if span.is_recording() else _NO_SEND_SPAN

@@ -15,6 +15,7 @@ __all__ = [
     "MAX_TRACESTATE_BYTES",
     "TRACEPARENT_LENGTH",
     "TRACE_CONTEXT_WIRE_BYTES",
+    "fit_tracestate",
     "trace_context_problem",
     "trace_id_of",
 ]
@@ -69,3 +70,20 @@ def trace_id_of(traceparent: str | None) -> str | None:
     if traceparent is None or trace_context_problem(traceparent, "") is not None:
         return None
     return traceparent[3:35]
+
+
+_LONG_MEMBER_CHARS = 128
+"""W3C Trace Context: a list member longer than this is the first to go when truncating."""
+
+
+def fit_tracestate(tracestate: str) -> str:
+    """``tracestate`` cut to ``MAX_TRACESTATE_BYTES`` as W3C Trace Context says to cut it:
+    whole list members, first those longer than 128 characters, then from the end. So an
+    application's long vendor state costs that state, never the job's enqueue."""
+    if len(tracestate.encode()) <= MAX_TRACESTATE_BYTES:
+        return tracestate
+    members = [member.strip() for member in tracestate.split(",") if member.strip()]
+    members = [member for member in members if len(member) <= _LONG_MEMBER_CHARS]
+    while members and len(",".join(members).encode()) > MAX_TRACESTATE_BYTES:
+        members.pop()
+    return ",".join(members)

@@ -7,6 +7,7 @@ import pytest
 from worker_sdk.trace_rules import (
     MAX_TRACESTATE_BYTES,
     TRACEPARENT_LENGTH,
+    fit_tracestate,
     trace_context_problem,
     trace_id_of,
 )
@@ -50,3 +51,14 @@ def test_the_trace_id_is_read_from_a_well_formed_traceparent_only() -> None:
     assert trace_id_of(TRACEPARENT) == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert trace_id_of(None) is None
     assert trace_id_of(TRACEPARENT[:-1]) is None
+
+
+def test_a_long_tracestate_is_cut_by_whole_members_long_ones_first_then_from_the_end() -> None:
+    short = "a=1,b=2"
+    assert fit_tracestate(short) == short
+    long_member = "big=" + "x" * 200
+    members = [f"k{n:02d}=" + "v" * 40 for n in range(20)]  # 20 x 44 chars: 899 with commas
+    fitted = fit_tracestate(",".join([members[0], long_member, *members[1:]]))
+    assert fitted == ",".join(members[:11])  # 11 x 44 + 10 commas = 494 bytes
+    assert len(fitted.encode()) <= MAX_TRACESTATE_BYTES
+    assert trace_context_problem(TRACEPARENT, fitted) is None

@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags, TraceState
 
 from tests.support import ROOT
 from worker_sdk import _tracing
@@ -80,6 +80,25 @@ def test_an_enqueue_is_a_producer_span_whose_context_each_job_carries(spans: InM
     expected = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     assert request.jobs[0].trace_context.traceparent == expected
     assert request.jobs[0].trace_context.tracestate == ""
+
+
+def test_an_applications_tracestate_over_the_bound_is_cut_not_sent_to_be_refused(
+    provider: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    members = ",".join(f"vendor{n:02d}=" + "v" * 100 for n in range(8))  # 8 x 109 chars
+    upstream = SpanContext(
+        TRACE_ID,
+        SPAN_ID,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState.from_header([members]),
+    )
+    request = _request("q")
+    with trace.use_span(NonRecordingSpan(upstream)), _tracing.send_span(request):
+        pass
+    tracestate = request.jobs[0].trace_context.tracestate
+    assert tracestate and len(tracestate.encode()) <= 512
+    assert tracestate == ",".join(members.split(",")[:4])
 
 
 def test_a_batch_over_several_queues_is_one_send_span_without_a_destination(
