@@ -109,6 +109,40 @@ async def test_one_trace_from_an_http_request_to_the_workers_handler(
     assert ids == (job_id, process["trace_id"], process["span_id"])
 
 
+@pytest.mark.slow
+async def test_a_job_enqueued_without_a_context_runs_in_a_root_span_named_by_its_sync_handlers_logs(
+    coordinator: Coordinator, client: AsyncClient, spawn_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    """As a schedule's tick's job: no trace context stored, the run's span a root span; a
+    sync handler's log line (on the worker's thread pool) still names that span."""
+    worker_spans, handler_log = tmp_path / "worker.jsonl", tmp_path / "log"
+    spawn_worker(
+        coordinator.target, app=f"{APP}:worker", test_spans_file=worker_spans, test_log_file=handler_log
+    )
+    # Sent as a client without tracing (or the coordinator's schedules) sends it: no context.
+    async with grpc.aio.insecure_channel(coordinator.target) as channel:
+        refund = job_service_pb2.NewJob(
+            wire_name="tests.traced_refund", queue="orders", payload=b'{"number":3}'
+        )
+        request = job_service_pb2.EnqueueRequest(jobs=[refund])
+        [enqueued] = (await job_service_pb2_grpc.JobServiceStub(channel).Enqueue(request, timeout=10)).jobs
+    job_id = enqueued.id
+    info = await client.wait(job_id, timedelta(seconds=30))
+    assert info.state is JobState.SUCCEEDED and info.traceparent is None
+
+    async def exported() -> bool:
+        return len(_spans(worker_spans)) == 1
+
+    await eventually_async(exported, what="the worker exported its run's span")
+    [process] = _spans(worker_spans)
+    assert (process["kind"], process["parent_span_id"]) == ("CONSUMER", None)
+    assert process["attributes"]["messaging.message.id"] == job_id
+    [line] = [json.loads(text) for text in handler_log.read_text().splitlines()]
+    assert line["message"] == "refunding order 3"
+    ids = (line["job_id"], line["trace_id"], line["span_id"])
+    assert ids == (job_id, process["trace_id"], process["span_id"])
+
+
 def _new_job(**trace_context: str) -> job_service_pb2.NewJob:
     job = job_service_pb2.NewJob(wire_name="tests.echo", queue="traced", payload=b"{}")
     if trace_context:

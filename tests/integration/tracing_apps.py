@@ -104,6 +104,18 @@ async def charge(payload: Order, ctx: JobContext) -> bytes:
     return f"charged {payload.number}".encode()
 
 
+@job("tests.traced_refund", queue=QUEUE)
+@dataclass
+class Refund:
+    number: int
+
+
+@worker.handler(Refund)
+def refund(payload: Refund, ctx: JobContext) -> None:
+    """A sync handler: it runs on the worker's thread pool, its run's span still current."""
+    handler_log.info("refunding order %d", payload.number)
+
+
 # -- the HTTP service ---------------------------------------------------------------------
 
 
