@@ -21,6 +21,7 @@ from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_fro
 from worker_sdk._errors import translated_rpc_errors
 from worker_sdk._info import AttemptInfo, EnqueuedJob, JobInfo, JobState, RevealedError
 from worker_sdk._queues import AsyncQueueCalls
+from worker_sdk._tracing import send_span
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 
 
@@ -115,9 +116,11 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         Items are ``EnqueueItem`` values or bare payloads.
         """
         request = self._enqueue_request(items)
-        with translated_rpc_errors():
+        with send_span(request) as span, translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())
-        return self._enqueued_ids(response, len(request.jobs))
+            ids = self._enqueued_ids(response, len(request.jobs))
+            span.enqueued(ids)
+        return ids
 
     async def enqueue_raw(
         self,
@@ -185,9 +188,11 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             retry_delay=retry_delay,
             execution_timeout=execution_timeout,
         )
-        with translated_rpc_errors():
+        with send_span(request) as span, translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())
-        return self._enqueued_one(response)
+            enqueued = self._enqueued_one(response)
+            span.enqueued([enqueued.id])
+        return enqueued
 
     async def get(self, job_id: str) -> JobInfo:
         """Returns the job; raises ``JobNotFound`` when it does not exist."""

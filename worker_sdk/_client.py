@@ -21,6 +21,7 @@ from worker_sdk._convert import attempt_from_proto, job_from_proto, revealed_fro
 from worker_sdk._errors import translated_rpc_errors
 from worker_sdk._info import AttemptInfo, EnqueuedJob, JobInfo, JobState, RevealedError
 from worker_sdk._queues import QueueCalls
+from worker_sdk._tracing import send_span
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 
 
@@ -76,9 +77,11 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
     def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
         """Enqueues a batch, all or nothing, and returns the job IDs in order."""
         request = self._enqueue_request(items)
-        with translated_rpc_errors():
+        with send_span(request) as span, translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())
-        return self._enqueued_ids(response, len(request.jobs))
+            ids = self._enqueued_ids(response, len(request.jobs))
+            span.enqueued(ids)
+        return ids
 
     def enqueue_raw(
         self,
@@ -111,9 +114,11 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
             retry_delay=retry_delay,
             execution_timeout=execution_timeout,
         )
-        with translated_rpc_errors():
+        with send_span(request) as span, translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())
-        return self._enqueued_one(response)
+            enqueued = self._enqueued_one(response)
+            span.enqueued([enqueued.id])
+        return enqueued
 
     def get(self, job_id: str) -> JobInfo:
         """Returns the job; raises ``JobNotFound`` when it does not exist."""

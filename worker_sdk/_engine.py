@@ -35,6 +35,8 @@ from worker_sdk._results import Outcome
 from worker_sdk._runs import Phase, Run, RunTable
 from worker_sdk._session import Session
 from worker_sdk._timers import REAL_TIMERS, Timers
+from worker_sdk._tracing import load as load_tracing
+from worker_sdk._tracing import run_span
 from worker_sdk.proto.runwick.v1 import job_pb2
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
@@ -67,6 +69,7 @@ class Engine:
         self._executor = executor
         self.table = RunTable(config.concurrency)
         self.table.clock = timers.monotonic
+        load_tracing()  # imports OpenTelemetry, when installed, now rather than in the first run
         self._session: Session | None = None
         self.heartbeater = Heartbeater(
             self.table,
@@ -333,12 +336,17 @@ class Engine:
             in_flight = self._metrics.run_in_flight(assignment.queue, assignment.wire_name)
             in_flight.inc()
         started = asyncio.get_running_loop().time()
-        # Every log line of the run (middleware, handler threads too) names its job.
-        with job_log_context(
-            job_id=assignment.job_id,
-            attempt_id=assignment.attempt_id,
-            wire_name=assignment.wire_name,
-            queue=assignment.queue,
+        # Every log line of the run (middleware, handler threads too) names its job, and
+        # its span when the run is traced (the span is current for the handler too).
+        with (
+            run_span(assignment, run.ctx.execution_number) as span,
+            job_log_context(
+                job_id=assignment.job_id,
+                attempt_id=assignment.attempt_id,
+                wire_name=assignment.wire_name,
+                queue=assignment.queue,
+                **span.log_fields,
+            ),
         ):
             try:
                 report = await execute(pipeline_run)
@@ -348,8 +356,9 @@ class Engine:
             finally:
                 if in_flight is not None:
                     in_flight.dec()
-        if run.lost:
-            report = None
+            if run.lost:
+                report = None
+            span.finished(report)
         if self._metrics is not None:
             outcome = NO_RESULT if report is None else report.outcome.value
             elapsed = asyncio.get_running_loop().time() - started

@@ -70,6 +70,11 @@ class JobInfo:
     """A cancel reached the job while it ran; it ends cancelled unless the run succeeds."""
     progress: ProgressReport | None = None
     """The latest progress the current attempt's handler reported (``get_job`` only)."""
+    traceparent: str | None = None
+    """The W3C ``traceparent`` the job was enqueued with (docs/observability.md); None
+    when it came without a trace context (a schedule's tick, a client without tracing)."""
+    tracestate: str | None = None
+    """Its ``tracestate``; None when empty."""
 
     @property
     def terminal(self) -> bool:

@@ -1,7 +1,8 @@
 """Structured logs: a JSON line formatter, and the job context a run's log lines carry.
 
 While a handler runs (its middleware and sync handler threads included), every log record
-formatted by ``JsonFormatter`` names the job and attempt, whichever logger wrote it. Log
+formatted by ``JsonFormatter`` names the job and attempt, whichever logger wrote it, and
+the run's span (``trace_id``, ``span_id``) when the run is traced (``_tracing``). Log
 calls elsewhere may pass the same fields with ``extra={"attempt_id": ...}``. Error text
 stays out of INFO and above (R-22): handler exceptions are logged at DEBUG only.
 """
@@ -15,7 +16,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 
-CONTEXT_FIELDS = ("job_id", "attempt_id", "wire_name", "queue", "worker_id")
+CONTEXT_FIELDS = ("job_id", "attempt_id", "wire_name", "queue", "worker_id", "trace_id", "span_id")
 """Record attributes (from ``extra`` or the run's context) copied into each JSON line."""
 
 _job_context: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
@@ -72,7 +73,8 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         level: The lowest level logged, e.g. ``"INFO"`` or ``"debug"``.
         log_format: ``"text"`` for one readable line per record, or ``"json"`` for one
             JSON object per line: ``time``, ``level``, ``logger``, ``message`` and, on
-            lines about a run, ``job_id``, ``attempt_id``, ``wire_name``, ``queue``.
+            lines about a run, ``job_id``, ``attempt_id``, ``wire_name``, ``queue``,
+            and ``trace_id`` and ``span_id`` of the run's span when it is traced.
 
     Raises:
         ValueError: ``log_format`` is neither ``text`` nor ``json``, or ``level`` is

@@ -149,6 +149,11 @@ def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
     spec.parent_ids = tuple(job.parent_ids) if job.parent_ids else ()
     spec.job_id = job.id or None
     spec.unique_key = job.unique_key or None
+    if job.HasField("trace_context"):
+        spec.traceparent = job.trace_context.traceparent
+        spec.tracestate = job.trace_context.tracestate or None
+    else:
+        spec.traceparent = spec.tracestate = None
     spec.__class__ = NewJobSpec
     result: NewJobSpec = spec
     return result
@@ -196,6 +201,9 @@ def job_to_pb(
         message.lease_expires_at.CopyFrom(timestamp(job.lease_expires_at_ms))
     if job.finished_at_ms is not None:
         message.finished_at.CopyFrom(timestamp(job.finished_at_ms))
+    if job.traceparent is not None:
+        message.trace_context.traceparent = job.traceparent
+        message.trace_context.tracestate = job.tracestate or ""
     if relatives is not None:
         message.parent_ids.extend(relatives.parent_ids)
         message.child_ids.extend(relatives.child_ids)

@@ -192,8 +192,16 @@ def _fill_assignment(message: pb.Assignment, claimed: Claimed) -> None:
     message.generation = job.generation
     if job.execution_timeout_ms is not None:
         message.execution_timeout.CopyFrom(duration(job.execution_timeout_ms))
+    traces = claimed.parent_trace_contexts
     for parent_id, output in sorted(claimed.parent_outputs.items()):
-        message.parent_outputs.add(job_id=parent_id, output=output)
+        parent = message.parent_outputs.add(job_id=parent_id, output=output)
+        if parent_id in traces:
+            traceparent, tracestate = traces[parent_id]
+            parent.trace_context.traceparent = traceparent
+            parent.trace_context.tracestate = tracestate or ""
+    if job.traceparent is not None:
+        message.trace_context.traceparent = job.traceparent
+        message.trace_context.tracestate = job.tracestate or ""
 
 
 def cancel(attempt_id: str, reason: str) -> Message:

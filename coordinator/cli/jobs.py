@@ -23,6 +23,7 @@ from coordinator.cli.output import (
     to_json,
 )
 from worker_sdk import AttemptInfo, Client, JobInfo, JobState
+from worker_sdk.trace_rules import trace_id_of
 
 STATES = [state.value for state in JobState]
 """What ``--state`` accepts, in lifecycle order."""
@@ -258,6 +259,8 @@ def _show_job(
         ("timeout", f"{timeout.total_seconds():g}s" if timeout is not None else "none"),
         ("progress", job.progress.summary() if job.progress is not None else "-"),
         ("last error code", job.last_error_code or "-"),
+        # The ID to look the trace up by in a tracing backend (docs/observability.md).
+        ("trace id", trace_id_of(job.traceparent) or "-"),
         ("created", show_time(job.created_at)),
         ("run at", show_time(job.run_at)),
         ("finished", show_time(job.finished_at)),

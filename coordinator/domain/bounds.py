@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from worker_sdk.trace_rules import TRACE_CONTEXT_WIRE_BYTES
+
 KIB = 1_024
 MIB = 1_024 * KIB
 
@@ -26,11 +28,12 @@ arrives and gets the bound's clear error instead of the transport's."""
 _INT32_MAX = 2**31 - 1
 # What a NewJob holds besides its payload, at the bounds' worst case: the idempotency key
 # (256 characters of up to 4 UTF-8 bytes), settings, numbers and field framing.
-_NEW_JOB_FIXED_BYTES = 256 * 4 + 512
+# The trace context at its bounds is counted apart (worker_sdk.trace_rules).
+_NEW_JOB_FIXED_BYTES = 256 * 4 + 512 + TRACE_CONTEXT_WIRE_BYTES
 # Bytes per parent ID on the wire (36 characters plus framing).
 _ID_BYTES = 40
 # Job fields besides payload, output and names in a read or an assignment.
-_JOB_FIXED_BYTES = 2 * KIB
+_JOB_FIXED_BYTES = 2 * KIB + TRACE_CONTEXT_WIRE_BYTES
 
 
 class BoundsError(ValueError):
@@ -135,7 +138,8 @@ class StoreBounds:
         new_job = self.max_payload_bytes + names + parents + _NEW_JOB_FIXED_BYTES
         enqueue = self.max_enqueue_batch * new_job
         job = self.max_payload_bytes + self.max_output_bytes + names + parents + _JOB_FIXED_BYTES
-        assignment = job + self.max_parents_per_job * (self.max_output_bytes + _ID_BYTES)
+        parent_output = self.max_output_bytes + _ID_BYTES + TRACE_CONTEXT_WIRE_BYTES
+        assignment = job + self.max_parents_per_job * parent_output
         page = self.max_page_size * (names + parents + _JOB_FIXED_BYTES)
         return max(enqueue, assignment, page) + MESSAGE_HEADROOM_BYTES
 

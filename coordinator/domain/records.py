@@ -52,6 +52,11 @@ class JobRecord:
     unique_key: str | None = None
     """While this job has not ended, an enqueue of its wire name with the same key
     returns it instead of creating another."""
+    traceparent: str | None = None
+    """The W3C trace context the job was enqueued with (``worker_sdk.trace_rules``),
+    handed to the worker that runs it; None when it came with none."""
+    tracestate: str | None = None
+    """That trace context's ``tracestate`` (None: empty or no trace context)."""
 
     @property
     def cancel_pending(self) -> bool:
@@ -264,6 +269,11 @@ class NewJobSpec:
     unique_key: str | None = None
     """At most one unfinished job per wire name with this key: while one exists, this
     enqueue returns it."""
+    traceparent: str | None = None
+    """The enqueuer's W3C ``traceparent``, not yet checked (``worker_sdk.trace_rules``);
+    None for a job without a trace context."""
+    tracestate: str | None = None
+    """Its ``tracestate``; None when empty."""
 
 
 @dataclass(frozen=True, slots=True)

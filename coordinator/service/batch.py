@@ -381,9 +381,12 @@ def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request
     may reach the parent's queue) must not carry another tenant's output to this worker.
     The job still runs; its handler finds that parent missing from its parent outputs."""
     kept: dict[str, bytes] = {}
+    traces: dict[str, tuple[str, str | None]] = {}
     for parent_id, parent in outputs.items():
         if may_serve(request.token_queues, parent.queue):
             kept[parent_id] = parent.output
+            if parent.traceparent is not None:
+                traces[parent_id] = (parent.traceparent, parent.tracestate)
         else:
             log.warning(
                 "withheld the output of parent %s (queue %s) from job %s: the claiming token "
@@ -393,7 +396,7 @@ def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request
                 claimed.job.id,
                 request.token_id,
             )
-    return evolve(claimed, parent_outputs=kept)
+    return evolve(claimed, parent_outputs=kept, parent_trace_contexts=traces)
 
 
 def _unstarted(claimed: Claimed, request: ClaimRequest, now: int) -> AttemptRecord:

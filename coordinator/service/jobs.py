@@ -28,6 +28,7 @@ from coordinator.service.enqueue import NewJob, insert_batch
 from coordinator.service.paging import decode_job_token, encode_job_token
 from coordinator.store import Store, Tx
 from coordinator.validation import batch_too_large, check_name, check_parents, quote, require_id
+from worker_sdk.trace_rules import trace_context_problem
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class JobsService:
         if from_client:
             _check_not_a_tick_key(spec.idempotency_key, index)
         _check_key("unique_key", spec.unique_key, index, "UNIQUE_KEY_INVALID")
+        _check_trace_context(spec, index)
         try:
             settings = _effective_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
@@ -172,6 +174,8 @@ class JobsService:
         record.history_seq = 1
         record.cancel_requested = False
         record.unique_key = spec.unique_key or None
+        record.traceparent = spec.traceparent
+        record.tracestate = spec.tracestate if spec.traceparent is not None else None
         record.__class__ = JobRecord
         return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
 
@@ -301,6 +305,17 @@ def _check_key(field: str, key: str | None, index: int, reason: str) -> None:
         )
     if key and "\x00" in key:
         raise InvalidArgument(field, "must not contain NUL characters", index=index, reason=reason)
+
+
+def _check_trace_context(spec: NewJobSpec, index: int) -> None:
+    # Refused, not dropped: the SDKs send what their propagator made, so a malformed one
+    # is a client's bug to surface, and a job is never stored with a context a worker
+    # could not parse (docs/observability.md).
+    if spec.traceparent is None and spec.tracestate is None:
+        return
+    problem = trace_context_problem(spec.traceparent or "", spec.tracestate or "")
+    if problem is not None:
+        raise InvalidArgument("trace_context", problem, index=index, reason="TRACE_CONTEXT_INVALID")
 
 
 def _check_reachable(batch: list[NewJob], reachable: Collection[str] | None) -> None:

@@ -44,6 +44,8 @@ class Claimed:
     parent_outputs: Mapping[str, bytes] = field(default_factory=dict)
     """The outputs of the job's parents, by parent ID (R-16), without those of parents in
     queues the claiming token may not serve."""
+    parent_trace_contexts: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+    """The ``(traceparent, tracestate)`` of those parents enqueued with a trace context."""
 
 
 class ResultReport(NamedTuple):

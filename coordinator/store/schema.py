@@ -25,6 +25,7 @@ from sqlalchemy import (
 
 from coordinator.domain.naming import MAX_NATURAL_KEY_CHARS
 from coordinator.domain.states import JobState
+from worker_sdk.trace_rules import MAX_TRACESTATE_BYTES, TRACEPARENT_LENGTH
 
 metadata = MetaData()
 
@@ -79,6 +80,9 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
     # Unique jobs: at most one job per (queue, wire_name, unique_key) that has not ended.
     Column("unique_key", _identifier(256)),
+    # The enqueuer's W3C trace context, handed to the worker (worker_sdk.trace_rules).
+    Column("traceparent", String(TRACEPARENT_LENGTH)),
+    Column("tracestate", String(MAX_TRACESTATE_BYTES)),
 )
 JOB_COLUMNS = tuple(jobs.columns.keys())
 """The jobs table's columns in table order: what a statement written out selects of a job."""

@@ -41,7 +41,12 @@ _PARENT_OUTPUTS = Prepared(
         dependencies.c.parent_id,
         dependencies.c.parent_output,
         dependencies.c.parent_queue,
-    ).where(dependencies.c.child_id.in_(bindparam("child_ids", expanding=True)))
+        jobs.c.traceparent,
+        jobs.c.tracestate,
+    )
+    # Outer: a parent removed by retention still hands on its output (kept on the row).
+    .select_from(dependencies.outerjoin(jobs, jobs.c.id == dependencies.c.parent_id))
+    .where(dependencies.c.child_id.in_(bindparam("child_ids", expanding=True)))
 )
 _INSERT_DEPENDENCIES = insert(dependencies)
 
@@ -50,6 +55,9 @@ class ParentOutput(NamedTuple):
     output: bytes
     queue: str | None
     """The parent's queue; None on rows older than migration 0017 whose parent was gone."""
+    traceparent: str | None = None
+    """The trace context the parent was enqueued with (None: none, or the parent is gone)."""
+    tracestate: str | None = None
 
 
 class DependencyOps(TxBase):
@@ -110,9 +118,9 @@ class DependencyOps(TxBase):
         orphans = self._inserted_jobs - self._inserted_with_parents
         for chunk in chunks(sorted(set(child_ids) - orphans)):
             rows = _PARENT_OUTPUTS.execute(self._conn, {"child_ids": chunk})
-            for child_id, parent_id, output, queue in rows:
+            for child_id, parent_id, output, queue, traceparent, tracestate in rows:
                 kept = bytes(output) if output is not None else b""
-                found.setdefault(child_id, {})[parent_id] = ParentOutput(kept, queue)
+                found.setdefault(child_id, {})[parent_id] = ParentOutput(kept, queue, traceparent, tracestate)
         return found
 
     def children_failed_by_parent(self, parent_id: str) -> list[JobRecord]:

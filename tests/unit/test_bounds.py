@@ -18,6 +18,8 @@ from coordinator.config import ConfigError, CoordinatorConfig
 from coordinator.domain import bounds as bounds_module
 from coordinator.domain.bounds import MESSAGE_HEADROOM_BYTES, RANGES, BoundsError, StoreBounds
 from tests.support import ROOT, runwick_command
+from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2, worker_service_pb2
+from worker_sdk.trace_rules import MAX_TRACESTATE_BYTES
 
 DOCUMENTED_DEFAULTS = {
     "max_payload_bytes": 65_536,
@@ -219,3 +221,34 @@ def test_s5_serve_refuses_bad_bounds_before_starting(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert "max_page_size: must be 1 to 10000, got 0 (from --max-page-size)" in result.stderr
     assert not (tmp_path / "runwick.db").exists()
+
+
+def test_the_message_limit_fits_a_full_batch_whose_jobs_carry_every_field_at_its_bound() -> None:
+    """Measured on real messages: each job of a full Enqueue with its names, keys, parents
+    and trace context at their bounds, and an assignment whose parents all carry theirs."""
+    bounds = StoreBounds()
+    trace_context = job_pb2.TraceContext(
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        tracestate="k=" + "v" * (MAX_TRACESTATE_BYTES - 2),
+    )
+    parent_id = "01900000-0000-7000-8000-000000000001"
+    job = job_service_pb2.NewJob(
+        wire_name="w" * bounds.max_wire_name_length,
+        queue="q" * 128,
+        payload=b"x" * bounds.max_payload_bytes,
+        idempotency_key="k" * 256,
+        unique_key="u" * 256,
+        parent_ids=[parent_id] * bounds.max_parents_per_job,
+        id=parent_id,
+        trace_context=trace_context,
+    )
+    one_job = len(job_service_pb2.EnqueueRequest(jobs=[job]).SerializeToString())
+    assert bounds.max_message_bytes() >= bounds.max_enqueue_batch * one_job + MESSAGE_HEADROOM_BYTES
+    assignment = worker_service_pb2.Assignment(
+        payload=b"x" * bounds.max_payload_bytes, trace_context=trace_context
+    )
+    for _ in range(bounds.max_parents_per_job):
+        assignment.parent_outputs.add(
+            job_id=parent_id, output=b"o" * bounds.max_output_bytes, trace_context=trace_context
+        )
+    assert bounds.max_message_bytes() >= len(assignment.SerializeToString()) + MESSAGE_HEADROOM_BYTES

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1frunwick/v1/worker_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\xb1\x02\n\x0e\x43onnectRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.runwick.v1.HelloH\x00\x12$\n\x06\x63redit\x18\x02 \x01(\x0b\x32\x12.runwick.v1.CreditH\x00\x12)\n\x05start\x18\x03 \x01(\x0b\x32\x18.runwick.v1.StartRequestH\x00\x12*\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.runwick.v1.HeartbeatH\x00\x12$\n\x06result\x18\x05 \x01(\x0b\x32\x12.runwick.v1.ResultH\x00\x12&\n\x07release\x18\x06 \x01(\x0b\x32\x13.runwick.v1.ReleaseH\x00\x12(\n\x05\x62\x61tch\x18\x07 \x01(\x0b\x32\x17.runwick.v1.WorkerBatchH\x00\x42\x06\n\x04kind\"\xff\x02\n\x0f\x43onnectResponse\x12&\n\x07welcome\x18\x01 \x01(\x0b\x32\x13.runwick.v1.WelcomeH\x00\x12,\n\nassignment\x18\x02 \x01(\x0b\x32\x16.runwick.v1.AssignmentH\x00\x12/\n\x0cstart_answer\x18\x03 \x01(\x0b\x32\x17.runwick.v1.StartAnswerH\x00\x12\x37\n\x10heartbeat_answer\x18\x04 \x01(\x0b\x32\x1b.runwick.v1.HeartbeatAnswerH\x00\x12+\n\nresult_ack\x18\x05 \x01(\x0b\x32\x15.runwick.v1.ResultAckH\x00\x12$\n\x06\x63\x61ncel\x18\x06 \x01(\x0b\x32\x12.runwick.v1.CancelH\x00\x12\"\n\x05\x64rain\x18\x07 \x01(\x0b\x32\x11.runwick.v1.DrainH\x00\x12-\n\x05\x62\x61tch\x18\x08 \x01(\x0b\x32\x1c.runwick.v1.CoordinatorBatchH\x00\x42\x06\n\x04kind\"\xa6\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06queues\x18\x02 \x03(\t\x12\x12\n\nwire_names\x18\x03 \x03(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x62\x61tches\x18\x06 \x01(\x08\x12\x0c\n\x04host\x18\x07 \x01(\t\x12\x0b\n\x03sdk\x18\x08 \x01(\t\"2\n\x07Welcome\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\x08\"\x17\n\x06\x43redit\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\".\n\x0cParentOutput\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\x0c\"\xe0\x02\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x11\n\twire_name\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x17\n\x0fpayload_version\x18\x06 \x01(\x05\x12\x34\n\x10lease_expires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11\x65xecution_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10\x65xecution_number\x18\t \x01(\x05\x12\x16\n\x0emax_executions\x18\n \x01(\x05\x12\x12\n\ngeneration\x18\x0b \x01(\x05\x12\x30\n\x0eparent_outputs\x18\x0c \x03(\x0b\x32\x18.runwick.v1.ParentOutput\"\"\n\x0cStartRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\"\\\n\x0bStartAnswer\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0f\n\x07granted\x18\x02 \x01(\x08\x12\x18\n\x10\x65xecution_number\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"x\n\tHeartbeat\x12\x13\n\x0b\x61ttempt_ids\x18\x01 \x03(\t\x12(\n\x05lease\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\x08progress\x18\x03 \x03(\x0b\x32\x1a.runwick.v1.ProgressReport\"L\n\x0eProgressReport\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12&\n\x08progress\x18\x02 \x01(\x0b\x32\x14.runwick.v1.Progress\"a\n\x0fHeartbeatAnswer\x12\x18\n\x10lost_attempt_ids\x18\x01 \x03(\t\x12\x34\n\x10lease_expires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcf\x01\n\x06Result\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.runwick.v1.Outcome\x12\x12\n\nerror_code\x18\x03 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x0e\n\x06output\x18\x07 \x01(\x0c\x12.\n\x0bretry_delay\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x8d\x03\n\tResultAck\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.runwick.v1.ResultAck.Status\x12\'\n\tjob_state\x18\x03 \x01(\x0e\x32\x14.runwick.v1.JobState\x12.\n\x0bretry_delay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x35\n\x08metadata\x18\x07 \x03(\x0b\x32#.runwick.v1.ResultAck.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\\\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0fSTATUS_ACCEPTED\x10\x01\x12\x10\n\x0cSTATUS_STALE\x10\x02\x12\x13\n\x0fSTATUS_REJECTED\x10\x03\"\x93\x01\n\x0bWorkerBatch\x12%\n\x08releases\x18\x01 \x03(\x0b\x32\x13.runwick.v1.Release\x12(\n\x06starts\x18\x02 \x03(\x0b\x32\x18.runwick.v1.StartRequest\x12#\n\x07results\x18\x03 \x03(\x0b\x32\x12.runwick.v1.Result\x12\x0e\n\x06\x63redit\x18\x04 \x01(\x05\"\xc0\x01\n\x10\x43oordinatorBatch\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.runwick.v1.Assignment\x12.\n\rstart_answers\x18\x02 \x03(\x0b\x32\x17.runwick.v1.StartAnswer\x12*\n\x0bresult_acks\x18\x03 \x03(\x0b\x32\x15.runwick.v1.ResultAck\x12#\n\x07\x63\x61ncels\x18\x04 \x03(\x0b\x32\x12.runwick.v1.Cancel\"\x1d\n\x07Release\x12\x12\n\nattempt_id\x18\x01 \x01(\t\",\n\x06\x43\x61ncel\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x05\x44rain\x12+\n\x08\x64\x65\x61\x64line\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration2W\n\rWorkerService\x12\x46\n\x07\x43onnect\x12\x1a.runwick.v1.ConnectRequest\x1a\x1b.runwick.v1.ConnectResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1frunwick/v1/worker_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\xb1\x02\n\x0e\x43onnectRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.runwick.v1.HelloH\x00\x12$\n\x06\x63redit\x18\x02 \x01(\x0b\x32\x12.runwick.v1.CreditH\x00\x12)\n\x05start\x18\x03 \x01(\x0b\x32\x18.runwick.v1.StartRequestH\x00\x12*\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.runwick.v1.HeartbeatH\x00\x12$\n\x06result\x18\x05 \x01(\x0b\x32\x12.runwick.v1.ResultH\x00\x12&\n\x07release\x18\x06 \x01(\x0b\x32\x13.runwick.v1.ReleaseH\x00\x12(\n\x05\x62\x61tch\x18\x07 \x01(\x0b\x32\x17.runwick.v1.WorkerBatchH\x00\x42\x06\n\x04kind\"\xff\x02\n\x0f\x43onnectResponse\x12&\n\x07welcome\x18\x01 \x01(\x0b\x32\x13.runwick.v1.WelcomeH\x00\x12,\n\nassignment\x18\x02 \x01(\x0b\x32\x16.runwick.v1.AssignmentH\x00\x12/\n\x0cstart_answer\x18\x03 \x01(\x0b\x32\x17.runwick.v1.StartAnswerH\x00\x12\x37\n\x10heartbeat_answer\x18\x04 \x01(\x0b\x32\x1b.runwick.v1.HeartbeatAnswerH\x00\x12+\n\nresult_ack\x18\x05 \x01(\x0b\x32\x15.runwick.v1.ResultAckH\x00\x12$\n\x06\x63\x61ncel\x18\x06 \x01(\x0b\x32\x12.runwick.v1.CancelH\x00\x12\"\n\x05\x64rain\x18\x07 \x01(\x0b\x32\x11.runwick.v1.DrainH\x00\x12-\n\x05\x62\x61tch\x18\x08 \x01(\x0b\x32\x1c.runwick.v1.CoordinatorBatchH\x00\x42\x06\n\x04kind\"\xa6\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06queues\x18\x02 \x03(\t\x12\x12\n\nwire_names\x18\x03 \x03(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x62\x61tches\x18\x06 \x01(\x08\x12\x0c\n\x04host\x18\x07 \x01(\t\x12\x0b\n\x03sdk\x18\x08 \x01(\t\"2\n\x07Welcome\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\x08\"\x17\n\x06\x43redit\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\"_\n\x0cParentOutput\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\x0c\x12/\n\rtrace_context\x18\x03 \x01(\x0b\x32\x18.runwick.v1.TraceContext\"\x91\x03\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\x12\x11\n\twire_name\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x17\n\x0fpayload_version\x18\x06 \x01(\x05\x12\x34\n\x10lease_expires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11\x65xecution_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10\x65xecution_number\x18\t \x01(\x05\x12\x16\n\x0emax_executions\x18\n \x01(\x05\x12\x12\n\ngeneration\x18\x0b \x01(\x05\x12\x30\n\x0eparent_outputs\x18\x0c \x03(\x0b\x32\x18.runwick.v1.ParentOutput\x12/\n\rtrace_context\x18\r \x01(\x0b\x32\x18.runwick.v1.TraceContext\"\"\n\x0cStartRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\"\\\n\x0bStartAnswer\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0f\n\x07granted\x18\x02 \x01(\x08\x12\x18\n\x10\x65xecution_number\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"x\n\tHeartbeat\x12\x13\n\x0b\x61ttempt_ids\x18\x01 \x03(\t\x12(\n\x05lease\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\x08progress\x18\x03 \x03(\x0b\x32\x1a.runwick.v1.ProgressReport\"L\n\x0eProgressReport\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12&\n\x08progress\x18\x02 \x01(\x0b\x32\x14.runwick.v1.Progress\"a\n\x0fHeartbeatAnswer\x12\x18\n\x10lost_attempt_ids\x18\x01 \x03(\t\x12\x34\n\x10lease_expires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcf\x01\n\x06Result\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.runwick.v1.Outcome\x12\x12\n\nerror_code\x18\x03 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12\x0e\n\x06output\x18\x07 \x01(\x0c\x12.\n\x0bretry_delay\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x8d\x03\n\tResultAck\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.runwick.v1.ResultAck.Status\x12\'\n\tjob_state\x18\x03 \x01(\x0e\x32\x14.runwick.v1.JobState\x12.\n\x0bretry_delay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x35\n\x08metadata\x18\x07 \x03(\x0b\x32#.runwick.v1.ResultAck.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\\\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x13\n\x0fSTATUS_ACCEPTED\x10\x01\x12\x10\n\x0cSTATUS_STALE\x10\x02\x12\x13\n\x0fSTATUS_REJECTED\x10\x03\"\x93\x01\n\x0bWorkerBatch\x12%\n\x08releases\x18\x01 \x03(\x0b\x32\x13.runwick.v1.Release\x12(\n\x06starts\x18\x02 \x03(\x0b\x32\x18.runwick.v1.StartRequest\x12#\n\x07results\x18\x03 \x03(\x0b\x32\x12.runwick.v1.Result\x12\x0e\n\x06\x63redit\x18\x04 \x01(\x05\"\xc0\x01\n\x10\x43oordinatorBatch\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.runwick.v1.Assignment\x12.\n\rstart_answers\x18\x02 \x03(\x0b\x32\x17.runwick.v1.StartAnswer\x12*\n\x0bresult_acks\x18\x03 \x03(\x0b\x32\x15.runwick.v1.ResultAck\x12#\n\x07\x63\x61ncels\x18\x04 \x03(\x0b\x32\x12.runwick.v1.Cancel\"\x1d\n\x07Release\x12\x12\n\nattempt_id\x18\x01 \x01(\t\",\n\x06\x43\x61ncel\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x05\x44rain\x12+\n\x08\x64\x65\x61\x64line\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration2W\n\rWorkerService\x12\x46\n\x07\x43onnect\x12\x1a.runwick.v1.ConnectRequest\x1a\x1b.runwick.v1.ConnectResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,37 +47,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREDIT']._serialized_start=1049
   _globals['_CREDIT']._serialized_end=1072
   _globals['_PARENTOUTPUT']._serialized_start=1074
-  _globals['_PARENTOUTPUT']._serialized_end=1120
-  _globals['_ASSIGNMENT']._serialized_start=1123
-  _globals['_ASSIGNMENT']._serialized_end=1475
-  _globals['_STARTREQUEST']._serialized_start=1477
-  _globals['_STARTREQUEST']._serialized_end=1511
-  _globals['_STARTANSWER']._serialized_start=1513
-  _globals['_STARTANSWER']._serialized_end=1605
-  _globals['_HEARTBEAT']._serialized_start=1607
-  _globals['_HEARTBEAT']._serialized_end=1727
-  _globals['_PROGRESSREPORT']._serialized_start=1729
-  _globals['_PROGRESSREPORT']._serialized_end=1805
-  _globals['_HEARTBEATANSWER']._serialized_start=1807
-  _globals['_HEARTBEATANSWER']._serialized_end=1904
-  _globals['_RESULT']._serialized_start=1907
-  _globals['_RESULT']._serialized_end=2114
-  _globals['_RESULTACK']._serialized_start=2117
-  _globals['_RESULTACK']._serialized_end=2514
-  _globals['_RESULTACK_METADATAENTRY']._serialized_start=2373
-  _globals['_RESULTACK_METADATAENTRY']._serialized_end=2420
-  _globals['_RESULTACK_STATUS']._serialized_start=2422
-  _globals['_RESULTACK_STATUS']._serialized_end=2514
-  _globals['_WORKERBATCH']._serialized_start=2517
-  _globals['_WORKERBATCH']._serialized_end=2664
-  _globals['_COORDINATORBATCH']._serialized_start=2667
-  _globals['_COORDINATORBATCH']._serialized_end=2859
-  _globals['_RELEASE']._serialized_start=2861
-  _globals['_RELEASE']._serialized_end=2890
-  _globals['_CANCEL']._serialized_start=2892
-  _globals['_CANCEL']._serialized_end=2936
-  _globals['_DRAIN']._serialized_start=2938
-  _globals['_DRAIN']._serialized_end=2990
-  _globals['_WORKERSERVICE']._serialized_start=2992
-  _globals['_WORKERSERVICE']._serialized_end=3079
+  _globals['_PARENTOUTPUT']._serialized_end=1169
+  _globals['_ASSIGNMENT']._serialized_start=1172
+  _globals['_ASSIGNMENT']._serialized_end=1573
+  _globals['_STARTREQUEST']._serialized_start=1575
+  _globals['_STARTREQUEST']._serialized_end=1609
+  _globals['_STARTANSWER']._serialized_start=1611
+  _globals['_STARTANSWER']._serialized_end=1703
+  _globals['_HEARTBEAT']._serialized_start=1705
+  _globals['_HEARTBEAT']._serialized_end=1825
+  _globals['_PROGRESSREPORT']._serialized_start=1827
+  _globals['_PROGRESSREPORT']._serialized_end=1903
+  _globals['_HEARTBEATANSWER']._serialized_start=1905
+  _globals['_HEARTBEATANSWER']._serialized_end=2002
+  _globals['_RESULT']._serialized_start=2005
+  _globals['_RESULT']._serialized_end=2212
+  _globals['_RESULTACK']._serialized_start=2215
+  _globals['_RESULTACK']._serialized_end=2612
+  _globals['_RESULTACK_METADATAENTRY']._serialized_start=2471
+  _globals['_RESULTACK_METADATAENTRY']._serialized_end=2518
+  _globals['_RESULTACK_STATUS']._serialized_start=2520
+  _globals['_RESULTACK_STATUS']._serialized_end=2612
+  _globals['_WORKERBATCH']._serialized_start=2615
+  _globals['_WORKERBATCH']._serialized_end=2762
+  _globals['_COORDINATORBATCH']._serialized_start=2765
+  _globals['_COORDINATORBATCH']._serialized_end=2957
+  _globals['_RELEASE']._serialized_start=2959
+  _globals['_RELEASE']._serialized_end=2988
+  _globals['_CANCEL']._serialized_start=2990
+  _globals['_CANCEL']._serialized_end=3034
+  _globals['_DRAIN']._serialized_start=3036
+  _globals['_DRAIN']._serialized_end=3088
+  _globals['_WORKERSERVICE']._serialized_start=3090
+  _globals['_WORKERSERVICE']._serialized_end=3177
 # @@protoc_insertion_point(module_scope)

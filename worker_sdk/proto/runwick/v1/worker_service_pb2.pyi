@@ -85,15 +85,17 @@ class Credit(_message.Message):
     def __init__(self, count: _Optional[int] = ...) -> None: ...
 
 class ParentOutput(_message.Message):
-    __slots__ = ("job_id", "output")
+    __slots__ = ("job_id", "output", "trace_context")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     output: bytes
-    def __init__(self, job_id: _Optional[str] = ..., output: _Optional[bytes] = ...) -> None: ...
+    trace_context: _job_pb2.TraceContext
+    def __init__(self, job_id: _Optional[str] = ..., output: _Optional[bytes] = ..., trace_context: _Optional[_Union[_job_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "attempt_id", "wire_name", "queue", "payload", "payload_version", "lease_expires_at", "execution_timeout", "execution_number", "max_executions", "generation", "parent_outputs")
+    __slots__ = ("job_id", "attempt_id", "wire_name", "queue", "payload", "payload_version", "lease_expires_at", "execution_timeout", "execution_number", "max_executions", "generation", "parent_outputs", "trace_context")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     WIRE_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +108,7 @@ class Assignment(_message.Message):
     MAX_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PARENT_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     attempt_id: str
     wire_name: str
@@ -118,7 +121,8 @@ class Assignment(_message.Message):
     max_executions: int
     generation: int
     parent_outputs: _containers.RepeatedCompositeFieldContainer[ParentOutput]
-    def __init__(self, job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., execution_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., execution_number: _Optional[int] = ..., max_executions: _Optional[int] = ..., generation: _Optional[int] = ..., parent_outputs: _Optional[_Iterable[_Union[ParentOutput, _Mapping]]] = ...) -> None: ...
+    trace_context: _job_pb2.TraceContext
+    def __init__(self, job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., execution_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., execution_number: _Optional[int] = ..., max_executions: _Optional[int] = ..., generation: _Optional[int] = ..., parent_outputs: _Optional[_Iterable[_Union[ParentOutput, _Mapping]]] = ..., trace_context: _Optional[_Union[_job_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class StartRequest(_message.Message):
     __slots__ = ("attempt_id",)
