@@ -114,17 +114,17 @@ def _is_stdlib(module: str) -> bool:
     return module.split(".", maxsplit=1)[0] in sys.stdlib_module_names or module == "__future__"
 
 
-@pytest.mark.parametrize("shared", ["grammar.py", "progress_rules.py"])
+@pytest.mark.parametrize("shared", ["grammar.py", "progress_rules.py", "trace_rules.py"])
 def test_the_rules_both_sides_share_import_only_the_standard_library(shared: str) -> None:
-    """``worker_sdk.grammar`` and ``worker_sdk.progress_rules`` are rules both sides
-    share: pure, stdlib only."""
+    """``worker_sdk.grammar``, ``progress_rules`` and ``trace_rules`` are rules both
+    sides share: pure, stdlib only."""
     imported = _imports(ROOT / "worker_sdk" / shared)
     assert {m for m in imported if not _is_stdlib(m)} == set()
 
 
 def test_the_domain_imports_only_the_standard_library_and_the_wire_grammar() -> None:
     """``coordinator.domain`` stays pure: stdlib, itself, and the SDK's shared pure rules
-    (the wire grammar, the progress report)."""
+    (the wire grammar, the progress report, the trace context)."""
     for path in sorted((ROOT / "coordinator" / "domain").glob("*.py")):
         others = {
             m
@@ -132,7 +132,7 @@ def test_the_domain_imports_only_the_standard_library_and_the_wire_grammar() -> 
             if not (
                 _is_stdlib(m)
                 or m.startswith("coordinator.domain")
-                or m in ("worker_sdk.grammar", "worker_sdk.progress_rules")
+                or m in ("worker_sdk.grammar", "worker_sdk.progress_rules", "worker_sdk.trace_rules")
             )
         }
         assert others == set(), path.name
