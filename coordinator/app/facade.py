@@ -350,8 +350,8 @@ class Coordinator:
     ) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``; ``reachable``:
         the caller's queue restriction, None: any). Workers of this
-        replica waiting for work get their claims in the same transaction, so the new
-        jobs go out with its commit."""
+        replica waiting for work get their claims in the same transaction, handed out
+        once it has committed."""
         now = self.clock.now_ms()
         due = {spec.queue for spec in specs if spec.run_at_ms is None or spec.run_at_ms <= now}
         # Only sessions taking from these queues claim, and only from them.
@@ -361,9 +361,9 @@ class Coordinator:
             if reserved is None:
                 enqueued = await self.executors.write(self.jobs.enqueue, list(specs), reachable)
             else:
-                claim = self.dispatcher.claiming(reserved, self.ops.claim_in)
+                requests = reserved.requests
                 enqueued, claims = await self.executors.write(
-                    self.jobs.enqueue_then, list(specs), claim, reachable
+                    self.jobs.enqueue_then, list(specs), lambda tx: self.ops.claim_in(tx, requests), reachable
                 )
         finally:
             if reserved is not None:

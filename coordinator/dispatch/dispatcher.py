@@ -16,13 +16,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import heartbeats
 from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
 from coordinator.dispatch.sessions import WorkerSession
-from coordinator.dispatch.uncommitted import JoiningStarts, UncommittedClaims
 from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
@@ -31,7 +29,6 @@ from coordinator.service.work import (
     NO_PROGRESS,
     AttemptMessage,
     BatchAnswers,
-    Claimed,
     ClaimRequest,
     HeartbeatRequest,
     ResultReport,
@@ -40,17 +37,9 @@ from coordinator.service.work import (
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 CANCEL_REASON = "cancelled by request"
 
 ProcessBatch = Callable[[WorkBatch], BatchAnswers]
-StartsComing = Callable[[], list[AttemptMessage]]
-"""Waits (on the writer) for the starts of claims just handed out, and returns them."""
-HandOut = Callable[[list[list[Claimed]]], StartsComing | None]
-"""Hands an enqueue's claims out (on the writer); returns how to wait for their starts,
-or None when the transaction should not wait."""
-_TakenStart = tuple[WorkerSession, AttemptMessage]
 
 
 @dataclass(slots=True)
@@ -78,16 +67,6 @@ class ReservedClaims:
 
     sessions: list[WorkerSession]
     requests: list[ClaimRequest]
-    handed_out: list[list[Claimed]] | None = None
-    """What the transaction claimed, set by the writer as it hands the claims out before
-    the commit (``Dispatcher.claiming``)."""
-    retried: bool = False
-    """The transaction ran again after its claims went out, and claimed nothing then."""
-    delivered: bool = False
-    """The claims were handed to their sessions (once, whichever of the writer's request
-    and ``settle_claims`` comes first)."""
-    joining: JoiningStarts[_TakenStart] | None = None
-    """The starts the transaction waits for, to write them itself (``dispatch.uncommitted``)."""
     were_drained: list[bool] | None = None
     """Each session's ``drained`` before the claims were made: a claim of some of its
     queues only says nothing about the others."""
@@ -174,10 +153,6 @@ class Dispatcher:
         self._retiring: list[WorkerSession] = []
         self._hears_all = False
         """Every write that makes jobs claimable wakes this dispatcher (``hears_all``)."""
-        self.uncommitted = UncommittedClaims()
-        """Claims out before their commit, and the messages held back for them."""
-        self._joining: dict[str, JoiningStarts[_TakenStart]] = {}
-        """The transaction waiting for each attempt's start, by attempt ID."""
         self._turns = 0
         """Claim rounds so far: each round's claims start with the next session in turn
         (``_in_turn``)."""
@@ -216,13 +191,6 @@ class Dispatcher:
         self._wake.set()
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
-        joining = self._joining.get(attempt_id) if self._joining else None
-        if joining is not None and joining.offer(
-            attempt_id, (session, AttemptMessage(attempt_id, session.identity))
-        ):
-            return  # written in its claim's transaction, answered when that commits
-        if self.uncommitted.hold_back((attempt_id,), self.start, session, attempt_id):
-            return
         self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
         self._routes.starts.append(session)
         self._batch_items += 1
@@ -235,8 +203,6 @@ class Dispatcher:
         lease_ms: int,
         progress: Mapping[str, str] = NO_PROGRESS,
     ) -> None:
-        if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms, progress):
-            return
         request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, progress)
         at = self._heartbeat_at.get(session)
         if at is not None:
@@ -281,8 +247,6 @@ class Dispatcher:
         self._wake.set()
 
     def release(self, session: WorkerSession, attempt_id: str) -> None:
-        if self.uncommitted.hold_back((attempt_id,), self.release, session, attempt_id):
-            return
         self._batch.releases.append(AttemptMessage(attempt_id, session.identity))
         self._routes.releases.append(session)
         self._batch_items += 1
@@ -344,103 +308,17 @@ class Dispatcher:
         requests = [_reserve(s, wanted) for s in sessions]
         return ReservedClaims(sessions, requests, were_drained=were_drained)
 
-    def claiming(
-        self, reserved: ReservedClaims, claim: Callable[[T, list[ClaimRequest], HandOut], BatchAnswers]
-    ) -> Callable[[T], BatchAnswers]:
-        """``claim`` (``WorkerOps.claim_in``) for ``reserved``'s requests, made into the
-        step of an enqueue's transaction that hands the claims out at once, before the
-        commit, and writes the starts that come back while it waits for them
-        (``dispatch.uncommitted``). Called on the event loop; the step runs on the writer."""
-        loop = asyncio.get_running_loop()
-
-        def hand_out(claims: list[list[Claimed]]) -> StartsComing | None:
-            reserved.handed_out = claims
-            joining = None
-            if any(claims) and not self._writer_wanted():
-                attempt_ids = (c.attempt_id for claimed in claims for c in claimed)
-                joining = reserved.joining = JoiningStarts(attempt_ids)
-            loop.call_soon_threadsafe(self._hand_out_early, reserved)
-            if joining is None:
-                return None
-            return lambda: [start for _, start in joining.gather()]
-
-        def claim_and_hand_out(tx: T) -> BatchAnswers:
-            if reserved.handed_out is not None:
-                # The transaction runs again (a conflict, a lost connection): its first
-                # claims went out already and name attempts that do not exist.
-                reserved.retried = True
-                return BatchAnswers(claims=[[] for _ in reserved.requests])
-            return claim(tx, reserved.requests, hand_out)
-
-        return claim_and_hand_out
-
-    def _writer_wanted(self) -> bool:
-        """Whether every batch the writer takes at once is being written (read on the
-        writer: a hint). An enqueue's transaction then does not wait for starts: the
-        coordinator is under load, or on SQLite the single writer is wanted."""
-        return self._writing >= self.batches_in_flight
-
-    def _hand_out_early(self, reserved: ReservedClaims) -> None:
-        if reserved.delivered or reserved.handed_out is None:
-            return
-        reserved.delivered = True
-        if reserved.joining is not None:
-            for claimed in reserved.handed_out:
-                for c in claimed:
-                    self._joining[c.attempt_id] = reserved.joining
-        for session, claimed in zip(reserved.sessions, reserved.handed_out, strict=True):
-            if claimed and session in self.sessions:
-                self.uncommitted.add(c.attempt_id for c in claimed)
-                session.assign(tuple(claimed))
-
     def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
-        """Hands out what the enqueue claimed (``answers``: its claims, one list per
-        request; None when its transaction failed) unless it went out before the commit,
-        lets the messages held back for those claims go on, and gives back the credit
-        it did not use."""
-        early = reserved.handed_out
-        if early is not None:
-            # Normally done already: the writer asked for it before the commit, and the
-            # loop runs callbacks in order. Called again so no path can skip it.
-            self._hand_out_early(reserved)
-            attempt_ids = [c.attempt_id for claimed in early for c in claimed]
-            taken = self._stop_joining(reserved, attempt_ids)
-            if answers is not None and not reserved.retried:
-                for (session, _), start in zip(taken, answers.starts, strict=True):
-                    session.deliver(start)
-                taken = []
-            # Starts a failed transaction had taken go on first: they came before any
-            # message held back for the same claims.
-            self.uncommitted.settle(attempt_ids, [(self.start, (s, m.attempt_id)) for s, m in taken])
-            if answers is None or reserved.retried:
-                # What went out is held by the workers until their starts are refused;
-                # the jobs a retry enqueued wait for the next round.
-                answers = BatchAnswers(claims=early)
-                self._claim_needed = self._work_arrived = True
-                self._work_in = None
-                self._wake.set()
-        elif answers is None:
+        """Hands out what the enqueue claimed, once its transaction committed (``answers``:
+        its claims, one list per request; None when the transaction failed), and gives
+        back the credit it did not use."""
+        if answers is None:
             answers = BatchAnswers(claims=[[] for _ in reserved.requests])
             self._claim_needed = True  # nothing was claimed: the loop tries again
             self._wake.set()
-        self._hand_out(
-            reserved.sessions,
-            reserved.requests,
-            answers,
-            delivered=early is not None,
-            were_drained=reserved.were_drained,
-        )
+        self._hand_out(reserved.sessions, reserved.requests, answers, were_drained=reserved.were_drained)
         if any(session in self._retiring for session in reserved.sessions):
             self._wake.set()  # a stream that waited for this delivery to end can end now
-
-    def _stop_joining(self, reserved: ReservedClaims, attempt_ids: list[str]) -> list[_TakenStart]:
-        """The starts ``reserved``'s transaction took; no more go to it."""
-        if reserved.joining is None:
-            return []
-        reserved.joining.stop()
-        for attempt_id in attempt_ids:
-            self._joining.pop(attempt_id, None)
-        return reserved.joining.taken
 
     def _hand_out(
         self,
@@ -448,11 +326,9 @@ class Dispatcher:
         requests: list[ClaimRequest],
         answers: BatchAnswers,
         *,
-        delivered: bool = False,
         were_drained: list[bool] | None = None,
     ) -> None:
-        """Delivers claims made for reserved credit (unless ``delivered`` already) and
-        gives back the credit not used.
+        """Delivers claims made for reserved credit and gives back the credit not used.
         A session whose claim took all it could (all it asked for, or ``max_claim_batch``,
         the most one claim takes) and that has credit left or again may find more: another
         round, at once; so does one that work may have become claimable for while its claim
@@ -466,7 +342,7 @@ class Dispatcher:
         ):
             session.reserved -= request.count
             session.credit += request.count - len(claimed)
-            if claimed and not delivered and session in self.sessions:
+            if claimed and session in self.sessions:
                 session.assign(tuple(claimed))
             took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
             missed_work = session.claim_may_be_stale
@@ -512,10 +388,6 @@ class Dispatcher:
 
     def _launch(self, batch: WorkBatch, routes: _Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""
-        if self._joining and self.batches_in_flight == 1:
-            # The single writer is wanted: an enqueue waiting for starts commits now.
-            for joining in set(self._joining.values()):
-                joining.stop()
         self._writing += 1
         pending = self.executors.submit_write(self.process, batch)
         # Registered before ``_write`` awaits it, so it runs first: the slot is free by
