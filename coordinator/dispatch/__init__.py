@@ -1,5 +1,6 @@
 """The hot path: worker sessions, credit, and the batch loop that pushes work."""
 
+from coordinator.dispatch.claims import ReservedClaims
 from coordinator.dispatch.deliveries import (
     Assignments,
     CancelNotice,
@@ -7,7 +8,7 @@ from coordinator.dispatch.deliveries import (
     DrainNotice,
     WorkerHello,
 )
-from coordinator.dispatch.dispatcher import Dispatcher, ReservedClaims
+from coordinator.dispatch.dispatcher import Dispatcher
 from coordinator.dispatch.sessions import WorkerSession
 
 __all__ = [

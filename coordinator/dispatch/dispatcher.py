@@ -1,115 +1,85 @@
 """The hot path: worker sessions, credit, and the batch loop that pushes work.
 
 Stream readers hand every message to the dispatcher; one loop gathers what arrived in
-the batch window, carries it out in one transaction (``service.batch.WorkerOps.process``) together
-with claims for every session that has credit, and routes the answers back to each
-session's outbox. Jobs are pushed as soon as a wake-up says work may be there: an
+the batch window (``dispatch.collecting``), carries it out in one transaction
+(``service.batch.WorkerOps.process``) together with claims for every session that has
+credit (``dispatch.claims``), and routes the answers back to each session's outbox
+(``dispatch.answers``). Jobs are pushed as soon as a wake-up says work may be there: an
 enqueue, a result, a release, a lease recovery or a due retry (no polling interval on
-the hot path; an idle re-check covers other replicas).
+the hot path; an idle re-check covers other replicas). Every wake-up goes through
+``dispatch.wakeups``.
+
+The loop's states (``LoopState``; docs/internals.md draws them):
+
+| state | leaves when | to |
+| --- | --- | --- |
+| idle | woken (``Wake``), a due job's time, the idle re-check | gathering |
+| gathering | the batch window is over (at once without one) | waiting for a slot |
+| waiting for a slot | a writer slot is free: the batch is taken and launched | idle |
+| waiting for a slot | ... and a stream is retiring, or the loop stopping | settling |
+| settling | every batch in flight was delivered; retired streams close | idle |
+| settling, waiting for a slot | the same, stopping and nothing pending | stopped |
+
+Besides the loop, a writer answering while a batch waits launches it at once, before
+its own answers are delivered (``_launch_next``).
+
+The dispatcher itself is serving, then (on SIGTERM) draining: no new streams or enqueue
+claims, workers told to finish; then stopping: what is pending is written, no claims.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
-from coordinator.dispatch import heartbeats
+from coordinator.dispatch import claims, heartbeats
+from coordinator.dispatch.answers import CANCEL_REASON, route_answers
+from coordinator.dispatch.claims import ReservedClaims
+from coordinator.dispatch.collecting import PendingBatch, Routes
 from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
 from coordinator.dispatch.sessions import WorkerSession
-from coordinator.dispatch.uncommitted import JoiningStarts, UncommittedClaims
+from coordinator.dispatch.wakeups import Wake, Wakeups
+from coordinator.dispatch.writer_slots import WriterSlots
 from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
-from coordinator.service.work import (
-    NO_PROGRESS,
-    AttemptMessage,
-    BatchAnswers,
-    Claimed,
-    ClaimRequest,
-    HeartbeatRequest,
-    ResultReport,
-    WorkBatch,
-)
+from coordinator.service.work import NO_PROGRESS, BatchAnswers, ClaimRequest, ResultReport, WorkBatch
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-CANCEL_REASON = "cancelled by request"
-
 ProcessBatch = Callable[[WorkBatch], BatchAnswers]
-StartsComing = Callable[[], list[AttemptMessage]]
-"""Waits (on the writer) for the starts of claims just handed out, and returns them."""
-HandOut = Callable[[list[list[Claimed]]], StartsComing | None]
-"""Hands an enqueue's claims out (on the writer); returns how to wait for their starts,
-or None when the transaction should not wait."""
-_TakenStart = tuple[WorkerSession, AttemptMessage]
 
 
-@dataclass(slots=True)
-class _Routes:
-    """Which session asked for each entry of a batch, in order."""
+class LoopState(enum.Enum):
+    """Where the batch loop is (the table in this module's docstring)."""
 
-    starts: list[WorkerSession] = field(default_factory=list)
-    heartbeats: list[WorkerSession] = field(default_factory=list)
-    results: list[WorkerSession] = field(default_factory=list)
-    claims: list[WorkerSession] = field(default_factory=list)
-    releases: list[WorkerSession] = field(default_factory=list)
-    retiring: list[WorkerSession] = field(default_factory=list)
-    """Sessions to close once this batch is delivered (it has no claims for them)."""
-    lost_unread: list[set[str]] = field(default_factory=list)
-    """For each heartbeat, the attempts answered lost without a store look-up
-    (``dispatch.heartbeats``)."""
-
-    def sessions(self) -> set[WorkerSession]:
-        return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}
+    IDLE = "idle"
+    GATHERING = "gathering"
+    WAITING_FOR_SLOT = "waiting for a slot"
+    SETTLING = "settling"
+    STOPPED = "stopped"
 
 
-@dataclass(slots=True)
-class ReservedClaims:
-    """Claims set aside for an enqueue's transaction: one request per session."""
-
-    sessions: list[WorkerSession]
-    requests: list[ClaimRequest]
-    handed_out: list[list[Claimed]] | None = None
-    """What the transaction claimed, set by the writer as it hands the claims out before
-    the commit (``Dispatcher.claiming``)."""
-    retried: bool = False
-    """The transaction ran again after its claims went out, and claimed nothing then."""
-    delivered: bool = False
-    """The claims were handed to their sessions (once, whichever of the writer's request
-    and ``settle_claims`` comes first)."""
-    joining: JoiningStarts[_TakenStart] | None = None
-    """The starts the transaction waits for, to write them itself (``dispatch.uncommitted``)."""
-    were_drained: list[bool] | None = None
-    """Each session's ``drained`` before the claims were made: a claim of some of its
-    queues only says nothing about the others."""
+TRANSITIONS: dict[LoopState, frozenset[LoopState]] = {
+    LoopState.IDLE: frozenset({LoopState.GATHERING}),
+    LoopState.GATHERING: frozenset({LoopState.WAITING_FOR_SLOT}),
+    LoopState.WAITING_FOR_SLOT: frozenset({LoopState.IDLE, LoopState.SETTLING, LoopState.STOPPED}),
+    LoopState.SETTLING: frozenset({LoopState.IDLE, LoopState.STOPPED}),
+    LoopState.STOPPED: frozenset(),
+}
 
 
-def _reserve(session: WorkerSession, only: AbstractSet[str] | None = None) -> ClaimRequest:
-    """A claim for all of ``session``'s credit (from those of its queues in ``only``, if
-    given), which is set aside (``reserved``) until the claim is handed out
-    (``Dispatcher._hand_out``)."""
-    queues = session.queues if only is None else tuple(q for q in session.queues if q in only)
-    request = ClaimRequest(
-        session.worker_id,
-        queues,
-        session.wire_names,
-        session.credit,
-        session.lease_ms,
-        token_id=session.token_id,
-        token_queues=session.token_queues,
-    )
-    session.reserved += session.credit
-    session.credit = 0
-    return request
+class Phase(enum.Enum):
+    """The dispatcher's life: serving, then draining (``drain``), then stopping (``stop``)."""
+
+    SERVING = "serving"
+    DRAINING = "draining"
+    STOPPING = "stopping"
 
 
 class Dispatcher:
@@ -127,60 +97,37 @@ class Dispatcher:
     ) -> None:
         """``process`` carries out one batch (``WorkerOps.process``) on the writer;
         ``on_effects`` hears what each batch changed (the facade hands it on).
-        ``batches_in_flight``: how many batches may be written at once (1 on SQLite,
-        whose single writer would only queue them; more where the writer has several
-        connections, so the next batch does not wait out the round trips of the one
-        before)."""
-        if batches_in_flight < 1:
-            raise ValueError(f"batches_in_flight must be 1 or more, got {batches_in_flight}")
-        self.batches_in_flight = batches_in_flight
-        self._in_flight: set[asyncio.Task[None]] = set()
-        """Batches handed to the writer whose answers are not delivered yet."""
-        self._writing = 0
-        """Of those, the ones the writer has not answered yet: a slot frees when the
-        writer answers, before the answers are delivered."""
-        self._slot_freed = asyncio.Event()
+        ``batches_in_flight``: how many batches may be written at once
+        (``dispatch.writer_slots``)."""
+        self.slots = WriterSlots(batches_in_flight)
         self.process = process
         self.config = config
         self.clock = clock
         self.executors = executors
         self.on_effects = on_effects
         self.on_sessions_changed = on_sessions_changed
-        self.sessions: set[WorkerSession] = set()
         self.stream_bounds = stream_bounds
-        self._batch = WorkBatch()
-        self._routes = _Routes()
-        self._batch_items = 0
-        """Starts, results, releases and heartbeats in ``_batch``: bounded by
-        ``stream_bounds.max_pending_batch_items`` (readers wait past it)."""
-        self._heartbeat_at: dict[WorkerSession, int] = {}
-        """Where each session's heartbeat is in ``_batch.heartbeats``: one a session sends
-        before that is written takes its place (only the latest set of attempts matters)."""
-        self._wake = asyncio.Event()
-        self._claim_needed = True
-        self._work_arrived = False
-        """Jobs may have become claimable since the last claims were taken (not merely
-        credit arrived): claims out in flight then may have read too early."""
-        self._work_in: set[str] | None = set()
-        """The queues work was heard of in since the last claims were taken (None: any
-        queue, e.g. another replica's or a retry's): only the sessions taking from them
-        need to claim again (``_heard_of_work``)."""
-        self._next_due_ms: int | None = None
-        self._stopping = False
-        self.draining = False
+        self.sessions: set[WorkerSession] = set()
+        """One record per connected worker stream."""
+        self._no_sessions = asyncio.Event()
+        self.pending = PendingBatch()
+        self.wakeups = Wakeups(config, clock)
+        self.turns = claims.Turns()
+        self._retiring: list[WorkerSession] = []
+        """Sessions to close once what is in flight for them is delivered."""
+        self.state = LoopState.IDLE
+        self.phase = Phase.SERVING
         self.claim_rounds = 0
         """Batches written that carried claims (tests wait on it; metrics can export it)."""
-        self._idle = asyncio.Event()
-        self._retiring: list[WorkerSession] = []
-        self._hears_all = False
-        """Every write that makes jobs claimable wakes this dispatcher (``hears_all``)."""
-        self.uncommitted = UncommittedClaims()
-        """Claims out before their commit, and the messages held back for them."""
-        self._joining: dict[str, JoiningStarts[_TakenStart]] = {}
-        """The transaction waiting for each attempt's start, by attempt ID."""
-        self._turns = 0
-        """Claim rounds so far: each round's claims start with the next session in turn
-        (``_in_turn``)."""
+
+    @property
+    def batches_in_flight(self) -> int:
+        return self.slots.capacity
+
+    @property
+    def draining(self) -> bool:
+        """Shutting down: no new streams, no enqueue claims."""
+        return self.phase is not Phase.SERVING
 
     # -- called by stream handlers -------------------------------------------------
 
@@ -200,7 +147,7 @@ class Dispatcher:
             sdk=hello.sdk,
         )
         self.sessions.add(session)
-        self._idle.clear()
+        self._no_sessions.clear()
         self.on_sessions_changed(self.sessions)
         return session
 
@@ -209,26 +156,16 @@ class Dispatcher:
         and heartbeats them (R-4/R-5 decide what a lapse costs)."""
         self.sessions.discard(session)
         if not self.sessions:
-            self._idle.set()
+            self._no_sessions.set()
         self.on_sessions_changed(self.sessions)
 
     def add_credit(self, session: WorkerSession, count: int) -> None:
-        session.credit = min(session.credit + max(count, 0), session.capacity - session.reserved)
-        self._claim_needed = True
-        self._wake.set()
+        claims.add_credit(session, count)
+        self.wakeups.wake(Wake.CREDIT)
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
-        joining = self._joining.get(attempt_id) if self._joining else None
-        if joining is not None and joining.offer(
-            attempt_id, (session, AttemptMessage(attempt_id, session.identity))
-        ):
-            return  # written in its claim's transaction, answered when that commits
-        if self.uncommitted.hold_back((attempt_id,), self.start, session, attempt_id):
-            return
-        self._batch.starts.append(AttemptMessage(attempt_id, session.identity))
-        self._routes.starts.append(session)
-        self._batch_items += 1
-        self._wake.set()
+        self.pending.add_start(session, attempt_id)
+        self.wakeups.wake(Wake.MESSAGE)
 
     def heartbeat(
         self,
@@ -237,39 +174,26 @@ class Dispatcher:
         lease_ms: int,
         progress: Mapping[str, str] = NO_PROGRESS,
     ) -> None:
-        if self.uncommitted.hold_back(attempt_ids, self.heartbeat, session, attempt_ids, lease_ms, progress):
-            return
-        request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, progress)
-        at = self._heartbeat_at.get(session)
-        if at is not None:
-            # The worker holds what it names now: the earlier heartbeat is answered by
-            # this one's answer, and costs nothing more. Its progress reports still
-            # count where this one has none newer (a worker sends only changes).
-            earlier = self._batch.heartbeats[at].progress
-            if earlier:
-                request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, {**earlier, **progress})
-            self._batch.heartbeats[at] = request
-            session.give_back(1)
-            return
-        self._heartbeat_at[session] = len(self._batch.heartbeats)
-        self._batch.heartbeats.append(request)
-        self._routes.heartbeats.append(session)
-        self._batch_items += 1
-        self._wake.set()
+        if self.pending.add_heartbeat(session, attempt_ids, lease_ms, progress):
+            self.wakeups.wake(Wake.MESSAGE)
+        else:
+            session.give_back(1)  # its earlier heartbeat's answer answers it
 
     def result(self, session: WorkerSession, report: ResultReport) -> None:
-        self._batch.results.append(
-            ResultReport(report.attempt_id, report.report, report.output, session.identity)
-        )
-        self._routes.results.append(session)
-        self._batch_items += 1
-        self._wake.set()
+        self.pending.add_result(session, report)
+        self.wakeups.wake(Wake.MESSAGE)
+
+    def release(self, session: WorkerSession, attempt_id: str) -> None:
+        self.pending.add_release(session, attempt_id)
+        self.wakeups.wake(Wake.MESSAGE)
 
     def batch_full(self) -> bool:
         """Whether the batch waiting for the writer is at its bound, or the loop is
         stopping: readers wait. (While stopping, what was taken in is written and the
         streams close; a client sending without end cannot keep the loop going.)"""
-        return self._stopping or self._batch_items >= self.stream_bounds.max_pending_batch_items
+        return (
+            self.phase is Phase.STOPPING or self.pending.items >= self.stream_bounds.max_pending_batch_items
+        )
 
     def retire(self, session: WorkerSession) -> None:
         """Ends a session cleanly (its stream reached its maximum age): no more claims
@@ -280,15 +204,7 @@ class Dispatcher:
             return
         session.draining = True
         self._retiring.append(session)
-        self._wake.set()
-
-    def release(self, session: WorkerSession, attempt_id: str) -> None:
-        if self.uncommitted.hold_back((attempt_id,), self.release, session, attempt_id):
-            return
-        self._batch.releases.append(AttemptMessage(attempt_id, session.identity))
-        self._routes.releases.append(session)
-        self._batch_items += 1
-        self._wake.set()
+        self.wakeups.wake(Wake.STREAM_ENDING)
 
     # -- called when jobs may have become claimable --------------------------------
 
@@ -296,32 +212,22 @@ class Dispatcher:
         """A new or recovered job exists (in ``queue``; None: in any); ``run_at_ms`` when
         it only becomes due later."""
         if run_at_ms is not None and run_at_ms > self.clock.now_ms():
-            self._note_due(run_at_ms)
-            return
-        if queue is None:
-            self._work_in = None
-        elif self._work_in is not None:
-            self._work_in.add(queue)
-        self._claim_needed = self._work_arrived = True
-        self._wake.set()
+            self.wakeups.due(run_at_ms)
+        else:
+            self.wakeups.wake(Wake.WORK, queue)
 
     def hears_all(self, hearing: bool) -> None:
         """Whether every write that makes jobs claimable reaches ``jobs_available``: this
         process's own always do; another replica's through PostgreSQL's LISTEN, while
         its connection is up. While they do, idle sessions re-check only rarely."""
-        self._hears_all = hearing
+        self.wakeups.hears_all = hearing
 
     def absorb(self, effects: Effects) -> None:
         """Wakes for what a batch, an operator action or a maintenance pass changed."""
         if effects.available_changed:
-            self.jobs_available()
+            self.wakeups.wake(Wake.WORK)
         if effects.next_run_at_ms is not None:
-            self._note_due(effects.next_run_at_ms)
-
-    def _note_due(self, run_at_ms: int) -> None:
-        if self._next_due_ms is None or run_at_ms < self._next_due_ms:
-            self._next_due_ms = run_at_ms
-            self._wake.set()
+            self.wakeups.due(effects.next_run_at_ms)
 
     # -- claims made by an enqueue's own transaction ------------------------------------
 
@@ -332,267 +238,89 @@ class Dispatcher:
         wake-up and one transaction later. Each claim reads only those of its queues: the
         enqueue's cost does not grow with other sessions' queues. None when no session
         has credit. Every reservation must end in ``settle_claims``, whatever happened."""
-        if self._stopping or self.draining:
+        if self.phase is not Phase.SERVING:
             return None
         wanted = None if queues is None else frozenset(queues)
-        sessions = self._with_credit()
+        sessions = claims.with_credit(self.sessions)
         if wanted is not None:
             sessions = [s for s in sessions if not wanted.isdisjoint(s.queues)]
-        sessions = self._in_turn(sessions)
+        sessions = self.turns.order(sessions)
         were_drained = [s.drained for s in sessions]  # before this news clears it
-        self._heard_of_work(wanted)
+        claims.hear_of_work(self.sessions, wanted)
         if not sessions:
             return None
-        requests = [_reserve(s, wanted) for s in sessions]
+        requests = [claims.reserve(s, wanted) for s in sessions]
         return ReservedClaims(sessions, requests, were_drained=were_drained)
 
-    def claiming(
-        self, reserved: ReservedClaims, claim: Callable[[T, list[ClaimRequest], HandOut], BatchAnswers]
-    ) -> Callable[[T], BatchAnswers]:
-        """``claim`` (``WorkerOps.claim_in``) for ``reserved``'s requests, made into the
-        step of an enqueue's transaction that hands the claims out at once, before the
-        commit, and writes the starts that come back while it waits for them
-        (``dispatch.uncommitted``). Called on the event loop; the step runs on the writer."""
-        loop = asyncio.get_running_loop()
-
-        def hand_out(claims: list[list[Claimed]]) -> StartsComing | None:
-            reserved.handed_out = claims
-            joining = None
-            if any(claims) and not self._writer_wanted():
-                attempt_ids = (c.attempt_id for claimed in claims for c in claimed)
-                joining = reserved.joining = JoiningStarts(attempt_ids)
-            loop.call_soon_threadsafe(self._hand_out_early, reserved)
-            if joining is None:
-                return None
-            return lambda: [start for _, start in joining.gather()]
-
-        def claim_and_hand_out(tx: T) -> BatchAnswers:
-            if reserved.handed_out is not None:
-                # The transaction runs again (a conflict, a lost connection): its first
-                # claims went out already and name attempts that do not exist.
-                reserved.retried = True
-                return BatchAnswers(claims=[[] for _ in reserved.requests])
-            return claim(tx, reserved.requests, hand_out)
-
-        return claim_and_hand_out
-
-    def _writer_wanted(self) -> bool:
-        """Whether every batch the writer takes at once is being written (read on the
-        writer: a hint). An enqueue's transaction then does not wait for starts: the
-        coordinator is under load, or on SQLite the single writer is wanted."""
-        return self._writing >= self.batches_in_flight
-
-    def _hand_out_early(self, reserved: ReservedClaims) -> None:
-        if reserved.delivered or reserved.handed_out is None:
-            return
-        reserved.delivered = True
-        if reserved.joining is not None:
-            for claimed in reserved.handed_out:
-                for c in claimed:
-                    self._joining[c.attempt_id] = reserved.joining
-        for session, claimed in zip(reserved.sessions, reserved.handed_out, strict=True):
-            if claimed and session in self.sessions:
-                self.uncommitted.add(c.attempt_id for c in claimed)
-                session.assign(tuple(claimed))
-
     def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
-        """Hands out what the enqueue claimed (``answers``: its claims, one list per
-        request; None when its transaction failed) unless it went out before the commit,
-        lets the messages held back for those claims go on, and gives back the credit
-        it did not use."""
-        early = reserved.handed_out
-        if early is not None:
-            # Normally done already: the writer asked for it before the commit, and the
-            # loop runs callbacks in order. Called again so no path can skip it.
-            self._hand_out_early(reserved)
-            attempt_ids = [c.attempt_id for claimed in early for c in claimed]
-            taken = self._stop_joining(reserved, attempt_ids)
-            if answers is not None and not reserved.retried:
-                for (session, _), start in zip(taken, answers.starts, strict=True):
-                    session.deliver(start)
-                taken = []
-            # Starts a failed transaction had taken go on first: they came before any
-            # message held back for the same claims.
-            self.uncommitted.settle(attempt_ids, [(self.start, (s, m.attempt_id)) for s, m in taken])
-            if answers is None or reserved.retried:
-                # What went out is held by the workers until their starts are refused;
-                # the jobs a retry enqueued wait for the next round.
-                answers = BatchAnswers(claims=early)
-                self._claim_needed = self._work_arrived = True
-                self._work_in = None
-                self._wake.set()
-        elif answers is None:
+        """Hands out what the enqueue claimed, once its transaction committed (``answers``:
+        its claims, one list per request; None when the transaction failed), and gives
+        back the credit it did not use."""
+        if answers is None:
             answers = BatchAnswers(claims=[[] for _ in reserved.requests])
-            self._claim_needed = True  # nothing was claimed: the loop tries again
-            self._wake.set()
-        self._hand_out(
-            reserved.sessions,
-            reserved.requests,
-            answers,
-            delivered=early is not None,
-            were_drained=reserved.were_drained,
-        )
+            self.wakeups.wake(Wake.CREDIT)  # nothing was claimed: the loop tries again
+        self._hand_back(reserved.sessions, reserved.requests, answers, reserved.were_drained)
         if any(session in self._retiring for session in reserved.sessions):
-            self._wake.set()  # a stream that waited for this delivery to end can end now
+            self.wakeups.wake(Wake.STREAM_ENDING)  # its stream waited for this delivery
 
-    def _stop_joining(self, reserved: ReservedClaims, attempt_ids: list[str]) -> list[_TakenStart]:
-        """The starts ``reserved``'s transaction took; no more go to it."""
-        if reserved.joining is None:
-            return []
-        reserved.joining.stop()
-        for attempt_id in attempt_ids:
-            self._joining.pop(attempt_id, None)
-        return reserved.joining.taken
-
-    def _hand_out(
+    def _hand_back(
         self,
         sessions: list[WorkerSession],
         requests: list[ClaimRequest],
         answers: BatchAnswers,
-        *,
-        delivered: bool = False,
         were_drained: list[bool] | None = None,
     ) -> None:
-        """Delivers claims made for reserved credit (unless ``delivered`` already) and
-        gives back the credit not used.
-        A session whose claim took all it could (all it asked for, or ``max_claim_batch``,
-        the most one claim takes) and that has credit left or again may find more: another
-        round, at once; so does one that work may have become claimable for while its claim
-        was out (``claim_may_be_stale``). (Credit that arrived meanwhile asked for a round
-        of its own.)"""
-        refill = False
-        bounds = self.config.bounds
-        drained = answers.drained or [False] * len(requests)
-        for at, (session, request, claimed, empty) in enumerate(
-            zip(sessions, requests, answers.claims, drained, strict=True)
-        ):
-            session.reserved -= request.count
-            session.credit += request.count - len(claimed)
-            if claimed and not delivered and session in self.sessions:
-                session.assign(tuple(claimed))
-            took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
-            missed_work = session.claim_may_be_stale
-            session.claim_may_be_stale = False
-            # A claim of some of its queues only leaves its other queues as they were.
-            partial = were_drained is not None and len(request.queues) < len(session.queues)
-            others_empty = were_drained[at] if were_drained is not None and partial else True
-            session.drained = empty and others_empty and not missed_work
-            refill = refill or ((took_all_it_could or missed_work) and session.credit > 0)
+        refill = claims.hand_back(
+            sessions,
+            requests,
+            answers,
+            connected=self.sessions,
+            bounds=self.config.bounds,
+            were_drained=were_drained,
+        )
         if refill:
-            self._claim_needed = True
-            self._wake.set()
+            self.wakeups.wake(Wake.CREDIT)
 
     # -- the loop -------------------------------------------------------------------
+
+    def _enter(self, state: LoopState) -> None:
+        if state not in TRANSITIONS[self.state]:
+            raise RuntimeError(f"dispatcher loop: no transition from {self.state.value} to {state.value}")
+        self.state = state
 
     async def run(self) -> None:
         """Runs batches until ``stop()``; the batch pending then is still written, and
         every batch in flight."""
         try:
             while True:
-                await self._sleep_until_woken()
-                if self.config.batch_window_ms > 0 and not self._stopping:
-                    await asyncio.sleep(self.config.batch_window_ms / 1000)
-                else:
-                    await asyncio.sleep(0)  # the other streams' messages read in the same wake-up
+                await self.wakeups.sleep()
+                self._enter(LoopState.GATHERING)
+                stopping = self.phase is Phase.STOPPING
+                window_s = self.config.batch_window_ms / 1000 if not stopping else 0
+                await asyncio.sleep(window_s)  # (0: the other streams' messages of this wake-up)
+                self._enter(LoopState.WAITING_FOR_SLOT)
                 # A slot first: what arrives meanwhile joins the batch taken next.
-                while self._writing >= self.batches_in_flight:
-                    self._slot_freed.clear()
-                    await self._slot_freed.wait()
+                await self.slots.wait_for_one()
                 batch, routes = self._take()
-                if routes.retiring or self._stopping:
+                if routes.retiring or self.phase is Phase.STOPPING:
                     # A stream ends only after everything written for it was delivered.
-                    await self._settle_in_flight()
+                    self._enter(LoopState.SETTLING)
+                    await self.slots.settle()
                 if batch:
                     written = self._launch(batch, routes)
                     if routes.retiring:
                         await asyncio.wait({written})
                 self._close_retired(routes)
-                if self._stopping and not self._batch:
+                if self.phase is Phase.STOPPING and not self.pending:
+                    self._enter(LoopState.STOPPED)
                     return
+                self._enter(LoopState.IDLE)
         finally:
-            await self._settle_in_flight()
+            await self.slots.settle()
 
-    def _launch(self, batch: WorkBatch, routes: _Routes) -> asyncio.Task[None]:
-        """Hands ``batch`` to the writer now, and delivers its answers once written."""
-        if self._joining and self.batches_in_flight == 1:
-            # The single writer is wanted: an enqueue waiting for starts commits now.
-            for joining in set(self._joining.values()):
-                joining.stop()
-        self._writing += 1
-        pending = self.executors.submit_write(self.process, batch)
-        # Registered before ``_write`` awaits it, so it runs first: the slot is free by
-        # the time ``_write`` looks for the next batch, whatever the batch's outcome.
-        pending.add_done_callback(self._writer_answered)
-        written = asyncio.create_task(self._write(pending, batch, routes))
-        self._in_flight.add(written)
-        written.add_done_callback(self._in_flight.discard)
-        return written
-
-    def _writer_answered(self, _: asyncio.Future[BatchAnswers]) -> None:
-        self._writing -= 1
-        self._slot_freed.set()
-
-    def _launch_next(self) -> None:
-        """Under load the next batch's messages are already waiting when the writer
-        answers: it gets them at once, before this loop delivers the answers and frames
-        what they carry (a millisecond or more of the loop's time, in which the writer
-        would sit idle). Streams retiring and a stop go through ``run`` instead, which
-        waits for what is in flight first."""
-        if not self._batch or self._stopping or self._retiring or self._writing >= self.batches_in_flight:
-            return
-        batch, routes = self._take()
-        self._launch(batch, routes)
-
-    async def _write(self, pending: asyncio.Future[BatchAnswers], batch: WorkBatch, routes: _Routes) -> None:
-        try:
-            answers = await pending
-        except Exception:
-            # The store failed: nothing of the batch was written. Closing the streams
-            # makes their workers reconnect and resend what is unacknowledged.
-            log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
-            for session in routes.sessions():
-                session.close()
-            self._hand_out(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
-            await asyncio.sleep(0.1)
-        else:
-            self._launch_next()
-            self._deliver(answers, routes, batch)
-
-    async def _settle_in_flight(self) -> None:
-        while self._in_flight:
-            await asyncio.wait(set(self._in_flight))
-
-    def _close_retired(self, routes: _Routes) -> None:
-        for session in routes.retiring:
-            log.info(
-                "worker %s: stream reached its maximum age; ending it",
-                session.worker_id,
-                extra={"worker_id": session.worker_id},
-            )
-            session.close()
-
-    async def _sleep_until_woken(self) -> None:
-        timeout = self.config.idle_interval_s if self._hears_all else self.config.idle_recheck_interval_s
-        if self._next_due_ms is not None:
-            timeout = min(timeout, max(self._next_due_ms - self.clock.now_ms(), 0) / 1000)
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            # Idle re-check: another replica may have added work.
-            self._claim_needed = self._work_arrived = True
-            self._work_in = None
-        self._wake.clear()
-        if self._next_due_ms is not None and self._next_due_ms <= self.clock.now_ms():
-            self._next_due_ms = None
-            self._claim_needed = self._work_arrived = True
-            self._work_in = None
-
-    def _take(self) -> tuple[WorkBatch, _Routes]:
-        batch, routes = self._batch, self._routes
-        was_full = self._batch_items >= self.stream_bounds.max_pending_batch_items
-        self._batch, self._routes = WorkBatch(), _Routes()
-        self._batch_items = 0
-        self._heartbeat_at = {}
+    def _take(self) -> tuple[WorkBatch, Routes]:
+        was_full = self.pending.items >= self.stream_bounds.max_pending_batch_items
+        batch, routes = self.pending.take()
         if was_full:
             for session in self.sessions:
                 session.make_room()
@@ -602,66 +330,67 @@ class Dispatcher:
         # One whose credit an enqueue is claiming with waits for that claim's delivery.
         routes.retiring = [s for s in self._retiring if not s.reserved]
         self._retiring = [s for s in self._retiring if s.reserved]
-        if self._claim_needed and not self._stopping:
-            self._claim_needed = False
-            if self._work_arrived:
-                self._work_arrived = False
-                self._heard_of_work(self._work_in)
-                self._work_in = set()
-            # A drained session claims again when work is heard of, not merely because a
-            # run ended and gave its credit back: at a light load, that would be a claim
-            # (and its credit set aside) after every result.
-            for session in self._in_turn([s for s in self._with_credit() if not s.drained]):
-                # Set aside until delivered: an enqueue's claims must not spend it too.
-                batch.claims.append(_reserve(session))
-                routes.claims.append(session)
+        if self.phase is not Phase.STOPPING:
+            self._add_claims(batch, routes)
         return batch, routes
 
-    def _with_credit(self) -> list[WorkerSession]:
-        """The sessions a claim may be made for: credit left, not draining, wire names to
-        ask for."""
-        return [s for s in self.sessions if s.credit > 0 and not s.draining and s.wire_names]
+    def _add_claims(self, batch: WorkBatch, routes: Routes) -> None:
+        """Claims for every session with credit, if a wake-up asked for them."""
+        news = self.wakeups.take_claim_news()
+        if news is None:
+            return
+        if news.heard_of_work:
+            claims.hear_of_work(self.sessions, news.queues)
+        # A drained session claims again when work is heard of, not merely because a
+        # run ended and gave its credit back: at a light load, that would be a claim
+        # (and its credit set aside) after every result.
+        for session in self.turns.order([s for s in claims.with_credit(self.sessions) if not s.drained]):
+            batch.claims.append(claims.reserve(session))
+            routes.claims.append(session)
 
-    def _in_turn(self, sessions: list[WorkerSession]) -> list[WorkerSession]:
-        """``sessions`` starting with the next one in turn. A round's claims take jobs in
-        the order of their requests, so without turns the same session would get every
-        job of a light load while the others wait: all of it on one worker process."""
-        if len(sessions) < 2:
-            return sessions
-        first = self._turns % len(sessions)
-        self._turns += 1
-        return sessions[first:] + sessions[:first]
+    def _launch(self, batch: WorkBatch, routes: Routes) -> asyncio.Task[None]:
+        """Hands ``batch`` to the writer now, and delivers its answers once written."""
+        pending = self.executors.submit_write(self.process, batch)
+        return self.slots.launch(pending, lambda answered: self._write(answered, batch, routes))
 
-    def _heard_of_work(self, queues: AbstractSet[str] | None = None) -> None:
-        """Jobs may have become claimable (in ``queues``; None: anywhere): every session
-        taking from them may claim again, and one whose claim is out may have read before
-        that work committed (PostgreSQL writes batches and enqueues at once), so it
-        claims again once the credit is back."""
-        for session in self.sessions:
-            if queues is not None and queues.isdisjoint(session.queues):
-                continue
-            session.drained = False
-            if session.reserved:
-                session.claim_may_be_stale = True
+    def _launch_next(self) -> None:
+        """Under load the next batch's messages are already waiting when the writer
+        answers: it gets them at once, before this loop delivers the answers and frames
+        what they carry (a millisecond or more of the loop's time, in which the writer
+        would sit idle). Streams retiring and a stop go through ``run`` instead, which
+        waits for what is in flight first."""
+        if not self.pending or self.phase is Phase.STOPPING or self._retiring or self.slots.full:
+            return
+        batch, routes = self._take()
+        self._launch(batch, routes)
 
-    def _deliver(self, answers: BatchAnswers, routes: _Routes, batch: WorkBatch) -> None:
-        for session, start in zip(routes.starts, answers.starts, strict=True):
-            session.deliver(start)
-        beats = zip(routes.heartbeats, batch.heartbeats, answers.heartbeats, routes.lost_unread, strict=True)
-        for session, request, heartbeat, unread in beats:
-            session.deliver(heartbeats.answered(session, request, heartbeat, unread))
-            for attempt_id in sorted(heartbeat.cancels):  # R-8: repeated until the run ends
-                session.deliver(CancelNotice(attempt_id, CANCEL_REASON))
-        for session, result in zip(routes.results, answers.results, strict=True):
-            if result.error is None:  # accepted or stale: the attempt is held no more
-                session.held.discard(result.attempt_id)
-            session.deliver(result)
-        for session in routes.releases:
-            session.give_back(1)  # written; releases have no answer
-        if routes.claims:
-            self.claim_rounds += 1
-        self.on_effects(answers)
-        self._hand_out(routes.claims, batch.claims, answers)
+    async def _write(self, pending: asyncio.Future[BatchAnswers], batch: WorkBatch, routes: Routes) -> None:
+        try:
+            answers = await pending
+        except Exception:
+            # The store failed: nothing of the batch was written. Closing the streams
+            # makes their workers reconnect and resend what is unacknowledged.
+            log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
+            for session in routes.sessions():
+                session.close()
+            self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
+            await asyncio.sleep(0.1)
+        else:
+            self._launch_next()
+            route_answers(answers, routes, batch)
+            if routes.claims:
+                self.claim_rounds += 1
+            self.on_effects(answers)
+            self._hand_back(routes.claims, batch.claims, answers)
+
+    def _close_retired(self, routes: Routes) -> None:
+        for session in routes.retiring:
+            log.info(
+                "worker %s: stream reached its maximum age; ending it",
+                session.worker_id,
+                extra={"worker_id": session.worker_id},
+            )
+            session.close()
 
     # -- management -----------------------------------------------------------------
 
@@ -696,21 +425,22 @@ class Dispatcher:
         Workers are told a deadline ``drain_reserve_s`` (at most half the timeout) shorter,
         so what they interrupt then is still reported and written (R-12).
         """
-        self.draining = True
+        if self.phase is Phase.SERVING:
+            self.phase = Phase.DRAINING
         notice_s = timeout_s - min(self.config.drain_reserve_s, timeout_s / 2)
         for session in self.sessions:
             session.draining = True
             session.deliver(DrainNotice(notice_s))
         if self.sessions:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), timeout_s)
+                await asyncio.wait_for(self._no_sessions.wait(), timeout_s)
         # Let the loop write what the last results carried before it stops.
         await asyncio.sleep(self.config.batch_window_ms / 1000 + 0.05)
 
     def stop(self) -> None:
         """Ends the loop after the batch in hand; ``run()`` returns then."""
-        self._stopping = True
-        self._wake.set()
+        self.phase = Phase.STOPPING
+        self.wakeups.wake(Wake.STOP)
 
     def close_sessions(self) -> None:
         for session in list(self.sessions):

@@ -57,14 +57,15 @@ class WorkerSession:
     token_queues: frozenset[str] | None = None
     credit: int = 0
     reserved: int = 0
-    """Credit an enqueue's transaction is claiming for right now (``Dispatcher.reserve_claims``)."""
+    """Credit a claim out now asked for (a worker batch's or an enqueue's), until it is
+    answered. This and the three fields around it change only in ``dispatch.claims``."""
     claim_may_be_stale: bool = False
     """Work became claimable while this session's credit was out in a claim, which may
     have read before that work committed: once the credit is back, it claims again."""
     drained: bool = False
     """Its last claim found its queues empty (``BatchAnswers.drained``) and no work was
     heard of since: credit coming back alone (a run ended) does not make it claim again.
-    Any news of work clears it (``Dispatcher``)."""
+    Any news of work clears it (``dispatch.claims.hear_of_work``)."""
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import may_serve
@@ -67,28 +67,10 @@ class WorkerOps:
             lambda tx: _BatchRun(tx, self, self.clock.now_ms()).run(batch), what="a worker batch"
         )
 
-    def claim_in(
-        self,
-        tx: Tx,
-        claims: Sequence[ClaimRequest],
-        hand_out: Callable[[list[list[Claimed]]], Callable[[], list[AttemptMessage]] | None] | None = None,
-    ) -> BatchAnswers:
+    def claim_in(self, tx: Tx, claims: Sequence[ClaimRequest]) -> BatchAnswers:
         """These claims inside the caller's transaction (an enqueue's: its new jobs go
-        out with its commit), with every rule a worker batch's claims keep.
-
-        ``hand_out`` gets the claims as soon as they are made (one list per request) and
-        may return how to wait for their starts: the starts that come are then written in
-        this transaction too, each checked as a worker batch checks it, and answered in
-        ``BatchAnswers.starts`` (``dispatch.uncommitted``)."""
-        run = _BatchRun(tx, self, self.clock.now_ms())
-        answers = run.run(WorkBatch(claims=list(claims)))
-        starts_coming = hand_out(answers.claims) if hand_out is not None else None
-        if starts_coming is not None:
-            tx.send_writes()  # the claims are written while their starts travel
-            starts = starts_coming()
-            if starts:
-                answers.starts = run.start_claimed(starts, claims, answers.claims)
-        return answers
+        out with its commit), with every rule a worker batch's claims keep."""
+        return _BatchRun(tx, self, self.clock.now_ms()).run(WorkBatch(claims=list(claims)))
 
 
 class _BatchRun:
@@ -151,26 +133,6 @@ class _BatchRun:
             self.answers.drained.append(drained)
         self.writes.flush()
         return self.answers
-
-    def start_claimed(
-        self,
-        starts: Sequence[AttemptMessage],
-        requests: Sequence[ClaimRequest],
-        claims: Sequence[Sequence[Claimed]],
-    ) -> list[StartAnswer]:
-        """Starts of attempts this run claimed (``claims``, one list per request), every
-        rule of ``_start`` kept. Their rows are this transaction's own: they are known
-        as the claims made them, not read back."""
-        wanted = {start.attempt_id for start in starts}
-        for request, claimed in zip(requests, claims, strict=True):
-            for item in claimed:
-                if item.attempt_id in wanted:
-                    self._attempts[item.attempt_id] = _unstarted(item, request, self.now)
-        # Started when they came, not when the claims were made.
-        self.now = self.writes.now = self.ops.clock.now_ms()
-        answers = [self._start(start) for start in starts]
-        self.writes.flush()
-        return answers
 
     def _current(self, attempt_id: str) -> JobRecord | None:
         """The job of ``attempt_id`` while that attempt is still its current one."""
@@ -397,30 +359,6 @@ def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request
                 request.token_id,
             )
     return evolve(claimed, parent_outputs=kept, parent_trace_contexts=traces)
-
-
-def _unstarted(claimed: Claimed, request: ClaimRequest, now: int) -> AttemptRecord:
-    """The attempt a claim of this transaction created (``store.rows.new_attempt_row``)."""
-    job = claimed.job
-    return AttemptRecord(
-        id=claimed.attempt_id,
-        job_id=job.id,
-        generation=job.generation,
-        worker_id=request.worker_id,
-        execution_number=0,
-        claimed_at_ms=now,
-        started_at_ms=None,
-        finished_at_ms=None,
-        outcome=None,
-        error_code=None,
-        exception_type=None,
-        message=None,
-        detail=None,
-        retry_delay_ms=None,
-        job_state_after=None,
-        reported=False,
-        token_id=request.token_id,
-    )
 
 
 def _refused(attempt_id: str, error: CoordinatorError) -> ResultAnswer:

@@ -73,7 +73,8 @@ class JobsService:
         self, specs: list[NewJobSpec], then: Callable[[Tx], T], reachable: Collection[str] | None = None
     ) -> tuple[list[Enqueued], T]:
         """``enqueue``, then ``then`` in the same transaction (the dispatcher's claims for
-        workers waiting for work), both retried together on a conflict."""
+        workers waiting for work), both retried together on a conflict. What ``then``
+        returns is the caller's to act on once the transaction committed."""
         now = self.clock.now_ms()
         batch, order = self._checked_batch(specs, now, reachable)
 

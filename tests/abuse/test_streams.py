@@ -55,7 +55,7 @@ def writer_held(dispatcher: Dispatcher) -> Iterator[threading.Event]:
 
 
 def busy_slots(dispatcher: Dispatcher, count: int) -> Callable[[], bool]:
-    return lambda: dispatcher._writing == count
+    return lambda: dispatcher.slots.writing == count
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[tuple[Any, ...]]:
@@ -161,7 +161,7 @@ async def test_the_batch_waiting_for_the_writer_stops_at_its_bound(database_url:
             await eventually(dispatcher.batch_full, what="the pending batch reached its bound")
             await asyncio.sleep(0.3)  # the readers would go on here if they did not wait
             # Each reader checks after the message it took: at most one more each.
-            assert dispatcher._batch_items <= bound + len(workers)
+            assert dispatcher.pending.items <= bound + len(workers)
             release.set()
             for worker in workers:  # backpressure, not loss: every start is answered
                 answers = [await worker.next("start_answer") for _ in range(per_worker)]

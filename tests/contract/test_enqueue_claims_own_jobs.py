@@ -4,7 +4,7 @@ takes its new jobs in claim order with the jobs already waiting, never one job t
 On PostgreSQL a new job without a key is not sent before the claim read: the read cannot
 see it, and the transaction adds it itself (``Tx.claimable``); the claim is then folded
 into the held insert (``pg_held.HeldWrites.fold``), so the job is inserted already
-reserved, with both of its transitions, after the claims went out. On both engines the
+reserved, with both of its transitions, in the statement sent with the commit. On both engines the
 rows end as a separate claim would leave them, and a stale guard still fails the whole
 transaction.
 """

@@ -1,4 +1,4 @@
-"""Claims take turns among the sessions with credit (``Dispatcher._in_turn``): a light
+"""Claims take turns among the sessions with credit (``dispatch.claims.Turns``): a light
 load's jobs go to every connected worker in turn, not all to the one that happens to
 come first. The batches are carried out by a stand-in for ``WorkerOps.process`` that
 hands each claim one job while it has jobs, as the first requests of a round get the

@@ -1,0 +1,134 @@
+"""A session's credit on its way through a claim, and back.
+
+Every claim, a worker batch's or an enqueue's, goes the same way through the fields of
+the session it is made for (``WorkerSession``):
+
+- credit arrives (``add_credit``): ``credit`` grows, never past the capacity less what
+  is ``reserved``;
+- a claim is asked for (``reserve``): all the ``credit`` moves to ``reserved``;
+- work is heard of (``hear_of_work``): ``drained`` is cleared, and
+  ``claim_may_be_stale`` set while a claim is out;
+- the claim is answered (``hand_back``): ``reserved`` gives back what it asked, and
+  ``credit`` gets what the claim did not use; ``drained`` is set from the answer and
+  ``claim_may_be_stale`` cleared.
+
+Only this module changes those four fields; ``hand_back`` also hands the claimed jobs
+to the session as assignments, once their transaction has committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+
+from coordinator.dispatch.sessions import WorkerSession
+from coordinator.domain.bounds import StoreBounds
+from coordinator.service.work import BatchAnswers, ClaimRequest
+
+
+@dataclass(slots=True)
+class ReservedClaims:
+    """Claims set aside for an enqueue's transaction: one request per session."""
+
+    sessions: list[WorkerSession]
+    requests: list[ClaimRequest]
+    were_drained: list[bool] | None = None
+    """Each session's ``drained`` before the claims were made: a claim of some of its
+    queues only says nothing about the others."""
+
+
+def add_credit(session: WorkerSession, count: int) -> None:
+    """The worker is ready for ``count`` more jobs (never past its capacity)."""
+    session.credit = min(session.credit + max(count, 0), session.capacity - session.reserved)
+
+
+def with_credit(sessions: Iterable[WorkerSession]) -> list[WorkerSession]:
+    """The sessions a claim may be made for: credit left, not draining, wire names to
+    ask for."""
+    return [s for s in sessions if s.credit > 0 and not s.draining and s.wire_names]
+
+
+def reserve(session: WorkerSession, only: AbstractSet[str] | None = None) -> ClaimRequest:
+    """A claim for all of ``session``'s credit (from those of its queues in ``only``, if
+    given), which is set aside (``reserved``) until the claim is answered
+    (``hand_back``): another claim must not spend it too."""
+    queues = session.queues if only is None else tuple(q for q in session.queues if q in only)
+    request = ClaimRequest(
+        session.worker_id,
+        queues,
+        session.wire_names,
+        session.credit,
+        session.lease_ms,
+        token_id=session.token_id,
+        token_queues=session.token_queues,
+    )
+    session.reserved += session.credit
+    session.credit = 0
+    return request
+
+
+def hear_of_work(sessions: Iterable[WorkerSession], queues: AbstractSet[str] | None = None) -> None:
+    """Jobs may have become claimable (in ``queues``; None: anywhere): every session
+    taking from them may claim again, and one whose claim is out may have read before
+    that work committed (PostgreSQL writes batches and enqueues at once), so it claims
+    again once the credit is back."""
+    for session in sessions:
+        if queues is not None and queues.isdisjoint(session.queues):
+            continue
+        session.drained = False
+        if session.reserved:
+            session.claim_may_be_stale = True
+
+
+def hand_back(
+    sessions: Sequence[WorkerSession],
+    requests: Sequence[ClaimRequest],
+    answers: BatchAnswers,
+    *,
+    connected: AbstractSet[WorkerSession],
+    bounds: StoreBounds,
+    were_drained: Sequence[bool] | None = None,
+) -> bool:
+    """Hands each session (still ``connected``) the jobs claimed for it and gives back
+    the credit not used. Returns whether another claim round is wanted at once: a
+    session whose claim took all it could (all it asked for, or ``max_claim_batch``,
+    the most one claim takes) and that has credit left may find more, and so may one
+    that work may have become claimable for while its claim was out."""
+    refill = False
+    drained = answers.drained or [False] * len(requests)
+    for at, (session, request, claimed, empty) in enumerate(
+        zip(sessions, requests, answers.claims, drained, strict=True)
+    ):
+        session.reserved -= request.count
+        session.credit += request.count - len(claimed)
+        if claimed and session in connected:
+            session.assign(tuple(claimed))
+        took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
+        missed_work = session.claim_may_be_stale
+        session.claim_may_be_stale = False
+        # A claim of some of its queues only leaves its other queues as they were.
+        partial = were_drained is not None and len(request.queues) < len(session.queues)
+        others_empty = were_drained[at] if were_drained is not None and partial else True
+        session.drained = empty and others_empty and not missed_work
+        refill = refill or ((took_all_it_could or missed_work) and session.credit > 0)
+    return refill
+
+
+class Turns:
+    """Which session a claim round asks first. A round's claims take jobs in the order
+    of their requests, so without turns the same session would get every job of a
+    light load while the others wait: all of it on one worker process."""
+
+    __slots__ = ("_rounds",)
+
+    def __init__(self) -> None:
+        self._rounds = 0
+
+    def order(self, sessions: list[WorkerSession]) -> list[WorkerSession]:
+        """``sessions`` starting with the next one in turn."""
+        if len(sessions) < 2:
+            return sessions
+        first = self._rounds % len(sessions)
+        self._rounds += 1
+        return sessions[first:] + sessions[:first]

@@ -1,0 +1,97 @@
+"""The batch being collected: what the streams sent since the last batch was taken, and
+which session sent each item, until the loop takes it for the writer.
+
+It is bounded: ``items`` counts the starts, heartbeats, results and releases in it, and
+stream readers wait while it is at ``StreamBounds.max_pending_batch_items``. A session
+has at most one heartbeat in it: a later one takes the earlier one's place, since only
+the latest set of held attempts matters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.dispatch.sessions import WorkerSession
+from coordinator.service.work import AttemptMessage, HeartbeatRequest, ResultReport, WorkBatch
+
+
+@dataclass(slots=True)
+class Routes:
+    """Which session asked for each entry of a batch, in order."""
+
+    starts: list[WorkerSession] = field(default_factory=list)
+    heartbeats: list[WorkerSession] = field(default_factory=list)
+    results: list[WorkerSession] = field(default_factory=list)
+    claims: list[WorkerSession] = field(default_factory=list)
+    releases: list[WorkerSession] = field(default_factory=list)
+    retiring: list[WorkerSession] = field(default_factory=list)
+    """Sessions to close once this batch is delivered (it has no claims for them)."""
+    lost_unread: list[set[str]] = field(default_factory=list)
+    """For each heartbeat, the attempts answered lost without a store look-up
+    (``dispatch.heartbeats``)."""
+
+    def sessions(self) -> set[WorkerSession]:
+        return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}
+
+
+class PendingBatch:
+    """The worker messages waiting for the next batch, with their routes."""
+
+    __slots__ = ("_heartbeat_at", "batch", "items", "routes")
+
+    def __init__(self) -> None:
+        self.batch = WorkBatch()
+        self.routes = Routes()
+        self.items = 0
+        """Starts, results, releases and heartbeats in ``batch`` (claims are added only
+        as the batch is taken, and are bounded by the sessions' credit)."""
+        self._heartbeat_at: dict[WorkerSession, int] = {}
+        """Where each session's heartbeat is in ``batch.heartbeats``."""
+
+    def __bool__(self) -> bool:
+        return bool(self.batch)
+
+    def add_start(self, session: WorkerSession, attempt_id: str) -> None:
+        self.batch.starts.append(AttemptMessage(attempt_id, session.identity))
+        self.routes.starts.append(session)
+        self.items += 1
+
+    def add_result(self, session: WorkerSession, report: ResultReport) -> None:
+        self.batch.results.append(
+            ResultReport(report.attempt_id, report.report, report.output, session.identity)
+        )
+        self.routes.results.append(session)
+        self.items += 1
+
+    def add_release(self, session: WorkerSession, attempt_id: str) -> None:
+        self.batch.releases.append(AttemptMessage(attempt_id, session.identity))
+        self.routes.releases.append(session)
+        self.items += 1
+
+    def add_heartbeat(
+        self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int, progress: Mapping[str, str]
+    ) -> bool:
+        """Adds a heartbeat; False when it took the place of the session's earlier one
+        (which is then answered by this one's answer, and costs nothing more)."""
+        request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, progress)
+        at = self._heartbeat_at.get(session)
+        if at is not None:
+            # Its progress reports still count where this one has none newer (a worker
+            # sends only changes).
+            earlier = self.batch.heartbeats[at].progress
+            if earlier:
+                request = HeartbeatRequest(attempt_ids, lease_ms, session.identity, {**earlier, **progress})
+            self.batch.heartbeats[at] = request
+            return False
+        self._heartbeat_at[session] = len(self.batch.heartbeats)
+        self.batch.heartbeats.append(request)
+        self.routes.heartbeats.append(session)
+        self.items += 1
+        return True
+
+    def take(self) -> tuple[WorkBatch, Routes]:
+        """What was collected; collecting starts over."""
+        batch, routes = self.batch, self.routes
+        self.batch, self.routes, self.items, self._heartbeat_at = WorkBatch(), Routes(), 0, {}
+        return batch, routes
