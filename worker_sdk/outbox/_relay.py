@@ -206,8 +206,10 @@ class OutboxRelay:
                         wakeup = wakeup_for(self._engine, self.config.notify_channel, self._stop)
                     handled = self.run_once()
                     self._refresh_backlog_when_due()
-                except PASSING as exc:
-                    if not failing:
+                except Exception as exc:  # the rows wait; an embedded relay must not die
+                    if not isinstance(exc, PASSING):
+                        _log.exception("outbox relay: unexpected failure; rows wait, will retry with backoff")
+                    elif not failing:
                         _log.warning("outbox relay: rows wait, will retry with backoff: %s", _first_line(exc))
                     failing = True
                     self._metrics.send_errors.labels(self.table.name).inc()

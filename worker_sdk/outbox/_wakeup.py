@@ -19,6 +19,11 @@ _log = logging.getLogger(__name__)
 
 LISTEN_SLICE_S = 0.05
 """A LISTEN wait checks the stop event at least this often."""
+RELISTEN_S = 1.0
+"""After a LISTEN connection broke: how soon to look for rows and listen again."""
+DRAIN_S = 0.0001
+"""How long to look for more notifications already queued after one (psycopg reads a
+timeout of 0 as none at all)."""
 
 
 class Wakeup(Protocol):
@@ -55,8 +60,8 @@ class PgListenWakeup:
 
     def listen(self) -> None:
         raw = self._engine.raw_connection()
-        raw.detach()  # closed for good with this listener, never handed to another user
         driver: Any = raw.driver_connection
+        raw.detach()  # closed for good with this listener, never handed to another user
         driver.autocommit = True
         driver.execute(f'LISTEN "{self._channel}"')
         self._connection = driver
@@ -70,16 +75,18 @@ class PgListenWakeup:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                for _ in self._connection.notifies(timeout=min(remaining, LISTEN_SLICE_S), stop_after=1):
-                    # Many commits send many notifications: one batch read serves them all.
-                    for _ in self._connection.notifies(timeout=0):
+                slice_s = min(remaining, LISTEN_SLICE_S)
+                if any(True for _ in self._connection.notifies(timeout=slice_s, stop_after=1)):
+                    # Many commits send many notifications: one batch read serves them
+                    # all. (Drained after the first generator ended: it holds a lock.)
+                    for _ in self._connection.notifies(timeout=DRAIN_S):
                         pass
                     return True
             return False
         except Exception as exc:  # a broken connection: poll until it is back
             _log.warning("outbox relay: LISTEN connection failed (%s); polling until it is back", exc)
             self.close()
-            self._stop.wait(timeout_s)
+            self._stop.wait(min(timeout_s, RELISTEN_S))
             return True
 
     def close(self) -> None:
