@@ -84,7 +84,7 @@ async def test_an_orm_session_writes_in_its_own_transaction(
 
 async def test_a_refused_item_writes_nothing_even_when_the_caller_commits(app_engine: Engine) -> None:
     with app_engine.begin() as conn:
-        with pytest.raises(ArgumentError, match="job 1: .*not a valid name"):
+        with pytest.raises(ArgumentError, match=r"job 1: .*not a valid name"):
             outbox.enqueue_many(conn, [Capture("a"), EnqueueItem(Capture("b"), queue="no/slashes")])
         with pytest.raises(ArgumentError, match="over the limit"):
             outbox.enqueue(conn, Capture("x" * 70_000))

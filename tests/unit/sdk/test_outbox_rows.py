@@ -77,7 +77,7 @@ def test_an_item_without_a_key_gets_one_made_now_and_different_each_time() -> No
         (EnqueueItem(NotAJob(1)), "@job"),
     ],
 )
-def test_an_item_the_coordinator_would_refuse_is_refused_at_write_time(item: EnqueueItem, message: str) -> None:
+def test_what_the_coordinator_would_refuse_is_refused_when_written(item: EnqueueItem, message: str) -> None:
     with pytest.raises(ArgumentError, match=message):
         OutboxEncoder().rows([item])
 
