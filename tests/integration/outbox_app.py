@@ -5,7 +5,9 @@
 that kills itself (SIGKILL, as ``kill -9``) when it first reaches ``STEP``
 (``before_send``: rows taken, nothing sent; ``after_ack``: the coordinator committed the
 jobs, the rows are not deleted yet; ``during``: ``DELAY_S`` after the call went out,
-while the coordinator may or may not have answered).
+while the coordinator may or may not have answered). ``STEP`` ``slow`` instead holds each
+batch's rows ``DELAY_S`` before sending (a slow relay, whose locked rows others skip),
+and on SIGTERM prints how many rows it relayed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import MetaData
@@ -40,9 +44,11 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def crashing_observer(step: str, delay_s: float) -> object:
+def observer(step: str, delay_s: float) -> Callable[[str], None]:
     def observe(reached: str) -> None:
-        if step == "during" and reached == "before_send":
+        if step == "slow" and reached == "before_send":
+            time.sleep(delay_s)
+        elif step == "during" and reached == "before_send":
             threading.Timer(delay_s, _die).start()
         elif reached == step:
             _die()
@@ -51,10 +57,11 @@ def crashing_observer(step: str, delay_s: float) -> object:
 
 
 def main(database_url: str, target: str, step: str, delay_s: str = "0.002") -> None:
-    observer = crashing_observer(step, float(delay_s))
-    relay = OutboxRelay(database_url, target, config=FAST, observer=observer)  # type: ignore[arg-type]
+    relay = OutboxRelay(database_url, target, config=FAST, observer=observer(step, float(delay_s)))
+    signal.signal(signal.SIGTERM, lambda signum, frame: relay.request_stop())
     print("outbox relay app: started", flush=True)
     relay.run()
+    print(f"outbox relay app: relayed {relay.relayed}", flush=True)
 
 
 if __name__ == "__main__":
