@@ -283,7 +283,9 @@ def _engine(url: str) -> Engine:
     if not isinstance(url, str) or not url:
         raise ArgumentError(f"the application database must be a SQLAlchemy URL or Engine, got {url!r}")
     try:
-        return create_engine(url, pool_pre_ping=True)
+        # No pre-ping: it would cost a round trip per batch. A connection the database
+        # dropped fails its batch once; the pool then discards it and the retry reconnects.
+        return create_engine(url)
     except sa_exc.NoSuchModuleError as exc:
         raise ArgumentError(f"not a usable database URL: {_first_line(exc)}") from None
     except sa_exc.ArgumentError:
