@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, create_engine, insert, select
+from sqlalchemy import Engine, create_engine, insert, select, text
 from sqlalchemy.orm import Session
 
 from coordinator.config import CoordinatorConfig
@@ -226,3 +226,37 @@ def test_bad_database_urls_and_a_missing_table_get_clear_errors(tmp_path: Path) 
     empty = OutboxRelay(f"sqlite:///{tmp_path}/empty.db", "127.0.0.1:1")
     with pytest.raises(OutboxDatabaseError, match="no table 'runwick_outbox'"):
         empty.check()
+
+
+@pytest.mark.postgres
+async def test_on_postgresql_a_relay_whose_listen_connection_dies_listens_again(
+    coordinator: RunningCoordinator, postgres_app_url: str
+) -> None:
+    engine = create_engine(postgres_app_url)
+    from tests.integration.outbox_app import metadata
+
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    config = RelayConfig(poll_interval_s=3600, backlog_interval_s=3600)
+    relay = OutboxRelay(engine, coordinator.target, config=config, registry=CollectorRegistry())
+    listening = text(
+        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND datname = current_database()"
+    )
+    relay.start()
+    try:
+        # Autocommit: pg_stat_activity is read once per transaction.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            first = await eventually(
+                lambda: conn.execute(listening).scalars().all(), what="the relay listens"
+            )
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first[0]})
+            await eventually(
+                lambda: set(conn.execute(listening).scalars().all()) - set(first),
+                what="the relay listens again on a new connection",
+            )
+        with engine.begin() as conn:
+            outbox.enqueue(conn, Capture("after"), idempotency_key="after-relisten")
+        await eventually_async(lambda: _has_job(coordinator.target, "after-relisten"), what="notified again")
+    finally:
+        await asyncio.to_thread(relay.stop)
+        engine.dispose()
