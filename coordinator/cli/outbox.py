@@ -11,17 +11,26 @@ polls. Needs SQLAlchemy and the database's driver (``pip install "runwick[outbox
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
 import sys
-from types import FrameType
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY
 
 from coordinator.cli.connect import add_connection_flags, connection_options
 from coordinator.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
 from coordinator.cli.logs import add_logging_flags
 from worker_sdk import configure_logging
+from worker_sdk._metrics_http import MetricsHttpServer
 
+if TYPE_CHECKING:
+    from worker_sdk.outbox import OutboxRelay
+
+STOP_TIMEOUT_S = 30.0
+"""How long a stop waits for the batch in hand (its call has its own deadline)."""
 OUTBOX_EXTRA_HINT = 'the outbox relay needs SQLAlchemy: pip install "runwick[outbox]"'
 
 
@@ -58,6 +67,18 @@ def add_outbox_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         default="runwick_outbox",
         help="PostgreSQL channel the writers notify (default runwick_outbox)",
     )
+    relay.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env("RUNWICK_OUTBOX_METRICS_PORT", "-1"),  # converted by type= on use only
+        help="serve the relay's Prometheus /metrics on this port (0 = any free port, -1 = none, "
+        "the default) [RUNWICK_OUTBOX_METRICS_PORT]",
+    )
+    relay.add_argument(
+        "--metrics-host",
+        default=env("RUNWICK_OUTBOX_METRICS_HOST", "127.0.0.1"),
+        help="the address --metrics-port listens on (default loopback) [RUNWICK_OUTBOX_METRICS_HOST]",
+    )
     add_connection_flags(relay)
     add_logging_flags(relay)
 
@@ -93,20 +114,41 @@ def run_outbox_command(options: argparse.Namespace) -> int:
         print(f"runwick: {exc}", file=sys.stderr)
         return EXIT_REFUSED
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        relay.request_stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    if not -1 <= options.metrics_port <= 65_535:
+        print(f"runwick: --metrics-port must be -1 to 65535, got {options.metrics_port}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     logging.getLogger(__name__).info(
         "runwick outbox relay: relaying table %s to %s", options.table, options.target
     )
     try:
-        relay.run()
-    finally:
-        relay.close()
+        asyncio.run(_serve(relay, options.metrics_host, options.metrics_port))
+    except OSError as exc:  # the metrics port could not be bound
+        where = f"{options.metrics_host}:{options.metrics_port}"
+        print(f"runwick: cannot serve metrics on {where}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(
         f"runwick outbox relay: stopped; relayed {relay.relayed} row(s), moved aside {relay.failed}",
         file=sys.stderr,
     )
     return EXIT_OK
+
+
+async def _serve(relay: OutboxRelay, metrics_host: str, metrics_port: int) -> None:
+    """Runs the relay on its thread (and ``/metrics`` on this loop) until SIGTERM or SIGINT;
+    the relay then finishes the batch in hand."""
+    metrics = None
+    if metrics_port >= 0:
+        metrics = MetricsHttpServer(REGISTRY)
+        port = await metrics.start(metrics_host, metrics_port)
+        print(f"runwick outbox relay: metrics on {metrics_host}:{port}/metrics", file=sys.stderr, flush=True)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    relay.start()
+    try:
+        await stopping.wait()
+    finally:
+        await asyncio.to_thread(relay.stop, STOP_TIMEOUT_S)
+        if metrics is not None:
+            await metrics.close()

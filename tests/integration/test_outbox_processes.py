@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -117,8 +118,9 @@ async def test_rows_committed_while_the_coordinator_is_down_wait_and_go_once_it_
         *NO_FIXED_PORTS,
     )
     coordinator = serve(serve_log, *serve_args)
+    relay_flags = (*RELAY_FLAGS, "--metrics-port", "0")
     relay = start_process(
-        relay_command(app_url, f"127.0.0.1:{port}", *RELAY_FLAGS), tmp_path / "relay.log", env=ENV
+        relay_command(app_url, f"127.0.0.1:{port}", *relay_flags), tmp_path / "relay.log", env=ENV
     )
     try:
         target = await wait_listening(coordinator, serve_log)
@@ -135,10 +137,24 @@ async def test_rows_committed_while_the_coordinator_is_down_wait_and_go_once_it_
         await wait_listening(coordinator, serve_log, count=2)
         await eventually(lambda: outbox_rows(app_engine) == 0, what="the waiting rows relayed")
         assert sorted(await job_keys(target)) == sorted(before + during)
+        scraped = await _scrape(await wait_for_line(relay, tmp_path / "relay.log", "metrics on"))
+        assert 'runwick_outbox_relayed_total{table="runwick_outbox"} 10.0' in scraped
+        assert re.search(r'runwick_outbox_send_errors_total\{table="runwick_outbox"\} [1-9]', scraped)
         assert await stop(relay, grace_s=10) == 0
     finally:
         reap(relay)
         reap(coordinator)
+
+
+async def _scrape(line: str) -> str:
+    """The ``/metrics`` page the relay's line ``metrics on HOST:PORT/metrics`` names."""
+    address = line.split("metrics on ")[1].strip()
+
+    def get() -> str:
+        with urllib.request.urlopen(f"http://{address}", timeout=10) as response:
+            return str(response.read().decode())
+
+    return await asyncio.to_thread(get)
 
 
 @pytest.mark.postgres
