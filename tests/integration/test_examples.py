@@ -64,7 +64,8 @@ async def test_fastapi_lifespan_runs_the_worker_in_the_app_loop(
 ) -> None:
     port, log = free_port(), tmp_path / "uvicorn.log"
     command = [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", str(port)]
-    process = _start(command, EXAMPLES / "fastapi", log, coordinator.target)
+    database = f"sqlite:///{tmp_path / 'shop.db'}"  # the app's own, for its outbox
+    process = _start(command, EXAMPLES / "fastapi", log, coordinator.target, APP_DATABASE_URL=database)
     try:
         await wait_for_line(process, log, "Application startup complete")
         await _workers(coordinator, 1)
