@@ -260,3 +260,36 @@ async def test_on_postgresql_a_relay_whose_listen_connection_dies_listens_again(
     finally:
         await asyncio.to_thread(relay.stop)
         engine.dispose()
+
+
+async def test_a_row_with_a_chosen_job_id_whose_answer_was_lost_is_relayed_once(
+    coordinator: RunningCoordinator, app_engine: Engine
+) -> None:
+    ours, foreign = new_job_id(), new_job_id()
+    async with AsyncClient(coordinator.target) as client:
+        await client.enqueue_many([EnqueueItem(Capture("someone else's"), job_id=foreign)])
+    with app_engine.begin() as conn:
+        outbox.enqueue(conn, Capture("ours"), job_id=ours, idempotency_key="ours")
+    with app_engine.begin() as conn:
+        outbox.enqueue(conn, Capture("clash"), job_id=foreign, idempotency_key="clash")
+    lost = []
+
+    def lose_the_first_answer(step: str) -> None:
+        if step == "after_ack" and not lost:
+            lost.append(step)
+            raise ConnectionResetError("the answer was lost")  # the batch rolls back: rows stay
+
+    one_at_a_time = RelayConfig(batch_size=1, poll_interval_s=0.05, backoff_initial_s=0.05)
+    relay = OutboxRelay(
+        app_engine,
+        coordinator.target,
+        config=one_at_a_time,
+        registry=CollectorRegistry(),
+        observer=lose_the_first_answer,
+    )
+    await relay_until_empty(relay, app_engine)
+    assert lost and (relay.relayed, relay.failed) == (1, 1)
+    assert sorted(job.id for job in await jobs(coordinator.target)) == sorted([ours, foreign])
+    with app_engine.connect() as conn:
+        (error,) = conn.execute(select(outbox.table.c.error)).scalars().all()
+    assert "JOB_ID_TAKEN" in error

@@ -31,6 +31,7 @@ from worker_sdk._errors import (
     ArgumentError,
     JobNotFound,
     MessageTooLarge,
+    PermissionDenied,
     RunwickError,
     translated_rpc_errors,
 )
@@ -155,13 +156,38 @@ class OutboxRelay:
             self._send([job for _, job in jobs])
         except PERMANENT as error:
             if len(jobs) == 1:
-                self._move_aside(conn, jobs[0][0], _refusal(error))
+                row, job = jobs[0]
+                if error.reason == "JOB_ID_TAKEN" and self._sent_before(job):
+                    delete_rows(conn, self.table, [row.id])
+                    return 1
+                self._move_aside(conn, row, _refusal(error))
                 return 0
             # One bad job refuses the whole call: send one by one to set it apart.
             return sum(self._send_batch(conn, [entry]) for entry in jobs)
         self._observe("after_ack")
         delete_rows(conn, self.table, [row.id for row, _ in jobs])
         return len(jobs)
+
+    def _sent_before(self, job: job_service_pb2.NewJob) -> bool:
+        """Whether the job with the row's chosen ID is the row's own, enqueued by an
+        earlier send whose answer was lost: the coordinator checks a chosen ID before the
+        idempotency key, so that resend is refused as JOB_ID_TAKEN. Reading the job
+        needs the ``read`` scope; without it the row is moved aside, saying so."""
+        try:
+            with translated_rpc_errors():
+                found = self._stub.GetJob(
+                    job_service_pb2.GetJobRequest(id=job.id),
+                    metadata=self._connection.metadata,
+                    timeout=self.config.rpc_timeout_s,
+                )
+        except JobNotFound:  # removed since (retention): it cannot be told apart
+            return False
+        except PermissionDenied:
+            _log.error(
+                "outbox relay: cannot tell whether job %s is this row's: give the token `read` too", job.id
+            )
+            return False
+        return bool(found.job.idempotency_key == job.idempotency_key and found.job.queue == job.queue)
 
     def _send(self, jobs: Sequence[job_service_pb2.NewJob]) -> None:
         if self._stub is None:
