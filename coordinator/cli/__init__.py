@@ -1,10 +1,10 @@
 """The ``runwick`` command: serve, migrate, worker, bench, jobs, workers, queues,
-schedules, tokens, audit, purge, completion.
+schedules, tokens, audit, purge, outbox, completion.
 
 One module per command group: ``serve`` (``serve`` and ``migrate``, with ``bounds`` and
 ``retention`` for serve's limits and retention), ``worker``, ``bench``, ``jobs`` and
 ``manage`` (``jobs ...``), ``workers``, ``admin`` (``tokens``, ``audit``), ``queues``,
-``schedules``, ``purge`` and ``completion``; client commands connect through
+``schedules``, ``purge``, ``outbox`` (the outbox relay) and ``completion``; client commands connect through
 ``connect`` and print through ``output``. Server pieces are imported only inside the
 functions that run the coordinator or read its database (``serve``, ``bench``), so
 the client commands and ``runwick worker`` start without loading the server's
@@ -33,6 +33,7 @@ from coordinator.cli.completion import add_completion_command, run_completion
 from coordinator.cli.database import database_refusal
 from coordinator.cli.exits import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 from coordinator.cli.jobs import add_jobs_commands, run_jobs_command
+from coordinator.cli.outbox import add_outbox_commands, run_outbox_command
 from coordinator.cli.purge import add_purge_command, run_purge
 from coordinator.cli.queues import add_queue_commands, run_queue_command
 from coordinator.cli.schedules import add_schedules_commands, run_schedules_command
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_queue_commands(commands)
     add_schedules_commands(commands)
     add_purge_command(commands)
+    add_outbox_commands(commands)
     add_completion_command(commands)
     return parser
 
@@ -154,4 +156,6 @@ def _run(options: argparse.Namespace) -> int:
         return run_workers_command(options)
     if command == "completion":
         return run_completion(options)
+    if command == "outbox":
+        return run_outbox_command(options)
     return run_jobs_command(options)

@@ -64,7 +64,8 @@ async def test_fastapi_lifespan_runs_the_worker_in_the_app_loop(
 ) -> None:
     port, log = free_port(), tmp_path / "uvicorn.log"
     command = [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", str(port)]
-    process = _start(command, EXAMPLES / "fastapi", log, coordinator.target)
+    database = f"sqlite:///{tmp_path / 'shop.db'}"  # the app's own, for its outbox
+    process = _start(command, EXAMPLES / "fastapi", log, coordinator.target, APP_DATABASE_URL=database)
     try:
         await wait_for_line(process, log, "Application startup complete")
         await _workers(coordinator, 1)
@@ -75,6 +76,34 @@ async def test_fastapi_lifespan_runs_the_worker_in_the_app_loop(
         await _stop(process, log, resignals=True)
         assert "Application shutdown complete" in read_log(log)
         await _workers(coordinator, 0)
+    finally:
+        reap(process)
+
+
+async def _job_by_key(client: AsyncClient, wire_name: str, key: str) -> str:
+    async def found() -> str | None:
+        async for job in client.list_jobs(wire_name=wire_name):
+            if job.idempotency_key == key:
+                return job.id
+        return None
+
+    return await eventually_async(found, timeout=30, interval=0.1)
+
+
+async def test_fastapi_orders_are_enqueued_through_the_outbox_in_their_transaction(
+    coordinator: Coordinator, client: AsyncClient, tmp_path: Path
+) -> None:
+    port, log = free_port(), tmp_path / "uvicorn.log"
+    command = [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", str(port)]
+    database = f"sqlite:///{tmp_path / 'shop.db'}"
+    process = _start(command, EXAMPLES / "fastapi", log, coordinator.target, APP_DATABASE_URL=database)
+    try:
+        await wait_for_line(process, log, "Application startup complete")
+        answer = await _post(f"http://127.0.0.1:{port}/orders/o-7")
+        job_id = await _job_by_key(client, "examples.fastapi.receipt", str(answer["idempotency_key"]))
+        info = await client.wait(job_id, timedelta(seconds=30))
+        assert (info.state, info.output) == (JobState.SUCCEEDED, b"receipt for order o-7")
+        await _stop(process, log, resignals=True)
     finally:
         reap(process)
 
@@ -137,6 +166,51 @@ async def test_django_ready_hook_starts_the_worker_in_each_gunicorn_process(
         await _stop(process, log)
         await _workers(coordinator, 0)
     finally:
+        reap(process)
+
+
+async def test_django_orders_are_enqueued_through_the_outbox_and_the_relay_command(
+    coordinator: Coordinator, client: AsyncClient, tmp_path: Path
+) -> None:
+    folder, database = EXAMPLES / "django", tmp_path / "shop.db"
+    migrate = _start(
+        [sys.executable, "manage.py", "migrate"],
+        folder,
+        tmp_path / "migrate.log",
+        coordinator.target,
+        SHOP_DATABASE=str(database),
+    )
+    assert await asyncio.to_thread(migrate.wait, 60) == 0, read_log(tmp_path / "migrate.log")
+    port, log = free_port(), tmp_path / "django-gunicorn.log"
+    web = [sys.executable, "-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "shop.wsgi"]
+    env = {"RUNWICK_WORKER_IN_PROCESS": "1", "SHOP_DATABASE": str(database)}
+    process = _start(web, folder, log, coordinator.target, **env)
+    relay_command = [
+        sys.executable,
+        "-m",
+        "coordinator.cli",
+        "outbox",
+        "relay",
+        "--database-url",
+        f"sqlite:///{database}",
+    ]
+    relay = _start(
+        [*relay_command, "--target", coordinator.target, "--poll-interval", "0.1"],
+        folder,
+        tmp_path / "relay.log",
+        coordinator.target,
+    )
+    try:
+        await _workers(coordinator, 1)
+        answer = await _post(f"http://127.0.0.1:{port}/orders/o-9/atomic")
+        job_id = await _job_by_key(client, "examples.django.send_receipt", str(answer["idempotency_key"]))
+        info = await client.wait(job_id, timedelta(seconds=30))
+        assert info.state is JobState.SUCCEEDED
+        assert info.output == f"receipt for order o-9 sent by process {answer['pid']}".encode()
+        await _stop(relay, tmp_path / "relay.log")
+        await _stop(process, log)
+    finally:
+        reap(relay)
         reap(process)
 
 

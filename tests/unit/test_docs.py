@@ -20,6 +20,7 @@ from coordinator.metrics import CoordinatorMetrics
 from tests.support import ROOT
 from tests.support.snippets import SnippetMarkerError, documentation_pages, snippets_of
 from worker_sdk._metrics import WorkerMetrics
+from worker_sdk.outbox._metrics import RelayMetrics
 
 DOCS = ROOT / "docs"
 
@@ -192,8 +193,11 @@ def test_the_metric_reference_lists_every_metric_and_no_other() -> None:
     worker_registry = CollectorRegistry()
     WorkerMetrics(worker_registry)
     sdk = _registered(worker_registry)
-    assert coordinator and sdk
-    assert _documented_metrics() == coordinator | sdk
+    relay_registry = CollectorRegistry()
+    RelayMetrics(relay_registry)
+    relay = _registered(relay_registry)
+    assert coordinator and sdk and relay
+    assert _documented_metrics() == coordinator | sdk | relay
 
 
 @pytest.mark.parametrize("page", ["security.md"])
