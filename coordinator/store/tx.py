@@ -23,6 +23,7 @@ from coordinator.domain.records import (
     WorkerIdentity,
 )
 from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.store.claims import ClaimOps
 from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs
@@ -48,9 +49,7 @@ from coordinator.store.schema import (
 )
 from coordinator.store.tx_access import AccessOps
 from coordinator.store.tx_base import IN_CHUNK, Lockable, chunks
-from coordinator.store.tx_claims import ClaimOps
 from coordinator.store.tx_dependencies import DependencyOps
-from coordinator.store.tx_queues import QueueOps
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
 """The PostgreSQL channel that says claimable jobs appeared (docs/scaling.md)."""
@@ -104,7 +103,7 @@ def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
     return RowUpdate(jobs, _JOB_GUARD, tuple((name, name.removeprefix("v_")) for name in stamped))
 
 
-class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
+class Tx(ClaimOps, DependencyOps, AccessOps):
     """The operations of one write transaction: jobs and attempts here; queues, claim
     reads, dependencies, tokens and the audit log in their mixins."""
 

@@ -17,6 +17,7 @@ from coordinator.domain.states import JobState
 from coordinator.scheduler.due import promote_due
 from coordinator.service.work import ClaimRequest, WorkBatch
 from coordinator.store import Store
+from coordinator.store.claims import ClaimWanted
 
 from .harness import LEASE_MS, OTHER_WIRE, QUEUE, SECOND, WIRE, WORKER, Harness
 
@@ -224,7 +225,8 @@ def test_postgres_a_claim_skips_rows_another_transaction_holds(postgres_url: str
         request = ClaimRequest(WORKER, (queue,), (WIRE,), 10, LEASE_MS)
 
         with ThreadPoolExecutor(1) as pool, holder.write() as tx:
-            held = {job.id for job in tx.claimable([queue], [WIRE], clock.now_ms(), 2)}
+            (found,) = tx.claim([ClaimWanted((queue,), (WIRE,), 2)], clock.now_ms())
+            held = {job.id for job in found.jobs}
             answers = pool.submit(second.ops.process, WorkBatch(claims=[request])).result(timeout=10)
 
         claimed = {c.job.id for c in answers.claims[0]}
