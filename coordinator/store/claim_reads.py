@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Integer, bindparam, literal_column, select, text
+from sqlalchemy import BigInteger, Connection, Integer, TextClause, bindparam, literal_column, select, text
 
 from coordinator.store.prepared import Prepared
 from coordinator.store.schema import CLAIMABLE_PREDICATE, JOB_COLUMNS, jobs
@@ -20,19 +21,40 @@ DUE = "jobs.run_at_ms + 0 <= :now_ms"
 sort every claimable job of the queue; ix_jobs_claim gives the order, so LIMIT ends the
 walk. An expression keeps the range off any index."""
 
-CLAIMABLE_IN_QUEUE = Lockable(
-    select(jobs)
-    .where(
-        jobs.c.queue == bindparam("queue"),
-        text(CLAIMABLE_PREDICATE),
-        text(DUE).bindparams(bindparam("now_ms", type_=BigInteger)),
-        jobs.c.wire_name.in_(bindparam("wire_names", expanding=True)),
+
+def _claimable_in_queue(*more: TextClause) -> Lockable:
+    return Lockable(
+        select(jobs)
+        .where(
+            jobs.c.queue == bindparam("queue"),
+            text(CLAIMABLE_PREDICATE),
+            text(DUE).bindparams(bindparam("now_ms", type_=BigInteger)),
+            jobs.c.wire_name.in_(bindparam("wire_names", expanding=True)),
+            *more,
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
+        .limit(bindparam("limit", type_=Integer)),
+        skip_locked=True,
     )
-    .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
-    .limit(bindparam("limit", type_=Integer)),
-    skip_locked=True,
-)
+
+
+CLAIMABLE_IN_QUEUE = _claimable_in_queue()
 """A queue's claimable jobs of some wire names, the first ``limit`` in claim order."""
+_PAST_TAKEN = {
+    False: _claimable_in_queue(text("jobs.id NOT IN (SELECT value FROM json_each(:taken))")),
+    True: _claimable_in_queue(text("jobs.id <> ALL(CAST(:taken AS text[]))")),
+}
+"""The same, but for the jobs ``taken`` (bound as one value, however many): those a claim
+handed out and its caller has not written yet, which are still claimable in the database
+(and, on PostgreSQL, locked by this very transaction, so not skipped). Reading past them
+in the database keeps a call with many claims of one queue from reading and decoding
+each earlier claim's jobs again."""
+
+
+def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict[str, Any]]:
+    """``CLAIMABLE_IN_QUEUE`` without the jobs ``taken``, and the parameter naming them."""
+    return _PAST_TAKEN[postgres], {"taken": list(taken) if postgres else json.dumps(list(taken))}
+
 
 # PostgreSQL: the queue's controls and, when they let claims take from it, its claimable
 # jobs, in one statement. One row at least: the queue's (NULLs when it has none), with

@@ -36,9 +36,9 @@ are inserted already claimed (``pg_held.HeldWrites.fold``).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import JobState, is_claimable
@@ -46,6 +46,7 @@ from coordinator.store.claim_reads import (
     CLAIMABLE_IN_QUEUE,
     CONTROLS_AND_CLAIMABLE,
     CONTROLS_AND_CLAIMABLE_JOB_ID_AT,
+    claimable_past,
     queues_with_work,
 )
 from coordinator.store.prepared import DriverRows
@@ -90,7 +91,9 @@ class _Call:
     prefetched: dict[str, list[JobRecord]] = field(default_factory=dict)
     """A queue's jobs read with its controls (PostgreSQL), for the call's first request."""
     taken: set[str] = field(default_factory=set)
-    taken_per_queue: Counter[str] = field(default_factory=Counter)
+    """The jobs handed out so far (the caller writes their claims after the call)."""
+    taken_from: dict[str, list[str]] = field(default_factory=dict)
+    """The same, by queue."""
     exhausted: dict[str, list[frozenset[str]]] = field(default_factory=dict)
     """Per queue, the sets of wire names a read found nothing more of: later requests of
     the call that ask for no other name skip the queue (at a light load every session
@@ -206,7 +209,7 @@ class ClaimOps(QueueOps):
                 call.exhausted.setdefault(queue, []).append(names)
         for job in found:
             call.taken.add(job.id)
-            call.taken_per_queue[job.queue] += 1
+            call.taken_from.setdefault(job.queue, []).append(job.id)
             if job.queue in call.room:
                 call.room[job.queue] -= 1
             # The caller claims every job returned: none of them is left for other replicas.
@@ -215,19 +218,22 @@ class ClaimOps(QueueOps):
 
     def _read_queue(self, call: _Call, queue: str, wire_names: Sequence[str], limit: int) -> list[JobRecord]:
         """``queue``'s first ``limit`` claimable jobs of ``wire_names`` not handed out
-        yet: the read walks past those this call handed out (not claimed yet, so still
-        claimable in the database)."""
+        yet by this call (they are not claimed yet, so still claimable in the database)."""
         prefetched = call.prefetched.pop(queue, None)
         if prefetched is not None:  # read for this request, the call's first
             return prefetched
-        params = {
+        params: dict[str, Any] = {
             "queue": queue,
             "now_ms": call.now_ms,
             "wire_names": list(wire_names),
-            "limit": limit + call.taken_per_queue[queue],
+            "limit": limit,
         }
-        rows = jobs_from(self._read_locked(CLAIMABLE_IN_QUEUE, params, past_held_inserts=True))
-        return [job for job in rows if job.id not in call.taken]
+        read = CLAIMABLE_IN_QUEUE
+        taken = call.taken_from.get(queue)
+        if taken:
+            read, past = claimable_past(self._postgres, taken)
+            params.update(past)
+        return list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
 
     def _unsent_claimable(
         self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int
