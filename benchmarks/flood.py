@@ -99,6 +99,13 @@ class Served:
                 str(token_file),
                 "--drain-timeout",
                 str(DRAIN_TIMEOUT_S),
+                # Any free port for each side service: the defaults may be another
+                # coordinator's on a shared machine.
+                *(
+                    arg
+                    for side in ("health", "dashboard", "metrics", "scaler")
+                    for arg in (f"--{side}-port", "0")
+                ),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -7,7 +7,10 @@ the result with the next claim) on a scratch database, in two ways:
 - **light**: one job at a time, one job per transaction, as at a light load (three write
   transactions a job);
 - **batched**: ``--batch`` jobs per transaction, as under load (enqueue; then claim,
-  start and result each for the whole batch).
+  start and result each for the whole batch);
+- **wide**: one job at a time, claimed by a worker whose claim names the most queues and
+  wire names a Hello may (``StreamBounds``), the job in one of those queues: what a claim
+  costs when it asks for much more than holds work.
 
 It prints the user and system CPU this thread spent per job, and the wall time. The
 figures isolate what the store and the service layer cost, which ``runwick bench`` mixes
@@ -31,6 +34,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from coordinator.config import CoordinatorConfig
+from coordinator.domain.bounds import STREAM_BOUNDS
 from coordinator.domain.clock import SystemClock
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import NewJobSpec, WorkerIdentity
@@ -64,6 +68,17 @@ class StorePath:
             self.ops.process(WorkBatch(starts=[AttemptMessage(attempt_id, WORKER)]))
             result = ResultReport(attempt_id, Report(Outcome.SUCCEEDED), None, WORKER)
             self.ops.process(WorkBatch(results=[result], claims=[self._claim(1)]))
+
+    def wide(self, jobs: int) -> None:
+        queues = tuple(f"{QUEUE}-{n}" for n in range(STREAM_BOUNDS.max_hello_queues))
+        names = (WIRE, *(f"{WIRE}.{n}" for n in range(STREAM_BOUNDS.max_hello_wire_names - 1)))
+        wide = ClaimRequest(WORKER.worker_id, queues, names, 1, 60_000)
+        for _ in range(jobs):
+            self.jobs.enqueue([NewJobSpec(WIRE, b"{}", queue=queues[len(queues) // 2])])
+            attempt_id = self.ops.process(WorkBatch(claims=[wide])).claims[0][0].attempt_id
+            self.ops.process(WorkBatch(starts=[AttemptMessage(attempt_id, WORKER)]))
+            result = ResultReport(attempt_id, Report(Outcome.SUCCEEDED), None, WORKER)
+            self.ops.process(WorkBatch(results=[result]))
 
     def batched(self, jobs: int, batch: int) -> None:
         for _ in range(jobs // batch):
@@ -104,6 +119,7 @@ def main() -> None:
     parser.add_argument("--light-jobs", type=int, default=500, help="0 skips the light way")
     parser.add_argument("--batched-jobs", type=int, default=5_120, help="0 skips the batched way")
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--wide-jobs", type=int, default=200, help="0 skips the wide way")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         store = Store.open(options.database_url or f"sqlite:///{Path(folder) / 'store.db'}", create=True)
@@ -115,6 +131,8 @@ def main() -> None:
                 print(f"light    {measure(path.light, options.light_jobs)}")
             if options.batched_jobs > 0:
                 print(f"batched  {measure(lambda n: path.batched(n, options.batch), options.batched_jobs)}")
+            if options.wide_jobs > 0:
+                print(f"wide     {measure(path.wide, options.wide_jobs)}")
         finally:
             store.close()
 

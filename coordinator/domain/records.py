@@ -191,7 +191,7 @@ class QueueRecord:
     @property
     def free(self) -> bool:
         """Whether claims take from the queue as they find its jobs: not paused, and no
-        limit whose count of active jobs they must keep (``Tx.controls_and_claimable``
+        limit whose count of active jobs they must keep (``store.claims``
         tests the same in SQL)."""
         return not self.paused and self.concurrency_limit is None
 

@@ -26,6 +26,12 @@ CLAIMABLE_STATES = frozenset({JobState.AVAILABLE, JobState.SCHEDULED})
 LEASED_STATES = frozenset({JobState.RESERVED, JobState.RUNNING})
 
 
+def is_claimable(state: JobState, run_at_ms: int, now_ms: int) -> bool:
+    """R-17: whether a claim may take a job now: in a claimable state, and due. The one
+    rule of it; the store's SQL text of it is generated from ``CLAIMABLE_STATES``."""
+    return state in CLAIMABLE_STATES and run_at_ms <= now_ms
+
+
 class Outcome(StrEnum):
     """How one attempt ended."""
 

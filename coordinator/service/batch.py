@@ -22,7 +22,7 @@ from coordinator.domain.lifecycle import (
     decide_result,
     decide_start,
 )
-from coordinator.domain.records import AttemptRecord, JobRecord, QueueRecord, WorkerIdentity
+from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import (
     CoordinatorError,
@@ -46,6 +46,7 @@ from coordinator.service.work import (
 )
 from coordinator.service.writes import JobWrites
 from coordinator.store import Store, Tx
+from coordinator.store.claims import ClaimWanted
 from coordinator.store.tx_dependencies import ParentOutput
 from coordinator.validation import quote
 
@@ -85,15 +86,6 @@ class _BatchRun:
         self.writes = JobWrites(tx, now, self.answers)
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
-        self._queues: dict[str, QueueRecord] = {}
-        self._unread_controls: str | None = None
-        """The batch's one queue, whose controls its first claim reads with its jobs."""
-        self._exhausted: set[tuple[str, str]] = set()
-        """(queue, wire name) pairs a claim of this batch found nothing more of: the next
-        sessions' claims skip them instead of asking again (at a light load every
-        session with credit claims in the same transaction, and the first takes all
-        there is). Claimable jobs that commit meanwhile wake the dispatcher, which
-        claims again, as if this batch had asked once for all of its sessions."""
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
@@ -119,18 +111,7 @@ class _BatchRun:
         self.answers.results = [self._result(r) for r in batch.results]
         if batch.claims:
             self.writes.flush()  # claims read the database: it must see this batch's releases
-        wanted = {queue for request in batch.claims for queue in request.queues}
-        if len(wanted) == 1 and self.tx.reads_controls_with_claims:
-            # R-17: the one queue's controls come with its first claim's jobs, in one
-            # statement: at a light load the claim then goes out after one read, not two.
-            (self._unread_controls,) = wanted
-        else:
-            # R-17: the controls of every queue asked for, read once (limited ones locked).
-            self._queues = self.tx.queue_controls(wanted)
-        for request in batch.claims:
-            claimed, drained = self._claim(request)
-            self.answers.claims.append(claimed)
-            self.answers.drained.append(drained)
+            self._claim(batch.claims)
         self.writes.flush()
         return self.answers
 
@@ -257,84 +238,24 @@ class _BatchRun:
         )
         return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
 
-    def _claim(self, request: ClaimRequest) -> tuple[list[Claimed], bool]:
-        """The jobs claimed for ``request``, and whether its queues are drained of its
-        wire names (``BatchAnswers.drained``)."""
-        limit = self.tx.bounds.clamp_claim_batch(request.count)  # docs/limits.md: clamp silently
-        if limit <= 0 or not request.wire_names:
-            return [], False
-        if self._unread_controls is not None and request.queues:
-            claimed = self._claim_reading_controls(request, limit)
-            free, limited = self._open_queues(request.queues)
-        else:
-            free, limited = self._open_queues(request.queues)
-            claimed = self._claim_from(free, request, limit) if free else []
-        for queue, room in limited.items():
-            if len(claimed) < limit and room > 0:
-                claimed += self._claim_from((queue,), request, min(room, limit - len(claimed)))
-        # A paused queue or a limit may hold jobs back that a later claim gets, and a
-        # claim that took all it could may have left more.
-        drained = len(free) == len(request.queues) and len(claimed) < limit
-        outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
-        if outputs:
-            claimed = [_with_outputs(item, outputs.get(item.job.id, {}), request) for item in claimed]
-        return claimed, drained
-
-    def _open_queues(self, names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, int]]:
-        """R-17: the queues a claim may take from — those without a limit, and for each
-        limited one how many more of its jobs may be reserved or running now. Paused
-        queues hand out nothing."""
-        free: list[str] = []
-        limited: dict[str, int] = {}
-        for name in names:
-            queue = self._queues.get(name)
-            if queue is None or queue.free:
-                free.append(name)
-            elif not queue.paused:
-                assert queue.concurrency_limit is not None
-                active = self.tx.active_jobs(name, queue.concurrency_limit)
-                limited[name] = queue.concurrency_limit - active
-        return tuple(free), limited
-
-    def _claim_reading_controls(self, request: ClaimRequest, limit: int) -> list[Claimed]:
-        """The batch's first claim of its one queue (``_unread_controls``): the queue's
-        controls are read with its claimable jobs, which it takes if they let it."""
-        queue, self._unread_controls = request.queues[0], None
-        record, found = self.tx.controls_and_claimable(queue, request.wire_names, self.now, limit)
-        if record is not None:  # no row: no controls
-            self._queues[queue] = record
-            if not record.free:
-                if not record.paused:
-                    self.tx.lock_queues([queue])  # before its active jobs are counted (_open_queues)
-                return []  # a limited queue's claim comes after the count, in ``_claim``
-        return self._claim_found(found, (queue,), request, limit)
-
-    def _claim_from(self, queues: tuple[str, ...], request: ClaimRequest, limit: int) -> list[Claimed]:
-        exhausted = self._exhausted
-        queues = tuple(q for q in queues if any((q, w) not in exhausted for w in request.wire_names))
-        if not queues:
-            return []
-        found = self.tx.claimable(queues, request.wire_names, self.now, limit)
-        return self._claim_found(found, queues, request, limit)
-
-    def _claim_found(
-        self, found: list[JobRecord], queues: tuple[str, ...], request: ClaimRequest, limit: int
-    ) -> list[Claimed]:
-        """Claims ``found``, the claimable jobs read for ``request`` from ``queues``."""
-        if len(found) < limit:
-            self._exhausted.update((q, w) for q in queues for w in request.wire_names)
-        claimed = []
-        lease_until = self.now + request.lease_ms
-        for job in found:
-            attempt_id = uuid7(self.now)
-            updated = self._keep(
-                self.writes.claim(job, attempt_id, request.worker_id, lease_until, request.token_id)
-            )
-            claimed.append(Claimed(updated, attempt_id, lease_until))
-        # The next query (of this request or the next) must not see these as claimable,
-        # and a limited queue's count must see them as reserved.
-        self.writes.flush()
-        return claimed
+    def _claim(self, requests: Sequence[ClaimRequest]) -> None:
+        """Claims, for each request, the jobs the store chooses (``Tx.claim``, R-17), and
+        answers it with them and whether its queues are drained (``BatchAnswers.drained``)."""
+        wanted = [ClaimWanted(r.queues, r.wire_names, r.count) for r in requests]
+        for request, found in zip(requests, self.tx.claim(wanted, self.now), strict=True):
+            lease_until = self.now + request.lease_ms
+            claimed = []
+            for job in found.jobs:
+                attempt_id = uuid7(self.now)
+                updated = self._keep(
+                    self.writes.claim(job, attempt_id, request.worker_id, lease_until, request.token_id)
+                )
+                claimed.append(Claimed(updated, attempt_id, lease_until))
+            outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
+            if outputs:
+                claimed = [_with_outputs(item, outputs.get(item.job.id, {}), request) for item in claimed]
+            self.answers.claims.append(claimed)
+            self.answers.drained.append(found.drained)
 
 
 def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:

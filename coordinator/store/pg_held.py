@@ -30,7 +30,7 @@ What holding changes, and why it is safe:
 - An update of rows that a held insert creates is folded into that insert (``fold``):
   the rows are inserted as the update leaves them, its guard checked against the row it
   would have matched. An enqueue that claims its own new jobs so sends them once, already
-  claimed, after the claims went out to the workers (``Tx.claimable``).
+  claimed, after the claims went out to the workers (``Tx.claim``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ indexed so heartbeats stay HOT updates on PostgreSQL.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -24,7 +26,7 @@ from sqlalchemy import (
 )
 
 from coordinator.domain.naming import MAX_NATURAL_KEY_CHARS
-from coordinator.domain.states import JobState
+from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState
 from worker_sdk.trace_rules import MAX_TRACESTATE_BYTES, TRACEPARENT_LENGTH
 
 metadata = MetaData()
@@ -87,11 +89,19 @@ jobs = Table(
 JOB_COLUMNS = tuple(jobs.columns.keys())
 """The jobs table's columns in table order: what a statement written out selects of a job."""
 
-_CLAIMABLE = "state IN ('available', 'scheduled')"
+
+def state_in(states: Iterable[JobState]) -> str:
+    """SQL text saying a job is in one of ``states``: ``state IN ('a', 'b')``, the states
+    in name order, so the same states always give the same words."""
+    return "state IN (" + ", ".join(f"'{state.value}'" for state in sorted(states)) + ")"
+
+
+_CLAIMABLE = state_in(CLAIMABLE_STATES)
 CLAIMABLE_PREDICATE = _CLAIMABLE
-"""The claim and due indexes' predicate: a query must state it word for word (as text,
-not bound parameters) for a planner to use those partial indexes."""
-_LEASED = "state IN ('reserved', 'running')"
+"""The claim and due indexes' predicate, generated from the domain's claimable states
+(``domain.states.is_claimable`` is the rule): a query must state it word for word (as
+text, not bound parameters) for a planner to use those partial indexes."""
+_LEASED = state_in(LEASED_STATES)
 LEASED_PREDICATE = _LEASED
 """The leased index's predicate, for the same reason."""
 

@@ -23,6 +23,7 @@ from coordinator.domain.records import (
     WorkerIdentity,
 )
 from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.store.claims import ClaimOps
 from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs
@@ -48,9 +49,7 @@ from coordinator.store.schema import (
 )
 from coordinator.store.tx_access import AccessOps
 from coordinator.store.tx_base import IN_CHUNK, Lockable, chunks
-from coordinator.store.tx_claims import ClaimOps
 from coordinator.store.tx_dependencies import DependencyOps
-from coordinator.store.tx_queues import QueueOps
 
 NOTIFY_CHANNEL = "runwick_jobs_available"
 """The PostgreSQL channel that says claimable jobs appeared (docs/scaling.md)."""
@@ -104,7 +103,7 @@ def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
     return RowUpdate(jobs, _JOB_GUARD, tuple((name, name.removeprefix("v_")) for name in stamped))
 
 
-class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
+class Tx(ClaimOps, DependencyOps, AccessOps):
     """The operations of one write transaction: jobs and attempts here; queues, claim
     reads, dependencies, tokens and the audit log in their mixins."""
 
@@ -285,12 +284,6 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
         self.send_notification()
         self._send_held()
 
-    def send_writes(self) -> None:
-        """Sends the writes held so far (PostgreSQL) now rather than with the next
-        statement: while the caller then waits for something else (an enqueue for its
-        claims' starts, ``WorkerOps.claim_in``), they are already written. No-op on SQLite."""
-        self._send_held()
-
     def insert_jobs(self, new_jobs: Sequence[JobRecord], now_ms: int, *, ids_made_here: bool = False) -> None:
         """Inserts new jobs and their first transitions; raises DuplicateKey when an
         idempotency key is taken.
@@ -298,7 +291,7 @@ class Tx(QueueOps, ClaimOps, DependencyOps, AccessOps):
         ``ids_made_here``: no ID was chosen by a client, so only a key can collide. On
         PostgreSQL jobs without keys are then held (``store.pg_held``): an enqueue that
         claims them reads its claims first and sends its jobs with them, already claimed,
-        while the claims travel to the workers (``claimable``)."""
+        at the commit (``Tx.claim`` takes held jobs as claimable)."""
         if not new_jobs:
             return
         may_collide = not ids_made_here or any(job.idempotency_key or job.unique_key for job in new_jobs)

@@ -87,7 +87,7 @@ class TxBase:
     def _reader(self) -> Connection:
         """The connection for a read that held inserts cannot change: of a table they do
         not write, or of new jobs the caller takes from the held inserts itself
-        (``ClaimOps._taken``). When every held write is an insert they stay held, to go
+        (``ClaimOps._unsent_claimable``). When every held write is an insert they stay held, to go
         out with later writes; else they are sent first (``_conn``)."""
         if self._held and not self._held.only_inserts():
             self._send_held()

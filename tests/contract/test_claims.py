@@ -17,6 +17,7 @@ from coordinator.domain.states import JobState
 from coordinator.scheduler.due import promote_due
 from coordinator.service.work import ClaimRequest, WorkBatch
 from coordinator.store import Store
+from coordinator.store.claims import ClaimWanted
 
 from .harness import LEASE_MS, OTHER_WIRE, QUEUE, SECOND, WIRE, WORKER, Harness
 
@@ -224,7 +225,8 @@ def test_postgres_a_claim_skips_rows_another_transaction_holds(postgres_url: str
         request = ClaimRequest(WORKER, (queue,), (WIRE,), 10, LEASE_MS)
 
         with ThreadPoolExecutor(1) as pool, holder.write() as tx:
-            held = {job.id for job in tx.claimable([queue], [WIRE], clock.now_ms(), 2)}
+            (found,) = tx.claim([ClaimWanted((queue,), (WIRE,), 2)], clock.now_ms())
+            held = {job.id for job in found.jobs}
             answers = pool.submit(second.ops.process, WorkBatch(claims=[request])).result(timeout=10)
 
         claimed = {c.job.id for c in answers.claims[0]}
@@ -235,3 +237,41 @@ def test_postgres_a_claim_skips_rows_another_transaction_holds(postgres_url: str
     finally:
         holder.close()
         claimer.close()
+
+
+def test_r17_claims_of_one_batch_are_served_in_turn_each_the_best_jobs_left_to_it(harness: Harness) -> None:
+    """Several claims in one batch, over overlapping queues and wire names: each, in its
+    turn, gets the jobs a claim made alone at that moment would get (claim order over
+    its queues and wire names, less what earlier claims took), and no job twice."""
+    now = harness.clock.now_ms()
+    specs = [
+        NewJobSpec(wire, b"", queue=queue, priority=priority, run_at_ms=now - n)
+        for n, (queue, wire, priority) in enumerate(
+            [(q, w, p) for q in ("q1", "q2", "q3") for w in (WIRE, OTHER_WIRE) for p in (0, 5, 9)]
+        )
+    ]
+    harness.enqueue_specs(specs)
+    jobs = {job.id: job for job in harness.all_jobs()}
+    requests = [
+        ClaimRequest("w1", ("q1", "q2"), (WIRE,), 2, LEASE_MS),
+        ClaimRequest("w2", ("q1",), (WIRE, OTHER_WIRE), 3, LEASE_MS),
+        ClaimRequest("w3", ("q2", "q3", "empty"), (WIRE,), 10, LEASE_MS),
+        ClaimRequest("w4", ("q1", "q2"), (WIRE,), 5, LEASE_MS),
+    ]
+
+    answers = harness.ops.process(WorkBatch(claims=requests))
+
+    left = dict(jobs)
+    for request, claimed, drained in zip(requests, answers.claims, answers.drained, strict=True):
+        fits = [j for j in left.values() if j.queue in request.queues and j.wire_name in request.wire_names]
+        fits.sort(key=lambda j: (-j.priority, j.run_at_ms, j.id))
+        expected = fits[: request.count]
+        assert [c.job.id for c in claimed] == [j.id for j in expected], request.worker_id
+        assert drained == (len(expected) < request.count), request.worker_id
+        for job in expected:
+            del left[job.id]
+    assert [len(claimed) for claimed in answers.claims] == [2, 3, 5, 1]
+    for job_id in set(jobs) - set(left):
+        assert harness.job(job_id).state is JobState.RESERVED
+    for job_id in left:
+        assert harness.job(job_id).state is JobState.AVAILABLE

@@ -2,7 +2,7 @@
 takes its new jobs in claim order with the jobs already waiting, never one job twice.
 
 On PostgreSQL a new job without a key is not sent before the claim read: the read cannot
-see it, and the transaction adds it itself (``Tx.claimable``); the claim is then folded
+see it, and the transaction adds it itself (``Tx.claim``); the claim is then folded
 into the held insert (``pg_held.HeldWrites.fold``), so the job is inserted already
 reserved, with both of its transitions, in the statement sent with the commit. On both engines the
 rows end as a separate claim would leave them, and a stale guard still fails the whole
@@ -173,7 +173,7 @@ def test_a_batch_enqueue_claiming_part_of_itself_keeps_the_queue_counts_true(har
 
 def test_an_enqueue_into_a_paused_queue_claims_none_of_its_new_jobs(harness: Harness) -> None:
     """The queue's controls hold for jobs not sent yet: on PostgreSQL the claim reads them
-    with its jobs (``Tx.controls_and_claimable``) and adds none of the new ones."""
+    with its jobs (``Tx.claim``) and adds none of the new ones."""
     waiting = harness.enqueue(queue=QUEUE)
     queues = QueueService(harness.store, harness.clock, CoordinatorConfig())
     queues.pause(QUEUE, OPERATOR)

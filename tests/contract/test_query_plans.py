@@ -29,9 +29,9 @@ from coordinator.scheduler.due import promote_due
 from coordinator.scheduler.leases import expire_leases
 from coordinator.service.batch import WorkerOps
 from coordinator.service.queues import QueueService
-from coordinator.service.work import AttemptMessage, WorkBatch
+from coordinator.service.work import AttemptMessage, ClaimRequest, WorkBatch
 
-from .harness import LEASE_MS, OPERATOR, QUEUE, Harness, sent_statements
+from .harness import LEASE_MS, OPERATOR, QUEUE, WIRE, Harness, sent_statements
 
 pytestmark = pytest.mark.perf
 
@@ -39,11 +39,14 @@ OTHER_QUEUE = "other"
 
 
 def job_selects(sent: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The ordered, limited reads of ``jobs`` among ``sent`` (claims, expiry, due)."""
+    """The ordered, limited reads of ``jobs`` among ``sent`` (claims, expiry, due), and
+    the probes of which queues hold claimable jobs (``EXISTS``, or ``LIMIT 1`` per queue)."""
     return [
         (sql, params)
         for sql, params in sent
-        if re.match(r"\s*SELECT", sql) and re.search(r"\bFROM jobs\b", sql) and "LIMIT" in sql.upper()
+        if re.match(r"\s*SELECT", sql)
+        and re.search(r"\bFROM jobs\b", sql)
+        and ("LIMIT" in sql.upper() or "EXISTS" in sql.upper())
     ]
 
 
@@ -133,8 +136,24 @@ def test_a_claim_walks_the_claim_index(mostly_finished: Harness, queues: tuple[s
         claimed = mostly_finished.claim(3, queues=queues)
     assert len(claimed) == 3
     selects = job_selects(sent)
-    assert len(selects) == len(queues), selects  # one ordered walk per queue
+    walks = [(sql, params) for sql, params in selects if "ORDER BY" in sql]
+    assert len(walks) == len(queues), selects  # one ordered walk per queue holding work
+    # A claim naming several queues first asks which of them hold work at all: one
+    # statement, an index probe per queue.
+    assert len(selects) == len(walks) + (len(queues) > 1), selects
     for sql, params in selects:
+        assert_uses_index(mostly_finished, sql, params)
+
+
+def test_claims_of_one_queue_in_one_batch_walk_the_claim_index(mostly_finished: Harness) -> None:
+    """The second claim reads past the jobs the first was handed (not written yet)."""
+    requests = [ClaimRequest(f"w{n}", (QUEUE,), (WIRE,), 2, LEASE_MS) for n in range(2)]
+    with sent_statements() as sent:
+        answers = mostly_finished.ops.process(WorkBatch(claims=requests))
+    assert [len(claimed) for claimed in answers.claims] == [2, 2]
+    walks = [(sql, params) for sql, params in job_selects(sent) if "ORDER BY" in sql]
+    assert len(walks) == 2, walks  # on PostgreSQL the first comes with the queue's controls
+    for sql, params in walks:
         assert_uses_index(mostly_finished, sql, params)
 
 

@@ -13,6 +13,7 @@ from coordinator.domain.states import (
     JobState,
     Outcome,
     can_transition,
+    is_claimable,
 )
 from worker_sdk.grammar import is_valid_code
 
@@ -127,3 +128,13 @@ def test_every_named_change_of_the_domain_stays_inside_the_transition_table() ->
         before = dataclasses.replace(job, state=source)
         with pytest.raises(changes.IllegalTransition):
             changes.JobChange(before, dataclasses.replace(job, state=target))
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_r17_a_job_is_claimable_when_available_or_scheduled_and_due(state: JobState) -> None:
+    """docs/rules.md R-17, stated here independently of the domain's constants."""
+    in_claimable_state = state in {JobState.AVAILABLE, JobState.SCHEDULED}
+    now = 1_000_000
+    assert is_claimable(state, now - 1, now) is in_claimable_state
+    assert is_claimable(state, now, now) is in_claimable_state  # due at its run-at exactly
+    assert is_claimable(state, now + 1, now) is False

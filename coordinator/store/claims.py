@@ -1,0 +1,261 @@
+"""Claims (R-17): which jobs a claim takes, decided here and nowhere else.
+
+``Tx.claim`` takes what each worker asks for (``ClaimWanted``: its queues, its wire names,
+how many jobs) and answers each with the jobs it is to claim and whether its queues are
+drained (``ClaimFound``). One call is a small pipeline, and a later rule of which job
+runs next (a limit per key, a rate, fair turns between keys) is one more step of it:
+
+1. **eligible queues**: the queues' controls are read once per call. A paused queue
+   hands out nothing; a queue with a concurrency limit is locked (PostgreSQL, so claims
+   of it are serialised across replicas) and hands out at most its room, its limit less
+   its reserved and running jobs, counted once and then counted down as jobs go.
+2. **queues with work**: a call that names more than one queue first asks, in one
+   statement, which of them hold a claimable job at all, and reads only those; a worker
+   naming a hundred queues and a thousand wire names costs a read per queue that holds
+   work, not one per queue named.
+3. **ordered candidates**: each queue's claimable jobs of the wire names asked for, in
+   claim order (priority desc, run-at, id), an ordered walk of ``ix_jobs_claim`` that
+   stops at its limit (locked, and skipped by other replicas: ``FOR UPDATE SKIP LOCKED``),
+   merged across queues.
+
+On PostgreSQL a call for a single queue reads the queue's controls with its jobs in one
+statement (a claim at a light load then goes out after one read instead of two).
+
+What is claimable is one rule, ``domain.states.is_claimable``; the SQL text of it
+(``CLAIMABLE_PREDICATE``, the predicate of the partial indexes) is generated from the
+same states in ``store.schema``, and tests/contract/test_claimable_rule.py checks every copy.
+
+The caller writes the claims (``JobWrites.claim``: the reservation and the attempt row).
+Until it does, the jobs it was handed stay claimable in the database, so a call remembers
+what it handed out: no job goes to two requests, and a request reads past those.
+
+New jobs of the transaction whose insert is still held (PostgreSQL, ``store.pg_held``) are
+merged in from the held rows: the reads run without sending them, so an enqueue's jobs
+are inserted already claimed (``pg_held.HeldWrites.fold``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.domain.records import JobRecord, QueueRecord
+from coordinator.domain.states import JobState, is_claimable
+from coordinator.store.claim_reads import (
+    CLAIMABLE_IN_QUEUE,
+    CONTROLS_AND_CLAIMABLE,
+    CONTROLS_AND_CLAIMABLE_JOB_ID_AT,
+    claimable_past,
+    queues_with_work,
+)
+from coordinator.store.prepared import DriverRows
+from coordinator.store.rows import job_from_mapping, jobs_from
+from coordinator.store.schema import jobs
+from coordinator.store.tx_queues import QueueOps
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWanted:
+    """What one worker's claim asks for."""
+
+    queues: tuple[str, ...]
+    wire_names: tuple[str, ...]
+    count: int
+    """How many jobs it has room for; clamped to ``StoreBounds`` (docs/limits.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFound:
+    """The jobs one claim is to take: its free queues' jobs in claim order, then those
+    of its limited queues, queue by queue."""
+
+    jobs: list[JobRecord]
+    drained: bool
+    """Its queues hold no more claimable jobs of its wire names for it: none of them is
+    paused or limited, and it got fewer jobs than it asked for."""
+
+
+@dataclass(slots=True)
+class _Call:
+    """What one ``Tx.claim`` call has decided so far."""
+
+    now_ms: int
+    named: tuple[str, ...]
+    """Every queue the call's requests name."""
+    controls: dict[str, QueueRecord] = field(default_factory=dict)
+    room: dict[str, int] = field(default_factory=dict)
+    """Limited queues: how many more of their jobs this call may hand out."""
+    with_work: frozenset[str] | None = None
+    """The queues that held a claimable job when first asked (None: not asked yet)."""
+    prefetched: dict[str, list[JobRecord]] = field(default_factory=dict)
+    """A queue's jobs read with its controls (PostgreSQL), for the call's first request."""
+    taken: set[str] = field(default_factory=set)
+    """The jobs handed out so far (the caller writes their claims after the call)."""
+    taken_from: dict[str, list[str]] = field(default_factory=dict)
+    """The same, by queue."""
+    exhausted: dict[str, list[frozenset[str]]] = field(default_factory=dict)
+    """Per queue, the sets of wire names a read found nothing more of: later requests of
+    the call that ask for no other name skip the queue (at a light load every session
+    with credit claims in the same transaction, and the first takes all there is)."""
+
+
+class ClaimOps(QueueOps):
+    def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
+        """The jobs to claim for each of ``wanted``, earlier requests served first, no
+        job twice. Every job found is the caller's: it must claim each of them in this
+        transaction (they stay locked, on PostgreSQL, until it ends)."""
+        asking = [w for w in wanted if self._limit(w) > 0 and w.wire_names]
+        call = _Call(now_ms, tuple(sorted({queue for w in asking for queue in w.queues})))
+        if self._postgres and len(call.named) == 1:
+            self._read_controls_with_jobs(call, call.named[0], asking[0])
+        else:
+            call.controls = self.queue_controls(call.named)
+        return [self._claim_one(call, w) for w in wanted]
+
+    def _limit(self, wanted: ClaimWanted) -> int:
+        return self.bounds.clamp_claim_batch(wanted.count)  # docs/limits.md: clamp silently
+
+    def _claim_one(self, call: _Call, wanted: ClaimWanted) -> ClaimFound:
+        limit = self._limit(wanted)
+        if limit <= 0 or not wanted.wire_names:
+            return ClaimFound([], False)
+        free, limited = self._eligible(call, wanted.queues)
+        names = frozenset(wanted.wire_names)
+        found = self._candidates(call, free, wanted.wire_names, names, limit) if free else []
+        for queue, room in limited.items():
+            if len(found) < limit and room > 0:
+                more = min(room, limit - len(found))
+                found += self._candidates(call, (queue,), wanted.wire_names, names, more)
+        # A paused queue or a limit may hold jobs back that a later claim gets, and a
+        # claim that took all it could may have left more.
+        return ClaimFound(found, len(free) == len(wanted.queues) and len(found) < limit)
+
+    # -- 1. eligible queues ---------------------------------------------------------------
+
+    def _read_controls_with_jobs(self, call: _Call, queue: str, first: ClaimWanted) -> None:
+        """PostgreSQL, one queue: its controls and, if they let claims take from it, the
+        first request's candidates, in one statement (``claim_reads``)."""
+        params = {
+            "queue": queue,
+            "now_ms": call.now_ms,
+            "wire_names": list(first.wire_names),
+            "limit": self._limit(first),
+        }
+        rows = CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
+        head = rows.rows[0]
+        record = None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2])
+        if record is None or record.free:
+            with_jobs = [row for row in rows.rows if row[CONTROLS_AND_CLAIMABLE_JOB_ID_AT] is not None]
+            call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
+        if record is not None:  # no row: no controls
+            call.controls[queue] = record
+            if not record.free and not record.paused:
+                self.lock_queues([queue])  # before its active jobs are counted (``_room``)
+
+    def _eligible(self, call: _Call, names: Iterable[str]) -> tuple[tuple[str, ...], dict[str, int]]:
+        """The queues a claim may take from: those without a limit, and for each limited
+        one its room. Paused queues hand out nothing."""
+        free: list[str] = []
+        limited: dict[str, int] = {}
+        for name in names:
+            queue = call.controls.get(name)
+            if queue is None or queue.free:
+                free.append(name)
+            elif not queue.paused:
+                limited[name] = self._room(call, queue)
+        return tuple(free), limited
+
+    def _room(self, call: _Call, queue: QueueRecord) -> int:
+        limit = queue.concurrency_limit
+        assert limit is not None
+        if queue.name not in call.room:
+            call.room[queue.name] = limit - self.active_jobs(queue.name, limit)
+        return call.room[queue.name]
+
+    # -- 2. queues with work --------------------------------------------------------------
+
+    def _holds_work(self, call: _Call, queue: str) -> bool:
+        """Whether ``queue`` held a claimable job when the call first asked: asked once,
+        for every queue the call names, and only when it names more than one."""
+        if len(call.named) <= 1:
+            return True
+        if call.with_work is None:
+            unpaused = [q for q in call.named if not (q in call.controls and call.controls[q].paused)]
+            call.with_work = frozenset(queues_with_work(self._reader, self._postgres, call.now_ms, unpaused))
+        return queue in call.with_work
+
+    # -- 3. ordered candidates ------------------------------------------------------------
+
+    def _candidates(
+        self, call: _Call, queues: Sequence[str], wire_names: Sequence[str], names: frozenset[str], limit: int
+    ) -> list[JobRecord]:
+        """The first ``limit`` claimable jobs of ``wire_names`` in ``queues`` that this
+        call has not handed out, in claim order; handed out to the caller."""
+        still = [q for q in queues if not any(names <= empty for empty in call.exhausted.get(q, ()))]
+        found: list[JobRecord] = []
+        read = 0
+        for queue in sorted(still):
+            if self._holds_work(call, queue):
+                found += self._read_queue(call, queue, wire_names, limit)
+                read += 1
+        unsent = self._unsent_claimable(call, still, names, limit)
+        if read > 1 or unsent:
+            found += unsent
+            found.sort(key=_claim_order)
+        found = found[:limit]
+        if len(found) < limit:
+            for queue in still:
+                call.exhausted.setdefault(queue, []).append(names)
+        for job in found:
+            call.taken.add(job.id)
+            call.taken_from.setdefault(job.queue, []).append(job.id)
+            if job.queue in call.room:
+                call.room[job.queue] -= 1
+            # The caller claims every job returned: none of them is left for other replicas.
+            self._to_announce.discard(job.id)
+        return found
+
+    def _read_queue(self, call: _Call, queue: str, wire_names: Sequence[str], limit: int) -> list[JobRecord]:
+        """``queue``'s first ``limit`` claimable jobs of ``wire_names`` not handed out
+        yet by this call (they are not claimed yet, so still claimable in the database)."""
+        prefetched = call.prefetched.pop(queue, None)
+        if prefetched is not None:  # read for this request, the call's first
+            return prefetched
+        params: dict[str, Any] = {
+            "queue": queue,
+            "now_ms": call.now_ms,
+            "wire_names": list(wire_names),
+            "limit": limit,
+        }
+        read = CLAIMABLE_IN_QUEUE
+        taken = call.taken_from.get(queue)
+        if taken:
+            read, past = claimable_past(self._postgres, taken)
+            params.update(past)
+        return list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
+
+    def _unsent_claimable(
+        self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int
+    ) -> list[JobRecord]:
+        """The first ``limit`` claimable new jobs, in claim order, whose insert is still
+        held (PostgreSQL), as they stand: the claim reads let held inserts wait, so they
+        cannot see them. A job claimed in an earlier transaction step is folded into its
+        held row (``HeldWrites.fold``), so it is claimable no more."""
+        if not self._held:
+            return []
+        wanted = set(queues)
+        rows = [
+            row
+            for row in self._held.inserted(jobs)
+            if row["queue"] in wanted
+            and row["wire_name"] in names
+            and row["id"] not in call.taken
+            and is_claimable(JobState(row["state"]), row["run_at_ms"], call.now_ms)
+        ]
+        rows.sort(key=lambda row: (-row["priority"], row["run_at_ms"], row["id"]))
+        return [job_from_mapping(row) for row in rows[:limit]]
+
+
+def _claim_order(job: JobRecord) -> tuple[int, int, str]:
+    return (-job.priority, job.run_at_ms, job.id)

@@ -1,0 +1,131 @@
+"""R-17: what a claim may take is one rule, ``domain.states.is_claimable``, and every copy
+of it agrees with it on both engines: the SQL text the store's statements state
+(``CLAIMABLE_PREDICATE``), the predicates of the partial indexes in the live schema, the
+store's claim over committed rows, and its claim over rows still held in the transaction
+(PostgreSQL's held inserts, filtered in Python).
+
+Every job state, each with a run-at already due and one not due yet, is tried."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import NullPool
+
+from coordinator.domain.records import JobRecord
+from coordinator.domain.states import CLAIMABLE_STATES, JobState, is_claimable
+from coordinator.store import Store
+from coordinator.store.claims import ClaimWanted
+from coordinator.store.schema import CLAIMABLE_PREDICATE
+
+from .harness import SECOND, WIRE, Harness
+
+CASES = [(state, due) for state in JobState for due in (True, False)]
+"""Every state, due and not due."""
+CLAIM_INDEXES = ("ix_jobs_claim", "ix_jobs_due")
+"""The partial indexes over claimable jobs."""
+
+
+def _jobs_in_every_state(harness: Harness, queue: str) -> list[JobRecord]:
+    """One job record per case, not yet stored, in ``queue`` (the enqueued template's
+    fields, each with its own ID, state and run-at)."""
+    template = harness.job(harness.enqueue(queue=f"{queue}-template"))
+    now = harness.clock.now_ms()
+    return [
+        dataclasses.replace(
+            template,
+            id=str(uuid.uuid4()),
+            queue=queue,
+            state=state,
+            run_at_ms=now - SECOND if due else now + 60 * SECOND,
+        )
+        for state, due in CASES
+    ]
+
+
+def _expected(records: list[JobRecord], now_ms: int) -> set[str]:
+    expected = {job.id for job in records if is_claimable(job.state, job.run_at_ms, now_ms)}
+    # The domain's rule itself: the claimable states, due.
+    assert expected == {
+        job.id for job in records if job.state in CLAIMABLE_STATES and job.run_at_ms <= now_ms
+    }
+    assert len(expected) == len(CLAIMABLE_STATES)  # one due job per claimable state
+    return expected
+
+
+def _index_predicates(engine: Engine) -> dict[str, str]:
+    """The WHERE clause of each claim index, as the live database holds it."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            rows = conn.execute(
+                text(
+                    "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index AS i "
+                    "JOIN pg_class AS c ON c.oid = i.indexrelid WHERE c.relname = ANY(:names)"
+                ),
+                {"names": list(CLAIM_INDEXES)},
+            ).all()
+            return {name: predicate for name, predicate in rows}
+        rows = conn.execute(
+            text("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN (:claim, :due)"),
+            dict(zip(("claim", "due"), CLAIM_INDEXES, strict=True)),
+        ).all()
+        return {name: re.split(r"\bWHERE\b", sql, maxsplit=1, flags=re.IGNORECASE)[1] for name, sql in rows}
+
+
+def _matching(engine: Engine, predicate: str, queue: str, now_ms: int) -> set[str]:
+    """The jobs of ``queue`` that ``predicate`` (SQL text) and being due select."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(f"SELECT id FROM jobs WHERE queue = :queue AND ({predicate}) AND run_at_ms <= :now_ms"),
+            {"queue": queue, "now_ms": now_ms},
+        )
+        return {row[0] for row in rows}
+
+
+@pytest.fixture
+def engine(store: Store) -> Iterator[Engine]:
+    plain = create_engine(store.url, poolclass=NullPool)
+    yield plain
+    plain.dispose()
+
+
+def test_every_copy_of_the_claimable_rule_agrees_with_the_domain(harness: Harness, engine: Engine) -> None:
+    queue = "rule-committed"
+    records = _jobs_in_every_state(harness, queue)
+    now = harness.clock.now_ms()
+    expected = _expected(records, now)
+    with harness.store.write() as tx:
+        tx.insert_jobs(records, now)
+
+    assert _matching(engine, CLAIMABLE_PREDICATE, queue, now) == expected
+    predicates = _index_predicates(engine)
+    assert set(predicates) == set(CLAIM_INDEXES)
+    for name, predicate in predicates.items():
+        assert _matching(engine, predicate, queue, now) == expected, name
+        if engine.dialect.name == "sqlite":
+            # SQLite uses a partial index only for a query that states its predicate
+            # word for word, as the store's statements state CLAIMABLE_PREDICATE.
+            assert predicate.strip() == CLAIMABLE_PREDICATE, name
+    with harness.store.write() as tx:
+        (found,) = tx.claim([ClaimWanted((queue,), (WIRE,), len(records))], now)
+        assert {job.id for job in found.jobs} == expected
+        assert found.drained
+
+
+def test_a_claim_of_rows_inserted_in_its_own_transaction_keeps_the_same_rule(harness: Harness) -> None:
+    """On PostgreSQL these rows are still held (not sent) when the claim reads, so the
+    claim filters them in Python; on SQLite it reads them back."""
+    queue = "rule-held"
+    records = _jobs_in_every_state(harness, queue)
+    now = harness.clock.now_ms()
+    expected = _expected(records, now)
+    with harness.store.write() as tx:
+        tx.insert_jobs(records, now, ids_made_here=True)
+        (found,) = tx.claim([ClaimWanted((queue,), (WIRE,), len(records))], now)
+        assert {job.id for job in found.jobs} == expected
