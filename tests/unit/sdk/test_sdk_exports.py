@@ -90,6 +90,7 @@ def test_public_names_have_no_private_siblings() -> None:
         "testing",
         "grammar",
         "progress_rules",
+        "trace_rules",
         "annotations",
     }
 
