@@ -137,6 +137,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         unique_key: str | None = None,
         retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job given by wire name and encoded payload, for tools that have
         no ``@job`` class for it (the ``runwick jobs enqueue`` command).
@@ -161,6 +163,10 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
                 delay, a pair ``(initial, maximum)`` both; None leaves it to the defaults.
             execution_timeout: How long one run may take (R-7); None leaves it to the
                 defaults.
+            traceparent: A W3C ``traceparent`` to carry with the job, in place of the
+                current span's context (a job enqueued on behalf of a traced request
+                elsewhere); checked as the coordinator checks it.
+            tracestate: Its ``tracestate`` (at most 512 bytes); needs ``traceparent``.
 
         No ``@job`` declaration is known here: what is not given comes from this
         client's ``job_defaults``, then the coordinator's JobDefaults, then the library
@@ -170,8 +176,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             The job's ID and state, and whether an idempotency key matched an earlier job.
 
         Raises:
-            ArgumentError: An argument has the wrong type, or the coordinator refused a
-                value (``field_violations`` names it).
+            ArgumentError: An argument has the wrong type, a malformed trace context,
+                or the coordinator refused a value (``field_violations`` names it).
             RunwickError: Any other failure, translated from gRPC.
         """
         request = self._raw_enqueue_request(
@@ -187,6 +193,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             unique_key=unique_key,
             retry_delay=retry_delay,
             execution_timeout=execution_timeout,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         with send_span(request) as span, translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())

@@ -60,6 +60,10 @@ class WorkerInfo:
     """Claims it is ready for that were not sent yet."""
     connected_at: datetime | None
     token_id: str | None
+    host: str | None = None
+    """The host the worker said it runs on (host name or pod name); None: not said."""
+    sdk: str | None = None
+    """The SDK and version the worker said it runs (``runwick-python/0.1.0``); None: not said."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,8 @@ def workers_from_proto(response: admin_service_pb2.ListWorkersResponse) -> Worke
                 credit=w.credit,
                 connected_at=optional_datetime(w, "connected_at"),
                 token_id=w.token_id or None,
+                host=w.host or None,
+                sdk=w.sdk or None,
             )
             for w in response.workers
         ),

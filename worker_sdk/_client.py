@@ -98,6 +98,8 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
         unique_key: str | None = None,
         retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job by wire name and encoded payload; see ``AsyncClient.enqueue_raw``."""
         request = self._raw_enqueue_request(
@@ -113,6 +115,8 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
             unique_key=unique_key,
             retry_delay=retry_delay,
             execution_timeout=execution_timeout,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         with send_span(request) as span, translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())

@@ -19,6 +19,7 @@ from worker_sdk._info import EnqueuedJob, JobState
 from worker_sdk._jobs import encode_payload, spec_of
 from worker_sdk._settings import JobConfig, SettingsLayer, check_delay_pair, check_timeout, pair
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
+from worker_sdk.trace_rules import trace_context_problem
 
 DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
 """Deadline of each client call except ``wait``, unless the client says otherwise."""
@@ -177,9 +178,11 @@ class ClientBase:
         unique_key: str | None = None,
         retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> job_service_pb2.EnqueueRequest:
         """One NewJob as given: only types are checked here, values by the coordinator
-        (the settings also here, as ``job_defaults`` checks them)."""
+        (the settings and a trace context also here, by the coordinator's own rules)."""
         if not isinstance(wire_name, str) or not isinstance(queue, str):
             raise ArgumentError("wire_name and queue must be str")
         if not isinstance(payload, bytes):
@@ -201,6 +204,9 @@ class ClientBase:
             unique_key=_optional_key("unique_key", unique_key),
         )
         _set_run_at(message, run_at)
+        context = given_trace_context(traceparent, tracestate)
+        if context is not None:
+            message.trace_context.CopyFrom(context)
         return job_service_pb2.EnqueueRequest(jobs=[message])
 
     @staticmethod
@@ -364,3 +370,18 @@ def new_job_id() -> str:
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # the RFC 9562 variant
     return str(uuid.UUID(int=value))
+
+
+def given_trace_context(traceparent: str | None, tracestate: str | None) -> job_pb2.TraceContext | None:
+    """A trace context given by the caller (``enqueue_raw``), checked as the coordinator
+    checks it, so a bad one is refused before any call; None when none was given."""
+    if traceparent is None:
+        if tracestate is not None:
+            raise ArgumentError("tracestate needs a traceparent")
+        return None
+    if not isinstance(traceparent, str) or not isinstance(tracestate, str | None):
+        raise ArgumentError("traceparent and tracestate must be str")
+    problem = trace_context_problem(traceparent, tracestate or "")
+    if problem is not None:
+        raise ArgumentError(problem)
+    return job_pb2.TraceContext(traceparent=traceparent, tracestate=tracestate or "")

@@ -3,14 +3,19 @@
 Every ``Worker`` on one registry shares one set of metrics (a registry refuses the same
 name twice), so a process with several workers reports their sum. Labels are bounded:
 queue, wire_name and outcome; never job or attempt IDs, never error text.
+
+prometheus_client loads here on first use (a ``Worker`` is made), not at ``import
+worker_sdk``: its package import costs about as much as the rest of the SDK's.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 HANDLER_BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 """From no-op handlers to hours-long jobs."""
@@ -25,6 +30,8 @@ class WorkerMetrics:
     """The SDK metrics registered on one registry; get them with ``for_registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
         self.jobs = Counter(
             "runwick_worker_jobs_total",
             "Runs this process finished, by outcome (succeeded, retryable_failure, "
@@ -99,9 +106,16 @@ class WorkerMetrics:
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None = None) -> WorkerMetrics:
         """The metrics on ``registry`` (prometheus_client's default one when None)."""
-        target = REGISTRY if registry is None else registry
+        target = default_registry() if registry is None else registry
         with _lock:
             metrics = _by_registry.get(target)
             if metrics is None:
                 metrics = _by_registry[target] = cls(target)
             return metrics
+
+
+def default_registry() -> CollectorRegistry:
+    """prometheus_client's default registry (what the host service exposes), imported now."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY

@@ -20,10 +20,13 @@ import socket
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
+if TYPE_CHECKING:
+    # prometheus_client's package import costs ~80 ms (its exposition pulls in
+    # http.server); ``import worker_sdk`` must not pay it, so it loads at the first scrape.
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 METRICS_PATH = "/metrics"
 HEAD_END = b"\r\n\r\n"
@@ -69,6 +72,8 @@ class WithoutCreated:
         self.registry = registry
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import Metric
+
         for family in self.registry.collect():
             kept = Metric(family.name, family.documentation, family.type, family.unit)
             kept.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
@@ -207,6 +212,8 @@ class MetricsHttpServer:
         return hmac.compare_digest(offered, self._expected_authorization)
 
     def _render(self, accept: str, gzipped: bool) -> tuple[str, bytes]:
+        from prometheus_client.exposition import choose_encoder
+
         encoder, content_type = choose_encoder(accept)
         body: bytes = encoder(WithoutCreated(self.registry))
         return content_type, gzip.compress(body) if gzipped else body

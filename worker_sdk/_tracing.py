@@ -142,7 +142,8 @@ def send_span(request: job_service_pb2.EnqueueRequest) -> Iterator[SendSpan]:
             tracestate = fit_tracestate(carrier.get(TRACESTATE, ""))
             context = job_pb2.TraceContext(traceparent=traceparent, tracestate=tracestate)
             for job in request.jobs:
-                job.trace_context.CopyFrom(context)
+                if not job.HasField("trace_context"):  # a context the caller gave wins
+                    job.trace_context.CopyFrom(context)
         yield SendSpan(span) if span.is_recording() else _NO_SEND_SPAN
 
 

@@ -12,11 +12,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import grpc
 import grpc.aio
-from prometheus_client import REGISTRY, CollectorRegistry
 
 from worker_sdk._background import BackgroundWorker, start_in_background
 from worker_sdk._config import WorkerConfig, build_config, default_worker_id
@@ -28,12 +27,15 @@ from worker_sdk._connection import (
 )
 from worker_sdk._engine import Engine
 from worker_sdk._jobs import spec_of
-from worker_sdk._metrics import WorkerMetrics
+from worker_sdk._metrics import WorkerMetrics, default_registry
 from worker_sdk._metrics_http import MetricsHttpLimits, MetricsHttpServer, serve_metrics
 from worker_sdk._middleware import Middleware
 from worker_sdk._pipeline import HandlerDef
 from worker_sdk._session import Session
 from worker_sdk._timers import REAL_TIMERS, Timers
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +242,7 @@ class Worker:
         config = self._config
         host, port = self._metrics_address
         if port is not None and self._metrics_server is None:
-            registry = self._metrics_registry if self._metrics_registry is not None else REGISTRY
+            registry = self._metrics_registry if self._metrics_registry is not None else default_registry()
             try:
                 self._metrics_server = await serve_metrics(registry, host, port, limits=self._metrics_limits)
             except OSError as exc:

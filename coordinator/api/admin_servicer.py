@@ -196,6 +196,8 @@ def worker_to_pb(worker: ConnectedWorker) -> pb.ConnectedWorker:
         credit=worker.credit,
         connected_at=timestamp(worker.connected_at_ms),
         token_id=worker.token_id or "",
+        host=worker.host,
+        sdk=worker.sdk,
     )
 
 

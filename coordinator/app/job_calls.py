@@ -16,7 +16,7 @@ from coordinator.domain.search import JobSearch, SearchPage
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument
 from coordinator.scheduler.retention import purge_all
-from coordinator.service.bulk import CANCELLABLE, RETRYABLE, BulkBatch, BulkOutcome, JobFilter, check_filter
+from coordinator.service.bulk import CANCELLABLE, PURGEABLE, RETRYABLE, BulkBatch, BulkOutcome, JobFilter, check_filter
 from coordinator.service.retention import check_purge
 from coordinator.service.search import JobSearchService
 from coordinator.service.work import BatchAnswers
@@ -153,6 +153,17 @@ class JobCalls(CoordinatorCore):
             lambda after_id, by_ms: self.bulk.cancel_batch(job_filter, states, by_ms, after_id, actor)
         )
 
+    async def bulk_purge(self, job_filter: JobFilter, actor: Actor) -> BulkOutcome:
+        """Removes every succeeded, failed or cancelled job the filter selects that
+        existed when the call began, as retention removes them (the dashboard's bulk
+        purge; it needs ``admin``, as ``PurgeJobs`` does), in batches as ``bulk_cancel``
+        runs them; audited once (``jobs.purge`` with the filter) before any job goes.
+        Raises InvalidArgument for an empty filter or a state that has not ended."""
+        states = check_filter(job_filter, PURGEABLE, "purge", self.bounds.max_wire_name_length)
+        return await self._bulk(
+            lambda after_id, by_ms: self.bulk.purge_batch(job_filter, states, by_ms, after_id, actor)
+        )
+
     async def bulk_retry(
         self, job_filter: JobFilter, actor: Actor, *, include_dependents: bool = False
     ) -> BulkOutcome:
@@ -215,11 +226,11 @@ class JobCalls(CoordinatorCore):
         service = JobSearchService(self.store, self.config.dashboard_limits)
         return await self.executors.read(service.search, search, page_size=page_size, cursor=cursor)
 
-    async def bulk_count(self, job_filter: JobFilter, *, retry: bool) -> tuple[int, bool]:
-        """How many jobs ``bulk_retry`` (``retry``) or ``bulk_cancel`` of ``job_filter``
+    async def bulk_count(self, job_filter: JobFilter, verb: str) -> tuple[int, bool]:
+        """How many jobs the bulk ``verb`` (cancel, retry or purge) of ``job_filter``
         would act on now, and whether the count was capped; their refusals, unread."""
         service = JobSearchService(self.store, self.config.dashboard_limits)
-        allowed, verb = (RETRYABLE, "retry") if retry else (CANCELLABLE, "cancel")
+        allowed = {"cancel": CANCELLABLE, "retry": RETRYABLE, "purge": PURGEABLE}[verb]
         return await self.executors.read(service.bulk_count, job_filter, allowed, verb)
 
     async def job_neighbourhood(self, job: JobRecord, limit: int = GRAPH_LIMIT) -> Neighbourhood:

@@ -68,6 +68,8 @@ class WorkerCalls(CoordinatorCore):
                 credit=s.credit,
                 connected_at_ms=self._connected_at_ms.get(s, 0),
                 token_id=s.token_id,
+                host=s.host,
+                sdk=s.sdk,
             )
             for s in sessions
         ]

@@ -20,3 +20,7 @@ class ConnectedWorker:
     """Claims it is ready for that have not been sent."""
     connected_at_ms: int
     token_id: str | None
+    host: str = ""
+    """The host its Hello named; empty: not said."""
+    sdk: str = ""
+    """The SDK and version its Hello named (``runwick-python/0.1.0``); empty: not said."""

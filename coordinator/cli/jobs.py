@@ -23,7 +23,7 @@ from coordinator.cli.output import (
     to_json,
 )
 from worker_sdk import AttemptInfo, Client, JobInfo, JobState
-from worker_sdk.trace_rules import trace_id_of
+from worker_sdk.trace_rules import trace_context_problem, trace_id_of
 
 STATES = [state.value for state in JobState]
 """What ``--state`` accepts, in lifecycle order."""
@@ -158,6 +158,15 @@ def add_jobs_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "else none)",
     )
     enqueue.add_argument(
+        "--traceparent",
+        metavar="HEADER",
+        help="a W3C traceparent to carry with the job, e.g. 00-<32 hex>-<16 hex>-01: its run joins that "
+        "trace (default none)",
+    )
+    enqueue.add_argument(
+        "--tracestate", metavar="HEADER", help="the W3C tracestate for --traceparent (at most 512 bytes)"
+    )
+    enqueue.add_argument(
         "--wait",
         nargs="?",
         const=DEFAULT_WAIT,
@@ -200,6 +209,7 @@ def _enqueue(client: Client, options: argparse.Namespace) -> int:
         json.loads(options.payload)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--payload is not JSON: {exc}") from exc
+    _check_trace_context(options.traceparent, options.tracestate)
     item = client.enqueue_raw(
         options.wire_name,
         options.payload.encode(),
@@ -213,6 +223,8 @@ def _enqueue(client: Client, options: argparse.Namespace) -> int:
         unique_key=options.unique_key or None,
         retry_delay=options.retry_delay,
         execution_timeout=options.execution_timeout,
+        traceparent=options.traceparent,
+        tracestate=options.tracestate,
     )
     if options.wait is not None:
         job = client.wait(item.id, options.wait)
@@ -223,6 +235,17 @@ def _enqueue(client: Client, options: argparse.Namespace) -> int:
     else:
         print(f"{item.id}  {item.state.value}{'  (existing)' if item.existing else ''}")
     return 0
+
+
+def _check_trace_context(traceparent: str | None, tracestate: str | None) -> None:
+    """Refuses a malformed trace context before any call, worded with the flags."""
+    if traceparent is None:
+        if tracestate is not None:
+            raise ValueError("--tracestate needs --traceparent")
+        return
+    problem = trace_context_problem(traceparent, tracestate or "")
+    if problem is not None:
+        raise ValueError(f"--{problem}")
 
 
 def _get(client: Client, options: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ def add_workers_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
     actions = workers.add_subparsers(dest="workers_command", required=True, metavar="ACTION")
     listing = actions.add_parser(
         "list",
-        help="connected workers of the replica reached: ID, queues, capacity, in flight, since (read)",
+        help="connected workers of the replica reached: ID, host, SDK, queues, capacity, load, since (read)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     add_connection_flags(listing)
@@ -43,6 +43,8 @@ def _list(client: Client, options: argparse.Namespace) -> int:
     table(
         [
             Column("worker", keep=True),
+            Column("host"),
+            Column("sdk"),
             Column("queues"),
             Column("capacity"),
             Column("in flight"),
@@ -54,6 +56,8 @@ def _list(client: Client, options: argparse.Namespace) -> int:
         [
             [
                 w.worker_id,
+                w.host or "-",
+                w.sdk or "-",
                 ",".join(w.queues),
                 str(w.capacity),
                 str(w.in_flight),

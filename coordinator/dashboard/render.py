@@ -20,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from worker_sdk.trace_rules import trace_id_of
+
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
@@ -152,6 +154,7 @@ def build_environment() -> Environment:
         short=short_id,
         percent=percent,
         class_name=class_name,
+        trace_id=trace_id_of,
     )
     env.globals.update(between=between, preview=preview, sparkline=sparkline)
     return env

@@ -11,6 +11,9 @@ from coordinator.domain.access import Scope
 GET, POST = views.GET, views.POST
 ADDED: list[tuple[str, View, Scope, tuple[str, ...]]] = [
     ("/jobs", search_views.jobs, Scope.READ, GET),
+    # Purge removes jobs for good: ``admin``, as ``PurgeJobs`` (``runwick purge``) needs.
+    ("/jobs/bulk/purge", search_views.purge_confirm, Scope.ADMIN, GET),
+    ("/jobs/bulk/purge", search_views.purge_run, Scope.ADMIN, POST),
     ("/jobs/bulk/{verb}", search_views.bulk_confirm, Scope.MANAGE, GET),
     ("/jobs/bulk/{verb}", search_views.bulk_run, Scope.MANAGE, POST),
     ("/schedules/new", schedule_views.new_schedule, Scope.MANAGE, GET),

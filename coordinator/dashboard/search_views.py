@@ -1,4 +1,4 @@
-"""The jobs list as a search (``/jobs``), and bulk cancel and retry of what a filter
+"""The jobs list as a search (``/jobs``), and bulk cancel, retry and purge of what a filter
 matches, each behind a confirmation that shows how many jobs it would touch.
 
 A search's fields arrive as query parameters; each is read and bounded here (a field
@@ -28,8 +28,9 @@ MAX_FIELD_CHARS = 1_000
 below it and give the precise message."""
 TIME_FIELDS = ("created_after", "created_before", "finished_after", "finished_before")
 TEXT_FIELDS = ("queue", "state", "wire_name", "id_prefix", "key", "unique_key", "text", *TIME_FIELDS)
-BULK_VERBS = {"cancel": False, "retry": True}
-"""A bulk action's name in URLs, and whether it is a retry."""
+BULK_VERBS = ("cancel", "retry")
+"""The bulk actions of ``/jobs/bulk/{verb}`` (``manage``). Purge has routes of its own,
+``/jobs/bulk/purge``, as it needs ``admin``: this route never purges."""
 
 
 def _field(request: Request, name: str) -> str | None:
@@ -149,7 +150,7 @@ def _bulk_links(search: JobSearch, given: dict[str, str]) -> dict[str, str] | No
     if not search.only_bulk_fields:
         return None
     plain = {k: v for k, v in given.items() if k in ("queue", "state", "wire_name")}
-    return {verb: f"/jobs/bulk/{verb}?{urlencode(plain)}" for verb in BULK_VERBS}
+    return {verb: f"/jobs/bulk/{verb}?{urlencode(plain)}" for verb in (*BULK_VERBS, "purge")}
 
 
 def _bulk_filter(queue: str | None, state: str | None, wire_name: str | None) -> JobFilter:
@@ -164,11 +165,29 @@ def _verb(request: Request) -> str:
 
 
 async def bulk_confirm(d: Host, request: Request, visitor: Visitor) -> Response:
-    """What a bulk action would do, counted now, and the button that does it."""
-    verb = _verb(request)
+    """What a bulk cancel or retry would do, counted now, and the button that does it."""
+    return await _confirm(d, request, visitor, _verb(request))
+
+
+async def purge_confirm(d: Host, request: Request, visitor: Visitor) -> Response:
+    """What a bulk purge would remove, counted now, and the button that does it."""
+    return await _confirm(d, request, visitor, "purge")
+
+
+async def bulk_run(d: Host, request: Request, visitor: Visitor) -> Response:
+    """Runs the bulk cancel or retry (the facade audits each job as the API's bulk calls do)."""
+    return await _run(d, request, visitor, _verb(request))
+
+
+async def purge_run(d: Host, request: Request, visitor: Visitor) -> Response:
+    """Runs the bulk purge (the facade audits it once, with the filter)."""
+    return await _run(d, request, visitor, "purge")
+
+
+async def _confirm(d: Host, request: Request, visitor: Visitor, verb: str) -> Response:
     names = {name: _field(request, name) for name in ("queue", "state", "wire_name")}
     job_filter = _bulk_filter(names["queue"], names["state"], names["wire_name"])
-    count, capped = await d.app.bulk_count(job_filter, retry=BULK_VERBS[verb])
+    count, capped = await d.app.bulk_count(job_filter, verb)
     given = {k: v for k, v in names.items() if v}
     context = d.context(
         request,
@@ -184,14 +203,14 @@ async def bulk_confirm(d: Host, request: Request, visitor: Visitor) -> Response:
     return d.renderer.page("bulk_confirm.html", context)
 
 
-async def bulk_run(d: Host, request: Request, visitor: Visitor) -> Response:
-    """Runs the bulk action (the facade audits each job as the API's bulk calls do)."""
-    verb = _verb(request)
+async def _run(d: Host, request: Request, visitor: Visitor, verb: str) -> Response:
     names = {name: await form_text(request, name) for name in ("queue", "state", "wire_name")}
     job_filter = _bulk_filter(names["queue"], names["state"], names["wire_name"])
-    if BULK_VERBS[verb]:
+    if verb == "retry":
         include = (await request.form()).get("include_dependents") == "on"
         outcome = await d.app.bulk_retry(job_filter, visitor.actor, include_dependents=include)
+    elif verb == "purge":
+        outcome = await d.app.bulk_purge(job_filter, visitor.actor)
     else:
         outcome = await d.app.bulk_cancel(job_filter, visitor.actor)
     given = {k: v for k, v in names.items() if v}

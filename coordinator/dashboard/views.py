@@ -63,7 +63,7 @@ def notice_for(request: Request) -> str | None:
         count, refused = _int(request.query_params.get("count")), _int(request.query_params.get("refused"))
         text = f"Retried {count} job{'s' if count != 1 else ''}."
         return text + (f" {refused} could not be retried (no longer failed)." if refused else "")
-    if name in ("bulk_cancel", "bulk_retry"):
+    if name in ("bulk_cancel", "bulk_retry", "bulk_purge"):
         return _bulk_notice(name, request)
     return NOTICES.get(name or "")
 
@@ -73,6 +73,8 @@ def _bulk_notice(name: str, request: Request) -> str:
     plural = "s" if count != 1 else ""
     if name == "bulk_retry":
         text = f"Retried {count} job{plural}."
+    elif name == "bulk_purge":
+        text = f"Purged {count} job{plural}."
     else:
         requested = _int(request.query_params.get("requested"))
         text = f"Cancelled {count} job{plural}."

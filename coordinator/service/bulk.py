@@ -1,4 +1,5 @@
-"""Bulk cancel and retry by filter (``AdminService.BulkCancelJobs``/``BulkRetryJobs``).
+"""Bulk cancel and retry by filter (``AdminService.BulkCancelJobs``/``BulkRetryJobs``),
+and the dashboard's bulk purge of the finished jobs a filter matches.
 
 A bulk operation is a run of bounded batches, each one transaction: select the next
 jobs of the filter (in id order, locked, only those created when the operation began),
@@ -6,6 +7,11 @@ then cancel or retry each exactly as the single operation does (``ManagementServ
 the same decision, guarded write and audit event per job). A job the single call would
 refuse is skipped with that call's reason and message; nothing else about it changes.
 The facade runs the batches and hands each one's effects on after its commit.
+
+A bulk purge runs the same batches over terminal jobs only and removes them as retention
+does (``Tx.purge_selected``); like ``runwick purge`` it is recorded once in the audit log
+(``jobs.purge``, with the filter), in the transaction of its first batch, so no job is
+removed before the event commits.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coordinator.domain.access import Actor
-from coordinator.domain.states import JobState
+from coordinator.domain.states import TERMINAL_STATES, JobState
 from coordinator.errors import CoordinatorError, InvalidArgument
+from coordinator.service import audit
 from coordinator.service.effects import Effects
 from coordinator.service.manage import ManagementService
 from coordinator.store import Tx
@@ -25,6 +32,7 @@ MAX_SKIPPED_LISTED = 100
 
 CANCELLABLE = (JobState.SCHEDULED, JobState.WAITING, JobState.AVAILABLE, JobState.RESERVED, JobState.RUNNING)
 RETRYABLE = (JobState.FAILED, JobState.CANCELLED)
+PURGEABLE = tuple(state for state in JobState if state in TERMINAL_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +204,29 @@ class BulkService:
             return batch.result
 
         return self.store.transact(body, what="a bulk retry")
+
+    def purge_batch(
+        self,
+        job_filter: JobFilter,
+        states: tuple[JobState, ...],
+        created_by_ms: int,
+        after_id: str | None,
+        actor: Actor,
+    ) -> BulkBatch:
+        """One transaction: removes the next terminal jobs of the filter; the first
+        batch (``after_id`` None) records the purge in the audit log."""
+
+        def body(tx: Tx) -> BulkBatch:
+            if after_id is None:
+                target = job_filter.state.value if job_filter.state is not None else "finished"
+                detail = f"bulk: {job_filter.describe()}"
+                now = self.manage.clock.now_ms()
+                tx.insert_audit_event(audit.event(actor, audit.JOBS_PURGE, target, now, detail))
+            batch = self._select(tx, job_filter, states, created_by_ms, after_id)
+            batch.result.done = tx.purge_selected(batch.ids, states)
+            return batch.result
+
+        return self.store.transact(body, what="a bulk purge")
 
     def _select(
         self,

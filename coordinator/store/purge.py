@@ -10,6 +10,7 @@ the parent. Audit events stay too (the audit log is append-only).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from sqlalchemy import Connection, delete, select, text
 
@@ -45,15 +46,25 @@ def purge_jobs(
     if postgres:
         query = query.with_for_update(skip_locked=True)
     ids = sorted(conn.execute(query).scalars())
-    removed: Counter[str] = Counter()
+    return Counter({queue: count for (queue, _), count in remove_jobs(conn, ids, (state,)).items()})
+
+
+def remove_jobs(conn: Connection, ids: Sequence[str], states: Sequence[JobState]) -> Counter[tuple[str, str]]:
+    """Removes those of ``ids`` that are in one of ``states`` (all terminal; the caller
+    selected and locked them), with their attempts, history and own dependency rows, and
+    returns how many it removed per (queue, state). Raises ValueError for a state that is
+    not terminal."""
+    if not all(state.terminal for state in states):
+        raise ValueError("only terminal jobs are purged")
+    values = [state.value for state in states]
+    removed: Counter[tuple[str, str]] = Counter()
     for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
+        chunk = list(ids[start : start + _IN_CHUNK])
         conn.execute(delete(attempts).where(attempts.c.job_id.in_(chunk)))
         conn.execute(delete(transitions).where(transitions.c.job_id.in_(chunk)))
         conn.execute(delete(dependencies).where(dependencies.c.child_id.in_(chunk)))
         # The state guard again: a job that is not terminal is never removed.
-        result = conn.execute(
-            delete(jobs).where(jobs.c.id.in_(chunk), jobs.c.state == state.value).returning(jobs.c.queue)
-        )
-        removed.update(row[0] for row in result)
+        guarded = delete(jobs).where(jobs.c.id.in_(chunk), jobs.c.state.in_(values))
+        result = conn.execute(guarded.returning(jobs.c.queue, jobs.c.state))
+        removed.update((row[0], row[1]) for row in result)
     return removed

@@ -26,7 +26,7 @@ from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.claims import ClaimOps
 from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import DriverRows, Prepared
-from coordinator.store.purge import purge_jobs
+from coordinator.store.purge import purge_jobs, remove_jobs
 from coordinator.store.row_writes import RowUpdate
 from coordinator.store.rows import (
     FINISH_COLUMNS,
@@ -451,4 +451,12 @@ class Tx(ClaimOps, DependencyOps, AccessOps):
             self._conn, self._postgres, state, finished_before_ms, self.bounds.clamp_purge_batch(limit)
         )
         self.count_jobs({(queue, state.value): -count for queue, count in removed.items()})
+        return sum(removed.values())
+
+    def purge_selected(self, ids: Sequence[str], states: Sequence[JobState]) -> int:
+        """Removes the jobs of ``ids`` (a bulk purge's batch, from ``selected_jobs``)
+        that are in one of the terminal ``states``, as ``purge`` removes them; returns
+        how many."""
+        removed = remove_jobs(self._conn, ids, states)
+        self.count_jobs({key: -count for key, count in removed.items()})
         return sum(removed.values())

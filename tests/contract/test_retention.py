@@ -316,6 +316,28 @@ def test_open_states_are_refused_by_the_store_and_the_service(harness: Harness) 
     assert harness.rows() == before
 
 
+def test_a_bulk_purge_removes_only_the_selected_jobs_that_are_finished(harness: Harness, sql: object) -> None:
+    """``Tx.purge_selected`` (the dashboard's bulk purge): whatever IDs it is handed, a
+    job not in one of the given terminal states stays, rows and queue counts alike."""
+    open_jobs = _open_jobs(harness)
+    failed, succeeded = _finished(harness, JobState.FAILED, "f"), _finished(harness, JobState.SUCCEEDED, "s")
+    before = harness.rows()
+    selected = [failed, succeeded, *open_jobs.values()]
+    removed = harness.store.transact(lambda tx: tx.purge_selected(selected, (JobState.FAILED,)))
+    assert removed == 1
+    assert _rows_about(sql, failed) == {"jobs": 0, "attempts": 0, "transitions": 0, "dependencies": 0}
+    assert all(_exists(harness, job_id) for job_id in (succeeded, *open_jobs.values()))
+    after = harness.rows()
+    assert [row for row in before["jobs"] if row not in after["jobs"]] == [
+        row for row in before["jobs"] if row[0] == failed
+    ]
+    counts = {q.queue.name: q.counts for q in harness.store.queue_stats(harness.clock.now_ms())}
+    assert counts["f"].get(JobState.FAILED, 0) == 0 and counts["s"][JobState.SUCCEEDED] == 1
+    with pytest.raises(ValueError, match="only terminal jobs"):
+        harness.store.transact(lambda tx: tx.purge_selected(selected, (JobState.AVAILABLE,)))
+    assert harness.rows() == after
+
+
 # -- the facade: the loop with a fake clock, an operator's purge ------------------------
 
 

@@ -23,6 +23,7 @@ from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
 from tests.support import ROOT, WorkerProcess, runwick_command
 from worker_sdk import AsyncClient, JobState
+from worker_sdk import _identity as identity
 
 pytestmark = pytest.mark.slow
 
@@ -380,9 +381,13 @@ async def test_enqueue_takes_settings_and_waits_for_the_end(
     [worker] = workers["workers"]
     assert (worker["queues"], worker["capacity"], worker["in_flight"]) == (["default"], 4, 0)
     assert worker["connected_at"].endswith("Z") and "tests.echo" in worker["wire_names"]
+    # The worker process's Hello named its machine and SDK; ListWorkers passes them on.
+    assert (worker["host"], worker["sdk"]) == (identity.host(), identity.sdk())
     table = await runwick("workers", "list", *target)
     assert table.stdout.splitlines()[0].split() == [
         "worker",
+        "host",
+        "sdk",
         "queues",
         "capacity",
         "in",
@@ -390,6 +395,7 @@ async def test_enqueue_takes_settings_and_waits_for_the_end(
         "connected",
     ]
     assert worker["worker_id"] in table.stdout and "1 worker stream(s)" in table.stderr
+    assert identity.sdk() in table.stdout
 
 
 async def test_bad_input_gets_a_message_a_person_can_act_on(coordinator: Coordinator, tmp_path: Path) -> None:

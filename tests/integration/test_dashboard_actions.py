@@ -97,7 +97,7 @@ async def test_a_bulk_action_refuses_what_the_api_refuses_and_changes_nothing(da
         ("/jobs/bulk/cancel", {}, "a bulk cancel of every job is refused"),
         ("/jobs/bulk/cancel", {"state": "succeeded"}, "applies to"),
         ("/jobs/bulk/retry", {"queue": "no spaces"}, "filter.queue"),
-        ("/jobs/bulk/purge", {"queue": "billing"}, "is not a bulk action"),
+        ("/jobs/bulk/delete", {"queue": "billing"}, "is not a bulk action"),
         ("/jobs/bulk/cancel", {"state": "lost"}, "unknown state"),
     ):
         refused = await session.post(path, {"csrf": csrf, **form})

@@ -11,6 +11,7 @@ from coordinator.domain.access import SYSTEM_ACTOR
 from tests.integration import test_dashboard_http
 from tests.integration.rawstream import RawWorker
 from tests.integration.test_dashboard_http import Dashboard
+from worker_sdk import AsyncClient
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
 dashboard = test_dashboard_http.dashboard
@@ -52,3 +53,23 @@ async def test_the_workers_page_shows_host_sdk_slots_and_last_heartbeat(dashboar
         assert re.search(r"data-worker-heartbeat><time data-age datetime=\"[0-9T:.-]+Z\">", busy.group(1))
     finally:
         await worker.close()
+
+
+async def test_list_workers_names_each_workers_host_and_sdk(dashboard: Dashboard) -> None:
+    """``ListWorkers`` (the SDK's ``list_workers``, ``runwick workers list``) tells what
+    each Hello said of the worker, and None where it said nothing."""
+    app = dashboard.running.app
+    token = (await app.create_token("list-work", ["work"], [], SYSTEM_ACTOR)).token
+    target = f"127.0.0.1:{dashboard.running.port}"
+    named = RawWorker(target, "raw-1", ["tests.echo"], token=token, host="pod-a-7f9c", sdk="runwick-node/0.2")
+    unnamed = RawWorker(target, "raw-2", ["tests.echo"], token=token)
+    try:
+        await named.next("welcome")
+        await unnamed.next("welcome")
+        async with AsyncClient(target, token=dashboard.tokens["read"]) as client:
+            listing = await client.list_workers()
+        shown = {w.worker_id: (w.host, w.sdk) for w in listing.workers}
+        assert shown == {"raw-1": ("pod-a-7f9c", "runwick-node/0.2"), "raw-2": (None, None)}
+    finally:
+        await named.close()
+        await unnamed.close()

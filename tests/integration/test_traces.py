@@ -2,7 +2,8 @@
 web process, through the PRODUCER span of its handler's enqueue, to the CONSUMER span of
 the run in a worker process, whose handler's log line names that span; GetJob returns
 the trace context the job was stored with; a malformed one is INVALID_ARGUMENT and
-nothing is written."""
+nothing is written; ``runwick jobs enqueue --traceparent/--tracestate`` (the SDK's
+``enqueue_raw``) carries a given one, and refuses a malformed one before any call."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import pytest
 from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
 from tests.support import ROOT, WorkerProcess, eventually_async, free_port, reap, start_process, wait_for_line
-from worker_sdk import AsyncClient, JobState
+from worker_sdk import ArgumentError, AsyncClient, JobState
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 
 APP = "tests.integration.tracing_apps"
@@ -195,4 +196,64 @@ async def test_a_malformed_trace_context_is_invalid_argument_and_nothing_is_writ
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     details = refused.value.details() or ""
     assert "jobs[1].trace_context" in details and problem in details
+    assert [job async for job in client.list_jobs(queue="traced")] == []
+
+
+async def test_runwick_jobs_enqueue_carries_a_given_trace_context(
+    coordinator: Coordinator, client: AsyncClient
+) -> None:
+    target = ("--target", coordinator.target)
+    flags = ("--traceparent", TRACEPARENT, "--tracestate", TRACESTATE, "--queue", "traced")
+    enqueued = json.loads((await runwick("jobs", "enqueue", "tests.echo", *flags, "--json", *target)).stdout)
+    info = await client.get(enqueued["enqueued"]["id"])
+    assert (info.traceparent, info.tracestate) == (TRACEPARENT, TRACESTATE)
+    alone = json.loads(
+        (
+            await runwick("jobs", "enqueue", "tests.echo", "--traceparent", TRACEPARENT, "--json", *target)
+        ).stdout
+    )
+    without_state = await client.get(alone["enqueued"]["id"])
+    assert (without_state.traceparent, without_state.tracestate) == (TRACEPARENT, None)
+    by_sdk = await client.enqueue_raw("tests.echo", b"{}", traceparent=TRACEPARENT, tracestate=TRACESTATE)
+    assert (await client.get(by_sdk.id)).traceparent == TRACEPARENT
+
+
+BAD_TRACE_FLAGS = [
+    (("--traceparent", TRACEPARENT[:-1]), "--traceparent must be exactly 55 characters"),
+    (("--traceparent", TRACEPARENT.upper()), "--traceparent must be '<version>-<trace-id>"),
+    (("--traceparent", "00-" + "0" * 32 + TRACEPARENT[35:]), "must not be all zeros"),
+    (("--tracestate", TRACESTATE), "--tracestate needs --traceparent"),
+    (("--traceparent", TRACEPARENT, "--tracestate", "k=" + "v" * 600), "--tracestate must be at most 512"),
+    (("--traceparent", TRACEPARENT, "--tracestate", "k=\u00e9"), "--tracestate must be printable ASCII"),
+]
+
+
+@pytest.mark.parametrize(("flags", "problem"), BAD_TRACE_FLAGS)
+async def test_runwick_jobs_enqueue_refuses_a_malformed_trace_context_in_one_line_and_enqueues_nothing(
+    coordinator: Coordinator, client: AsyncClient, flags: tuple[str, ...], problem: str
+) -> None:
+    refused = await runwick(
+        "jobs",
+        "enqueue",
+        "tests.echo",
+        "--queue",
+        "traced",
+        *flags,
+        "--target",
+        coordinator.target,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [refused.stderr.strip()] and problem in refused.stderr
+    assert refused.stderr.startswith("runwick: ")
+    assert [job async for job in client.list_jobs(queue="traced")] == []
+
+
+async def test_the_sdks_enqueue_raw_refuses_a_malformed_trace_context_before_any_call(
+    coordinator: Coordinator, client: AsyncClient
+) -> None:
+    with pytest.raises(ArgumentError, match="traceparent must be exactly 55"):
+        await client.enqueue_raw("tests.echo", b"{}", queue="traced", traceparent="00-abc")
+    with pytest.raises(ArgumentError, match="tracestate needs a traceparent"):
+        await client.enqueue_raw("tests.echo", b"{}", queue="traced", tracestate=TRACESTATE)
     assert [job async for job in client.list_jobs(queue="traced")] == []

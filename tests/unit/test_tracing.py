@@ -101,6 +101,23 @@ def test_an_applications_tracestate_over_the_bound_is_cut_not_sent_to_be_refused
     assert tracestate == ",".join(members.split(",")[:4])
 
 
+def test_a_context_the_caller_gave_is_kept_not_replaced_by_the_send_spans(
+    spans: InMemorySpanExporter,
+) -> None:
+    """``enqueue_raw(traceparent=...)`` (``runwick jobs enqueue --traceparent``): the job
+    joins the trace it names, whatever span is current where it is enqueued."""
+    given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    request = _request("q", "q")
+    request.jobs[0].trace_context.traceparent = given
+    with _tracing.send_span(request):
+        pass
+    assert request.jobs[0].trace_context.traceparent == given
+    context = _only(spans).get_span_context()
+    assert request.jobs[1].trace_context.traceparent == (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    )
+
+
 def test_a_batch_over_several_queues_is_one_send_span_without_a_destination(
     spans: InMemorySpanExporter,
 ) -> None:

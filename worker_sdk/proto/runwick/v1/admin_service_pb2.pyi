@@ -307,7 +307,7 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ConnectedWorker(_message.Message):
-    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "in_flight", "credit", "connected_at", "token_id")
+    __slots__ = ("worker_id", "queues", "wire_names", "capacity", "in_flight", "credit", "connected_at", "token_id", "host", "sdk")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     WIRE_NAMES_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +316,8 @@ class ConnectedWorker(_message.Message):
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    SDK_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     wire_names: _containers.RepeatedScalarFieldContainer[str]
@@ -324,7 +326,9 @@ class ConnectedWorker(_message.Message):
     credit: int
     connected_at: _timestamp_pb2.Timestamp
     token_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., in_flight: _Optional[int] = ..., credit: _Optional[int] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., token_id: _Optional[str] = ...) -> None: ...
+    host: str
+    sdk: str
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., wire_names: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., in_flight: _Optional[int] = ..., credit: _Optional[int] = ..., connected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., token_id: _Optional[str] = ..., host: _Optional[str] = ..., sdk: _Optional[str] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("replica", "workers")
