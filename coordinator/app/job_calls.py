@@ -16,7 +16,15 @@ from coordinator.domain.search import JobSearch, SearchPage
 from coordinator.domain.states import JobState
 from coordinator.errors import InvalidArgument
 from coordinator.scheduler.retention import purge_all
-from coordinator.service.bulk import CANCELLABLE, PURGEABLE, RETRYABLE, BulkBatch, BulkOutcome, JobFilter, check_filter
+from coordinator.service.bulk import (
+    CANCELLABLE,
+    PURGEABLE,
+    RETRYABLE,
+    BulkBatch,
+    BulkOutcome,
+    JobFilter,
+    check_filter,
+)
 from coordinator.service.retention import check_purge
 from coordinator.service.search import JobSearchService
 from coordinator.service.work import BatchAnswers
