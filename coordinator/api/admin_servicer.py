@@ -80,6 +80,13 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         record = await self.app.set_queue_limit(request.name, limit, current_actor(context))
         return queue_pb2.SetQueueLimitResponse(queue=queue_to_pb(record))
 
+    async def SetQueueKeyLimit(
+        self, request: queue_pb2.SetQueueKeyLimitRequest, context: Context
+    ) -> queue_pb2.SetQueueKeyLimitResponse:
+        limit = request.limit if request.HasField("limit") else None
+        record = await self.app.set_queue_key_limit(request.name, limit, current_actor(context))
+        return queue_pb2.SetQueueKeyLimitResponse(queue=queue_to_pb(record))
+
     async def DeleteQueue(
         self, request: queue_pb2.DeleteQueueRequest, context: Context
     ) -> queue_pb2.DeleteQueueResponse:
@@ -203,6 +210,8 @@ def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
     message = queue_pb2.Queue(name=record.name, paused=record.paused)
     if record.concurrency_limit is not None:
         message.concurrency_limit = record.concurrency_limit
+    if record.key_limit is not None:
+        message.key_limit = record.key_limit
     return message
 
 

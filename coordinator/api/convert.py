@@ -149,6 +149,7 @@ def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
     spec.parent_ids = tuple(job.parent_ids) if job.parent_ids else ()
     spec.job_id = job.id or None
     spec.unique_key = job.unique_key or None
+    spec.concurrency_key = job.concurrency_key
     spec.__class__ = NewJobSpec
     result: NewJobSpec = spec
     return result
@@ -187,6 +188,7 @@ def job_to_pb(
         updated_at=timestamp(job.updated_at_ms),
         last_error_code=job.last_error_code or "",
         cancel_requested=job.cancel_requested,
+        concurrency_key=job.concurrency_key,
     )
     if include_blobs:
         message.payload = job.payload

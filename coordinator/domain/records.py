@@ -52,6 +52,9 @@ class JobRecord:
     unique_key: str | None = None
     """While this job has not ended, an enqueue of its wire name with the same key
     returns it instead of creating another."""
+    concurrency_key: str = ""
+    """The key the queue's per-key running limit counts the job under ('' = the
+    implicit key every job without one shares; docs/flow-control.md)."""
 
     @property
     def cancel_pending(self) -> bool:
@@ -180,6 +183,9 @@ class QueueRecord:
     concurrency_limit: int | None = None
     """Most jobs of the queue reserved or running at once, across every worker and
     replica; None: no limit."""
+    key_limit: int | None = None
+    """Most jobs of one concurrency key of the queue reserved or running at once, across
+    every worker and replica; None: no limit (docs/flow-control.md)."""
     created_at_ms: int = 0
     updated_at_ms: int = 0
 
@@ -188,7 +194,7 @@ class QueueRecord:
         """Whether claims take from the queue as they find its jobs: not paused, and no
         limit whose count of active jobs they must keep (``store.claims``
         tests the same in SQL)."""
-        return not self.paused and self.concurrency_limit is None
+        return not self.paused and self.concurrency_limit is None and self.key_limit is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +270,8 @@ class NewJobSpec:
     unique_key: str | None = None
     """At most one unfinished job per wire name with this key: while one exists, this
     enqueue returns it."""
+    concurrency_key: str = ""
+    """The job's concurrency key ('' = the implicit key; docs/flow-control.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,14 @@ from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.service.enqueue import NewJob, insert_batch
 from coordinator.service.paging import decode_job_token, encode_job_token
 from coordinator.store import Store, Tx
-from coordinator.validation import batch_too_large, check_name, check_parents, quote, require_id
+from coordinator.validation import (
+    batch_too_large,
+    check_concurrency_key,
+    check_name,
+    check_parents,
+    quote,
+    require_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +134,7 @@ class JobsService:
         if from_client:
             _check_not_a_tick_key(spec.idempotency_key, index)
         _check_key("unique_key", spec.unique_key, index, "UNIQUE_KEY_INVALID")
+        check_concurrency_key(spec.concurrency_key, index=index)
         try:
             settings = _effective_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
@@ -172,6 +180,7 @@ class JobsService:
         record.history_seq = 1
         record.cancel_requested = False
         record.unique_key = spec.unique_key or None
+        record.concurrency_key = spec.concurrency_key
         record.__class__ = JobRecord
         return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
 

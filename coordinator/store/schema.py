@@ -81,6 +81,9 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False, server_default=false()),
     # Unique jobs: at most one job per (queue, wire_name, unique_key) that has not ended.
     Column("unique_key", _identifier(256)),
+    # Flow control (docs/flow-control.md): the key a queue's per-key running limit counts
+    # the job under; '' is the implicit key every job without one shares.
+    Column("concurrency_key", _identifier(256), nullable=False, server_default=""),
 )
 JOB_COLUMNS = tuple(jobs.columns.keys())
 """The jobs table's columns in table order: what a statement written out selects of a job."""
@@ -131,6 +134,15 @@ Index(
     "ix_jobs_queue_leased",
     jobs.c.queue,
     jobs.c.state,
+    sqlite_where=text(_LEASED),
+    postgresql_where=text(_LEASED),
+)
+# A per-key limited queue's reserved and running jobs per key: its claims count them
+# (``store.claim_keys``). Partial like ix_jobs_queue_leased, for the same reason.
+Index(
+    "ix_jobs_queue_key_leased",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
     sqlite_where=text(_LEASED),
     postgresql_where=text(_LEASED),
 )
@@ -236,6 +248,8 @@ queues = Table(
     Column("name", _identifier(256), primary_key=True),
     Column("paused", Boolean, nullable=False, default=False, server_default=false()),
     Column("concurrency_limit", Integer),
+    # Most jobs of one concurrency key reserved or running at once (docs/flow-control.md).
+    Column("key_limit", Integer),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     # ``domain.naming.natural_key(name)``: listings page by (sort_key, name), which is

@@ -54,6 +54,7 @@ def _new_rows(names: Iterable[str], now_ms: int) -> list[dict[str, Any]]:
             "name": name,
             "paused": False,
             "concurrency_limit": None,
+            "key_limit": None,
             "created_at_ms": now_ms,
             "updated_at_ms": now_ms,
             "sort_key": natural_key(name),
@@ -161,6 +162,7 @@ class QueueLifecycleOps(TxBase):
             .where(
                 queues.c.paused.is_(False),
                 queues.c.concurrency_limit.is_(None),
+                queues.c.key_limit.is_(None),
                 ~exists(select(literal(1)).where(jobs.c.queue == queues.c.name)),
             )
             .order_by(queues.c.name)

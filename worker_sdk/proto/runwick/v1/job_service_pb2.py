@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crunwick/v1/job_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\x8a\x02\n\x06NewJob\x12\x11\n\twire_name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x17\n\x0fpayload_version\x18\x04 \x01(\x05\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12*\n\x06run_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12)\n\x08settings\x18\x08 \x01(\x0b\x32\x17.runwick.v1.JobSettings\x12\x12\n\nparent_ids\x18\t \x03(\t\x12\n\n\x02id\x18\n \x01(\t\x12\x12\n\nunique_key\x18\x0b \x01(\t\"2\n\x0e\x45nqueueRequest\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.runwick.v1.NewJob\"P\n\x0b\x45nqueuedJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x65xisting\x18\x02 \x01(\x08\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.runwick.v1.JobState\"8\n\x0f\x45nqueueResponse\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.runwick.v1.EnqueuedJob\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"\x7f\n\x0fListJobsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12#\n\x05state\x18\x02 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\x11\n\twire_name\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.runwick.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x13ListAttemptsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"=\n\x14ListAttemptsResponse\x12%\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x13.runwick.v1.Attempt\"H\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"A\n\x0fWaitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x10\n\x08terminal\x18\x02 \x01(\x08\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"1\n\x11\x43\x61ncelJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"9\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1a\n\x12include_dependents\x18\x02 \x01(\x08\"F\n\x10RetryJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x14\n\x0creopened_ids\x18\x02 \x03(\t\"(\n\x12RevealErrorRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\"\x9a\x01\n\x13RevealErrorResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t2\xd0\x04\n\nJobService\x12\x42\n\x07\x45nqueue\x12\x1a.runwick.v1.EnqueueRequest\x1a\x1b.runwick.v1.EnqueueResponse\x12?\n\x06GetJob\x12\x19.runwick.v1.GetJobRequest\x1a\x1a.runwick.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.runwick.v1.ListJobsRequest\x1a\x1c.runwick.v1.ListJobsResponse\x12Q\n\x0cListAttempts\x12\x1f.runwick.v1.ListAttemptsRequest\x1a .runwick.v1.ListAttemptsResponse\x12\x42\n\x07WaitJob\x12\x1a.runwick.v1.WaitJobRequest\x1a\x1b.runwick.v1.WaitJobResponse\x12H\n\tCancelJob\x12\x1c.runwick.v1.CancelJobRequest\x1a\x1d.runwick.v1.CancelJobResponse\x12\x45\n\x08RetryJob\x12\x1b.runwick.v1.RetryJobRequest\x1a\x1c.runwick.v1.RetryJobResponse\x12N\n\x0bRevealError\x12\x1e.runwick.v1.RevealErrorRequest\x1a\x1f.runwick.v1.RevealErrorResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crunwick/v1/job_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\xa3\x02\n\x06NewJob\x12\x11\n\twire_name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x17\n\x0fpayload_version\x18\x04 \x01(\x05\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12*\n\x06run_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12)\n\x08settings\x18\x08 \x01(\x0b\x32\x17.runwick.v1.JobSettings\x12\x12\n\nparent_ids\x18\t \x03(\t\x12\n\n\x02id\x18\n \x01(\t\x12\x12\n\nunique_key\x18\x0b \x01(\t\x12\x17\n\x0f\x63oncurrency_key\x18\x0c \x01(\t\"2\n\x0e\x45nqueueRequest\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.runwick.v1.NewJob\"P\n\x0b\x45nqueuedJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x65xisting\x18\x02 \x01(\x08\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.runwick.v1.JobState\"8\n\x0f\x45nqueueResponse\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.runwick.v1.EnqueuedJob\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"\x7f\n\x0fListJobsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12#\n\x05state\x18\x02 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\x11\n\twire_name\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.runwick.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x13ListAttemptsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"=\n\x14ListAttemptsResponse\x12%\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x13.runwick.v1.Attempt\"H\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"A\n\x0fWaitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x10\n\x08terminal\x18\x02 \x01(\x08\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"1\n\x11\x43\x61ncelJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"9\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1a\n\x12include_dependents\x18\x02 \x01(\x08\"F\n\x10RetryJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x14\n\x0creopened_ids\x18\x02 \x03(\t\"(\n\x12RevealErrorRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\"\x9a\x01\n\x13RevealErrorResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t2\xd0\x04\n\nJobService\x12\x42\n\x07\x45nqueue\x12\x1a.runwick.v1.EnqueueRequest\x1a\x1b.runwick.v1.EnqueueResponse\x12?\n\x06GetJob\x12\x19.runwick.v1.GetJobRequest\x1a\x1a.runwick.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.runwick.v1.ListJobsRequest\x1a\x1c.runwick.v1.ListJobsResponse\x12Q\n\x0cListAttempts\x12\x1f.runwick.v1.ListAttemptsRequest\x1a .runwick.v1.ListAttemptsResponse\x12\x42\n\x07WaitJob\x12\x1a.runwick.v1.WaitJobRequest\x1a\x1b.runwick.v1.WaitJobResponse\x12H\n\tCancelJob\x12\x1c.runwick.v1.CancelJobRequest\x1a\x1d.runwick.v1.CancelJobResponse\x12\x45\n\x08RetryJob\x12\x1b.runwick.v1.RetryJobRequest\x1a\x1c.runwick.v1.RetryJobResponse\x12N\n\x0bRevealError\x12\x1e.runwick.v1.RevealErrorRequest\x1a\x1f.runwick.v1.RevealErrorResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,41 +35,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runwick.v1.job_service_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NEWJOB']._serialized_start=132
-  _globals['_NEWJOB']._serialized_end=398
-  _globals['_ENQUEUEREQUEST']._serialized_start=400
-  _globals['_ENQUEUEREQUEST']._serialized_end=450
-  _globals['_ENQUEUEDJOB']._serialized_start=452
-  _globals['_ENQUEUEDJOB']._serialized_end=532
-  _globals['_ENQUEUERESPONSE']._serialized_start=534
-  _globals['_ENQUEUERESPONSE']._serialized_end=590
-  _globals['_GETJOBREQUEST']._serialized_start=592
-  _globals['_GETJOBREQUEST']._serialized_end=619
-  _globals['_GETJOBRESPONSE']._serialized_start=621
-  _globals['_GETJOBRESPONSE']._serialized_end=667
-  _globals['_LISTJOBSREQUEST']._serialized_start=669
-  _globals['_LISTJOBSREQUEST']._serialized_end=796
-  _globals['_LISTJOBSRESPONSE']._serialized_start=798
-  _globals['_LISTJOBSRESPONSE']._serialized_end=872
-  _globals['_LISTATTEMPTSREQUEST']._serialized_start=874
-  _globals['_LISTATTEMPTSREQUEST']._serialized_end=911
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=913
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=974
-  _globals['_WAITJOBREQUEST']._serialized_start=976
-  _globals['_WAITJOBREQUEST']._serialized_end=1048
-  _globals['_WAITJOBRESPONSE']._serialized_start=1050
-  _globals['_WAITJOBRESPONSE']._serialized_end=1115
-  _globals['_CANCELJOBREQUEST']._serialized_start=1117
-  _globals['_CANCELJOBREQUEST']._serialized_end=1147
-  _globals['_CANCELJOBRESPONSE']._serialized_start=1149
-  _globals['_CANCELJOBRESPONSE']._serialized_end=1198
-  _globals['_RETRYJOBREQUEST']._serialized_start=1200
-  _globals['_RETRYJOBREQUEST']._serialized_end=1257
-  _globals['_RETRYJOBRESPONSE']._serialized_start=1259
-  _globals['_RETRYJOBRESPONSE']._serialized_end=1329
-  _globals['_REVEALERRORREQUEST']._serialized_start=1331
-  _globals['_REVEALERRORREQUEST']._serialized_end=1371
-  _globals['_REVEALERRORRESPONSE']._serialized_start=1374
-  _globals['_REVEALERRORRESPONSE']._serialized_end=1528
-  _globals['_JOBSERVICE']._serialized_start=1531
-  _globals['_JOBSERVICE']._serialized_end=2123
+  _globals['_NEWJOB']._serialized_end=423
+  _globals['_ENQUEUEREQUEST']._serialized_start=425
+  _globals['_ENQUEUEREQUEST']._serialized_end=475
+  _globals['_ENQUEUEDJOB']._serialized_start=477
+  _globals['_ENQUEUEDJOB']._serialized_end=557
+  _globals['_ENQUEUERESPONSE']._serialized_start=559
+  _globals['_ENQUEUERESPONSE']._serialized_end=615
+  _globals['_GETJOBREQUEST']._serialized_start=617
+  _globals['_GETJOBREQUEST']._serialized_end=644
+  _globals['_GETJOBRESPONSE']._serialized_start=646
+  _globals['_GETJOBRESPONSE']._serialized_end=692
+  _globals['_LISTJOBSREQUEST']._serialized_start=694
+  _globals['_LISTJOBSREQUEST']._serialized_end=821
+  _globals['_LISTJOBSRESPONSE']._serialized_start=823
+  _globals['_LISTJOBSRESPONSE']._serialized_end=897
+  _globals['_LISTATTEMPTSREQUEST']._serialized_start=899
+  _globals['_LISTATTEMPTSREQUEST']._serialized_end=936
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=938
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=999
+  _globals['_WAITJOBREQUEST']._serialized_start=1001
+  _globals['_WAITJOBREQUEST']._serialized_end=1073
+  _globals['_WAITJOBRESPONSE']._serialized_start=1075
+  _globals['_WAITJOBRESPONSE']._serialized_end=1140
+  _globals['_CANCELJOBREQUEST']._serialized_start=1142
+  _globals['_CANCELJOBREQUEST']._serialized_end=1172
+  _globals['_CANCELJOBRESPONSE']._serialized_start=1174
+  _globals['_CANCELJOBRESPONSE']._serialized_end=1223
+  _globals['_RETRYJOBREQUEST']._serialized_start=1225
+  _globals['_RETRYJOBREQUEST']._serialized_end=1282
+  _globals['_RETRYJOBRESPONSE']._serialized_start=1284
+  _globals['_RETRYJOBRESPONSE']._serialized_end=1354
+  _globals['_REVEALERRORREQUEST']._serialized_start=1356
+  _globals['_REVEALERRORREQUEST']._serialized_end=1396
+  _globals['_REVEALERRORRESPONSE']._serialized_start=1399
+  _globals['_REVEALERRORRESPONSE']._serialized_end=1553
+  _globals['_JOBSERVICE']._serialized_start=1556
+  _globals['_JOBSERVICE']._serialized_end=2148
 # @@protoc_insertion_point(module_scope)

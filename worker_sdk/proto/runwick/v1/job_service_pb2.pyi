@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewJob(_message.Message):
-    __slots__ = ("wire_name", "queue", "payload", "payload_version", "priority", "run_at", "idempotency_key", "settings", "parent_ids", "id", "unique_key")
+    __slots__ = ("wire_name", "queue", "payload", "payload_version", "priority", "run_at", "idempotency_key", "settings", "parent_ids", "id", "unique_key", "concurrency_key")
     WIRE_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class NewJob(_message.Message):
     PARENT_IDS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     wire_name: str
     queue: str
     payload: bytes
@@ -35,7 +36,8 @@ class NewJob(_message.Message):
     parent_ids: _containers.RepeatedScalarFieldContainer[str]
     id: str
     unique_key: str
-    def __init__(self, wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[_job_pb2.JobSettings, _Mapping]] = ..., parent_ids: _Optional[_Iterable[str]] = ..., id: _Optional[str] = ..., unique_key: _Optional[str] = ...) -> None: ...
+    concurrency_key: str
+    def __init__(self, wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[_job_pb2.JobSettings, _Mapping]] = ..., parent_ids: _Optional[_Iterable[str]] = ..., id: _Optional[str] = ..., unique_key: _Optional[str] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("jobs",)
