@@ -89,6 +89,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         parents: Sequence[str] = (),
         idempotency_key: str | None = None,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """Enqueues one job and returns its ID.
 
@@ -101,12 +102,25 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             idempotency_key: With a key, a second enqueue returns the first job (R-14).
             unique_key: While a job of this type with this key has not ended, an
                 enqueue with it returns that job's ID instead of creating another.
+            concurrency_key: The job's concurrency key, which a queue's per-key limit
+                counts it under (docs/flow-control.md); None takes the job type's
+                (``@job(concurrency_key=...)``), else the implicit key shared by
+                every job without one.
 
         Raises:
             ArgumentError: The payload or an argument is invalid (also on the coordinator).
             RunwickError: Any other failure, translated from gRPC.
         """
-        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key, unique_key=unique_key)
+        item = EnqueueItem(
+            payload,
+            run_at,
+            priority,
+            queue,
+            parents,
+            idempotency_key,
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+        )
         return (await self.enqueue_many([item]))[0]
 
     async def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
@@ -134,6 +148,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         unique_key: str | None = None,
         retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job given by wire name and encoded payload, for tools that have
         no ``@job`` class for it (the ``runwick jobs enqueue`` command).
@@ -158,6 +173,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
                 delay, a pair ``(initial, maximum)`` both; None leaves it to the defaults.
             execution_timeout: How long one run may take (R-7); None leaves it to the
                 defaults.
+            concurrency_key: The job's concurrency key (docs/flow-control.md); None
+                is the implicit key.
 
         No ``@job`` declaration is known here: what is not given comes from this
         client's ``job_defaults``, then the coordinator's JobDefaults, then the library
@@ -184,6 +201,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             unique_key=unique_key,
             retry_delay=retry_delay,
             execution_timeout=execution_timeout,
+            concurrency_key=concurrency_key,
         )
         with translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())

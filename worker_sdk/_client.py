@@ -68,9 +68,19 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
         parents: Sequence[str] = (),
         idempotency_key: str | None = None,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """Enqueues one job and returns its ID; see ``AsyncClient.enqueue``."""
-        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key, unique_key=unique_key)
+        item = EnqueueItem(
+            payload,
+            run_at,
+            priority,
+            queue,
+            parents,
+            idempotency_key,
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+        )
         return self.enqueue_many([item])[0]
 
     def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
@@ -95,6 +105,7 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
         unique_key: str | None = None,
         retry_delay: timedelta | tuple[timedelta, timedelta] | None = None,
         execution_timeout: timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job by wire name and encoded payload; see ``AsyncClient.enqueue_raw``."""
         request = self._raw_enqueue_request(
@@ -110,6 +121,7 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
             unique_key=unique_key,
             retry_delay=retry_delay,
             execution_timeout=execution_timeout,
+            concurrency_key=concurrency_key,
         )
         with translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())

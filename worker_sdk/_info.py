@@ -70,6 +70,9 @@ class JobInfo:
     """A cancel reached the job while it ran; it ends cancelled unless the run succeeds."""
     progress: ProgressReport | None = None
     """The latest progress the current attempt's handler reported (``get_job`` only)."""
+    concurrency_key: str = ""
+    """The key a queue's per-key limit counts the job under; '' is the implicit key of
+    every job enqueued without one (docs/flow-control.md)."""
 
     @property
     def terminal(self) -> bool:

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import literal_column, text
 
 from coordinator.domain.records import JobRecord
 from coordinator.store.claim_reads import claimable_past_keys
@@ -35,9 +35,9 @@ MAX_KEY_ROUNDS = 8
 _ACTIVE_BY_KEY = Prepared(
     # The predicate as text, word for word, so the partial index of leased jobs serves it.
     text(
-        f"SELECT concurrency_key, count(*) FROM jobs WHERE queue = :queue AND {LEASED_PREDICATE} "
+        f"SELECT concurrency_key, count(*) AS active FROM jobs WHERE queue = :queue AND {LEASED_PREDICATE} "
         "GROUP BY concurrency_key"
-    )
+    ).columns(literal_column("concurrency_key"), literal_column("active"))
 )
 
 
