@@ -186,6 +186,9 @@ class QueueRecord:
     key_limit: int | None = None
     """Most jobs of one concurrency key of the queue reserved or running at once, across
     every worker and replica; None: no limit (docs/flow-control.md)."""
+    keyed: bool = False
+    """A job with a concurrency key was enqueued to the queue: its claims take keys in
+    turn (``store.claim_turns``). Set by the enqueue, never cleared while the queue exists."""
     created_at_ms: int = 0
     updated_at_ms: int = 0
 

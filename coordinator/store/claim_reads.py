@@ -81,14 +81,15 @@ def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict
 # reads them (the same index walk, behind a filter on the queue's row evaluated once).
 CONTROLS_AND_CLAIMABLE = Prepared(
     text(
-        "SELECT q.name, q.paused, q.concurrency_limit, q.key_limit, "
+        "SELECT q.name, q.paused, q.concurrency_limit, q.key_limit, q.keyed, "
         + ", ".join(f"c.{column}" for column in JOB_COLUMNS)
         + " FROM (SELECT 1) AS one "
         "LEFT JOIN queues AS q ON q.name = :queue "
         "LEFT JOIN LATERAL ("
         f"SELECT jobs.* FROM jobs WHERE jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND {DUE} "
         "AND jobs.wire_name = ANY(:wire_names) "
-        "AND (q.name IS NULL OR (NOT q.paused AND q.concurrency_limit IS NULL AND q.key_limit IS NULL)) "
+        "AND (q.name IS NULL OR (NOT q.paused AND q.concurrency_limit IS NULL "
+        "AND q.key_limit IS NULL AND NOT q.keyed)) "
         "ORDER BY jobs.priority DESC, jobs.run_at_ms, jobs.id LIMIT :limit "
         "FOR UPDATE OF jobs SKIP LOCKED"
         ") AS c ON true "
@@ -96,10 +97,13 @@ CONTROLS_AND_CLAIMABLE = Prepared(
     )
     .bindparams(bindparam("limit", type_=Integer), bindparam("now_ms", type_=BigInteger))
     .columns(
-        *(literal_column(name) for name in ("q_name", "q_paused", "q_limit", "q_key_limit", *JOB_COLUMNS))
+        *(
+            literal_column(name)
+            for name in ("q_name", "q_paused", "q_limit", "q_key_limit", "q_keyed", *JOB_COLUMNS)
+        )
     )
 )
-CONTROLS_AND_CLAIMABLE_JOB_ID_AT = 4 + JOB_COLUMNS.index("id")
+CONTROLS_AND_CLAIMABLE_JOB_ID_AT = 5 + JOB_COLUMNS.index("id")
 """Where a row of ``CONTROLS_AND_CLAIMABLE`` has its job's ID (None: no job)."""
 
 # Which of some queues hold a claimable job that is due: one index probe per queue

@@ -50,6 +50,7 @@ from coordinator.store.claim_reads import (
     claimable_past,
     queues_with_work,
 )
+from coordinator.store.claim_turns import ClaimTurnOps
 from coordinator.store.prepared import DriverRows
 from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import jobs
@@ -102,7 +103,7 @@ class _Call:
     """Per-key limited queues: their keys' reserved and running jobs (``store.claim_keys``)."""
 
 
-class ClaimOps(ClaimKeyOps):
+class ClaimOps(ClaimKeyOps, ClaimTurnOps):
     def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
         """The jobs to claim for each of ``wanted``, earlier requests served first, no
         job twice. Every job found is the caller's: it must claim each of them in this
@@ -146,8 +147,10 @@ class ClaimOps(ClaimKeyOps):
         }
         rows = CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
         head = rows.rows[0]
-        record = None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2], head[3])
-        if record is None or record.free:
+        record = (
+            None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2], head[3], bool(head[4]))
+        )
+        if record is None or (record.free and not record.keyed):
             with_jobs = [row for row in rows.rows if row[CONTROLS_AND_CLAIMABLE_JOB_ID_AT] is not None]
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
         if record is not None:  # no row: no controls
@@ -268,7 +271,12 @@ class ClaimOps(ClaimKeyOps):
         elif taken:
             read, past = claimable_past(self._postgres, taken)
             params.update(past)
-        return list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
+        found = list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
+        control = call.controls.get(queue)
+        if control is None or not control.keyed:
+            return found
+        full = frozenset(keys.full()) if keys is not None else frozenset()
+        return self.take_turns(queue, found, wire_names, taken or [], full, call.now_ms)
 
     def _unsent_claimable(
         self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int, keys: KeyRoom | None

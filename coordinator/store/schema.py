@@ -137,6 +137,18 @@ Index(
     sqlite_where=text(_LEASED),
     postgresql_where=text(_LEASED),
 )
+# Fair turns (``store.claim_turns``): a queue's claimable keys at one priority, found one
+# index probe each, and each key's next jobs in claim order.
+Index(
+    "ix_jobs_claim_turns",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.concurrency_key,
+    jobs.c.run_at_ms,
+    jobs.c.id,
+    sqlite_where=text(_CLAIMABLE),
+    postgresql_where=text(_CLAIMABLE),
+)
 # A per-key limited queue's reserved and running jobs per key: its claims count them
 # (``store.claim_keys``). Partial like ix_jobs_queue_leased, for the same reason.
 Index(
@@ -250,6 +262,8 @@ queues = Table(
     Column("concurrency_limit", Integer),
     # Most jobs of one concurrency key reserved or running at once (docs/flow-control.md).
     Column("key_limit", Integer),
+    # A job with a concurrency key was enqueued to it: its claims take keys in turn.
+    Column("keyed", Boolean, nullable=False, default=False, server_default=false()),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     # ``domain.naming.natural_key(name)``: listings page by (sort_key, name), which is

@@ -199,3 +199,58 @@ def test_a_per_key_limit_holds_across_replicas_claiming_at_once(postgres_url: st
     finally:
         for store in stores:
             store.close()
+
+
+def _claim_keys(harness: Harness, rounds: int, count: int) -> list[list[str]]:
+    """``rounds`` claims of ``count`` jobs each, every job ended at once (so only turns,
+    not limits, decide); the keys each claim got."""
+    got = []
+    for _ in range(rounds):
+        claimed = harness.claim(count, queues=("q",))
+        for claim in claimed:
+            assert harness.start(claim.attempt_id).granted
+            assert harness.report(claim.attempt_id, Outcome.SUCCEEDED).accepted
+        got.append([c.job.concurrency_key for c in claimed])
+    return got
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_fair_turns_start_a_late_keys_jobs_within_a_few_claims(harness: Harness, count: int) -> None:
+    """Key a's 200 jobs are enqueued first, then b's 3: b's jobs start within the next
+    few claims, not after a's backlog; a still gets its turns meanwhile."""
+    _enqueue_keys(harness, {"a": 200})
+    _enqueue_keys(harness, {"b": 3})
+
+    got = _claim_keys(harness, 6 // count + 2, count)
+
+    flat = [key for claim in got for key in claim]
+    assert flat.count("b") == 3
+    last_b = max(i for i, key in enumerate(flat) if key == "b")
+    assert last_b < 6  # alternating: b's third job is among the first six claimed
+    assert flat[: last_b + 1].count("a") >= 2
+
+
+def test_turns_take_the_implicit_key_as_one_key(harness: Harness) -> None:
+    _enqueue_keys(harness, {"": 50})
+    _enqueue_keys(harness, {"t:1": 2})
+
+    got = _claim_keys(harness, 4, 1)
+
+    assert sorted(key for claim in got for key in claim) == ["", "", "t:1", "t:1"]
+
+
+def test_priority_comes_before_turns(harness: Harness) -> None:
+    harness.enqueue_specs(
+        [NewJobSpec(WIRE, b"{}", queue="q", concurrency_key="a", priority=5) for _ in range(3)]
+    )
+    _enqueue_keys(harness, {"b": 3})  # priority 0: after every priority-5 job
+
+    got = _claim_keys(harness, 3, 2)
+
+    assert [key for claim in got for key in claim] == ["a", "a", "a", "b", "b", "b"]
+
+
+def test_a_queue_without_keys_claims_in_plain_order(harness: Harness) -> None:
+    ids = [e.job_id for e in harness.enqueue_specs([NewJobSpec(WIRE, b"{}", queue="q") for _ in range(5)])]
+    assert [c.job.id for c in harness.claim(5, queues=("q",))] == sorted(ids)
+    assert not _queues(harness).page(page_size=0, page_token="")[0][0].queue.keyed

@@ -15,6 +15,7 @@ branch_labels = None
 depends_on = None
 
 _LEASED = "state IN ('reserved', 'running')"
+_CLAIMABLE = "state IN ('available', 'scheduled')"
 
 
 def upgrade() -> None:
@@ -23,6 +24,14 @@ def upgrade() -> None:
     key_type = sa.String(256).with_variant(sa.String(256, collation="C"), "postgresql")
     op.add_column("jobs", sa.Column("concurrency_key", key_type, nullable=False, server_default=""))
     op.add_column("queues", sa.Column("key_limit", sa.Integer(), nullable=True))
+    op.add_column("queues", sa.Column("keyed", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.create_index(
+        "ix_jobs_claim_turns",
+        "jobs",
+        ["queue", sa.literal_column("priority DESC"), "concurrency_key", "run_at_ms", "id"],
+        sqlite_where=sa.text(_CLAIMABLE),
+        postgresql_where=sa.text(_CLAIMABLE),
+    )
     # Partial over leased jobs only: as small as the workers' in-flight jobs.
     op.create_index(
         "ix_jobs_queue_key_leased",
@@ -35,5 +44,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_jobs_queue_key_leased", table_name="jobs")
+    op.drop_index("ix_jobs_claim_turns", table_name="jobs")
+    op.drop_column("queues", "keyed")
     op.drop_column("queues", "key_limit")
     op.drop_column("jobs", "concurrency_key")
