@@ -133,6 +133,7 @@ def job_from_proto(message: job_pb2.Job) -> JobInfo:
         cancel_requested=message.cancel_requested,
         progress=progress_from_proto(message.progress) if message.HasField("progress") else None,
         concurrency_key=message.concurrency_key,
+        waiting_reason=message.waiting_reason or None,
     )
 
 

@@ -73,6 +73,9 @@ class JobInfo:
     concurrency_key: str = ""
     """The key a queue's per-key limit counts the job under; '' is the implicit key of
     every job enqueued without one (docs/flow-control.md)."""
+    waiting_reason: str | None = None
+    """``get`` only: why a claimable job is held back (``queue_paused``, ``queue_limit``,
+    ``key_limit``); None when nothing holds it back."""
 
     @property
     def terminal(self) -> bool:

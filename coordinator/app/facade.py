@@ -29,6 +29,7 @@ from coordinator.domain.activity import HOUR_MS, Throughput
 from coordinator.domain.bounds import StoreBounds
 from coordinator.domain.clock import Clock, OffsetClock, SystemClock
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.flow import WaitingReason
 from coordinator.domain.progress import Progress
 from coordinator.domain.records import (
     AttemptRecord,
@@ -409,6 +410,10 @@ class Coordinator:
 
     async def current_progress(self, job: JobRecord) -> Progress | None:
         return await self.executors.read(self.jobs.current_progress, job)
+
+    async def waiting_reason(self, job: JobRecord) -> WaitingReason | None:
+        """Which queue control holds a claimable ``job`` back, if any."""
+        return await self.executors.read(self.jobs.waiting_reason, job)
 
     async def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         return await self.executors.read(self.jobs.list_attempts, job_id)

@@ -254,6 +254,7 @@ def _show_job(
         ("wire name", job.wire_name),
         ("queue", job.queue),
         ("concurrency key", job.concurrency_key or "-"),
+        ("waiting on", job.waiting_reason or "-"),
         ("state", job.state.value + ("  (cancel requested)" if job.cancel_pending else "")),
         ("executions", f"{job.executions} of {settings.max_executions}"),
         ("generation", str(job.generation)),

@@ -16,13 +16,14 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
 from coordinator.domain.dependencies import DependencyCycle, insertion_order
 from coordinator.domain.evolve import draft_class
+from coordinator.domain.flow import WaitingReason, waiting_reason
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
 from coordinator.domain.progress import Progress, decode_progress
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.schedules import TICK_KEY_PREFIX
 from coordinator.domain.settings import JobSettings, SettingsError, SettingsLayer, resolve_settings
-from coordinator.domain.states import JobState
+from coordinator.domain.states import JobState, is_claimable
 from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.service.enqueue import NewJob, insert_batch
 from coordinator.service.paging import decode_job_token, encode_job_token
@@ -244,6 +245,13 @@ class JobsService:
             return None
         attempt = self.store.get_attempt(job.current_attempt_id)
         return decode_progress(attempt.progress) if attempt is not None else None
+
+    def waiting_reason(self, job: JobRecord) -> WaitingReason | None:
+        """Which queue control holds ``job`` back, when it is claimable now and one does
+        (docs/flow-control.md); None otherwise. A bounded check of this one job."""
+        if not is_claimable(job.state, job.run_at_ms, self.clock.now_ms()):
+            return None
+        return waiting_reason(*self.store.waiting_facts(job))
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")

@@ -254,3 +254,24 @@ def test_a_queue_without_keys_claims_in_plain_order(harness: Harness) -> None:
     ids = [e.job_id for e in harness.enqueue_specs([NewJobSpec(WIRE, b"{}", queue="q") for _ in range(5)])]
     assert [c.job.id for c in harness.claim(5, queues=("q",))] == sorted(ids)
     assert not _queues(harness).page(page_size=0, page_token="")[0][0].queue.keyed
+
+
+def test_a_held_back_job_says_which_control_holds_it(harness: Harness) -> None:
+    from coordinator.domain.flow import WaitingReason
+
+    _enqueue_keys(harness, {"a": 3, "b": 1})
+    queues = _queues(harness)
+    reason = lambda job_id: harness.jobs.waiting_reason(harness.job(job_id))  # noqa: E731
+    jobs_of = {key: [j.id for j in harness.all_jobs() if j.concurrency_key == key] for key in ("a", "b")}
+    assert reason(jobs_of["a"][0]) is None  # claimable, nothing holds it back
+
+    queues.set_key_limit("q", 1, OPERATOR)
+    claimed = harness.claim(5, queues=("q",))
+    assert sorted(c.job.concurrency_key for c in claimed) == ["a", "b"]
+    waiting_a = next(j for j in jobs_of["a"] if harness.job(j).state.value == "available")
+    assert reason(waiting_a) is WaitingReason.KEY_LIMIT
+    assert reason(claimed[0].job.id) is None  # reserved: not waiting
+    queues.set_limit("q", 2, OPERATOR)
+    assert reason(waiting_a) is WaitingReason.QUEUE_LIMIT  # the queue's limit is checked first
+    queues.pause("q", OPERATOR)
+    assert reason(waiting_a) is WaitingReason.QUEUE_PAUSED

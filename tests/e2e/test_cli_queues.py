@@ -107,12 +107,22 @@ async def test_concurrency_keys_and_per_key_limits_from_the_cli(coordinator: Coo
 
     per_key = await runwick("queues", "limit", "billing", "2", "--per-key", *target)
     assert per_key.stdout.strip() == "billing  running, limit none, per-key limit 2"
+    assert (
+        json.loads((await runwick("jobs", "get", job_id, "--json", *target)).stdout)["job"]["waiting_reason"]
+        is None
+    )
     queues = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
     assert (queues[0]["key_limit"], queues[0]["concurrency_limit"]) == (2, None)
     table = (await runwick("queues", "list", *target)).stdout.splitlines()
     assert table[0].split()[:5] == ["queue", "paused", "limit", "key", "limit"]
     assert table[1].split()[:4] == ["billing", "-", "-", "2"]
 
+    await runwick("queues", "pause", "billing", *target)
+    held = json.loads((await runwick("jobs", "get", job_id, "--json", *target)).stdout)["job"]
+    assert held["waiting_reason"] == "queue_paused"
+    lines = (await runwick("jobs", "get", job_id, *target)).stdout.splitlines()
+    assert ["waiting", "on", "queue_paused"] in [line.split() for line in lines]
+    await runwick("queues", "resume", "billing", *target)
     bad = await runwick(
         "jobs", "enqueue", "billing.invoice", "--concurrency-key", "a b", *target, check=False
     )
