@@ -32,6 +32,10 @@ class QueueInfo:
     key_limit: int | None = None
     """Most jobs of one concurrency key reserved or running at once, across every
     worker; None: no per-key limit (docs/flow-control.md)."""
+    active_keys: int | None = None
+    """``list_queues`` only, with a per-key limit: keys with jobs reserved or running."""
+    keys_at_limit: int | None = None
+    """``list_queues`` only, with a per-key limit: those of them at the limit."""
 
 
 def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
@@ -39,7 +43,9 @@ def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
     age = message.oldest_available_age.ToTimedelta() if message.HasField("oldest_available_age") else None
     limit = message.concurrency_limit if message.HasField("concurrency_limit") else None
     key_limit = message.key_limit if message.HasField("key_limit") else None
-    return QueueInfo(message.name, message.paused, limit, counts, age, key_limit)
+    active = message.active_keys if message.HasField("active_keys") else None
+    at_limit = message.keys_at_limit if message.HasField("keys_at_limit") else None
+    return QueueInfo(message.name, message.paused, limit, counts, age, key_limit, active, at_limit)
 
 
 def _name(name: object) -> str:

@@ -219,6 +219,10 @@ def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
     message = queue_to_pb(stats.queue)
     for state, count in stats.counts.items():
         message.counts.add(state=state_to_pb(state), count=count)
+    if stats.active_keys is not None:
+        message.active_keys = stats.active_keys
+    if stats.keys_at_limit is not None:
+        message.keys_at_limit = stats.keys_at_limit
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
     return message

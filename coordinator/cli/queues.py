@@ -104,11 +104,18 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 "paused" if queue.paused else "-",
                 str(queue.concurrency_limit) if queue.concurrency_limit is not None else "-",
                 str(queue.key_limit) if queue.key_limit is not None else "-",
+                f"{queue.active_keys}/{queue.keys_at_limit}" if queue.active_keys is not None else "-",
                 *counts,
                 f"{age.total_seconds():.1f}s" if age is not None else "-",
             ]
         )
-    columns = [Column("queue", keep=True), Column("paused"), Column("limit"), Column("key limit")]
+    columns = [
+        Column("queue", keep=True),
+        Column("paused"),
+        Column("limit"),
+        Column("key limit"),
+        Column("keys active/full", wide_only=True),
+    ]
     columns += [Column(s.value) for s in _SHOWN_STATES]
     table([*columns, Column("oldest")], rows, wide=mode == "wide")
     if token:

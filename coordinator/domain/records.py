@@ -208,6 +208,10 @@ class QueueStats:
     counts: dict[JobState, int]
     oldest_due_run_at_ms: int | None
     """The run-at of the queue's oldest claimable job that is due; None when none is."""
+    active_keys: int | None = None
+    """A queue with a per-key limit: its concurrency keys with reserved or running jobs."""
+    keys_at_limit: int | None = None
+    """A queue with a per-key limit: those of its keys at the limit."""
 
 
 @dataclass(frozen=True, slots=True)
