@@ -10,7 +10,13 @@ from collections.abc import Sequence
 
 from coordinator.domain.ids import parse_id
 from coordinator.errors import InvalidArgument
-from worker_sdk.grammar import MAX_NAME_UTF16_UNITS, NameFault, name_problem
+from worker_sdk.grammar import (
+    MAX_NAME_UTF16_UNITS,
+    NameFault,
+    NameProblem,
+    concurrency_key_problem,
+    name_problem,
+)
 
 MAX_WORKER_ID_LENGTH = 256
 """The ``worker_id`` columns' size, in characters."""
@@ -31,8 +37,22 @@ def check_name(
     dots alone, at most ``max_length`` UTF-16 code units (wire names: ``StoreBounds.max_wire_name_length``;
     queues: 128). The rule is ``worker_sdk.grammar.name_problem``, the SDK's too."""
     problem = name_problem(name, max_length)
-    if problem is None:
-        return
+    if problem is not None:
+        _refuse_name(field, name, problem, index, max_length)
+
+
+def check_concurrency_key(key: str, *, index: int | None = None) -> None:
+    """A job's concurrency key: the name grammar plus ``:``, at most 128 UTF-16 code
+    units; '' (the implicit key) is valid. The rule is
+    ``worker_sdk.grammar.concurrency_key_problem``, the SDK's too."""
+    problem = concurrency_key_problem(key)
+    if problem is not None:
+        _refuse_name("concurrency_key", key, problem, index, MAX_NAME_UTF16_UNITS, "':'")
+
+
+def _refuse_name(
+    field: str, name: str, problem: NameProblem, index: int | None, max_length: int, extra: str = ""
+) -> None:
     if problem.fault is NameFault.EMPTY:
         raise InvalidArgument(field, "must not be empty", index=index, reason="NAME_EMPTY")
     if problem.fault is NameFault.TOO_LONG:
@@ -56,7 +76,7 @@ def check_name(
     raise InvalidArgument(
         field,
         f"{quote(name)} holds {problem.bad_characters[0]!r}; allowed are letters and digits of any "
-        "script, '.', '_', '-'",
+        f"script, '.', '_', '-'{', ' + extra if extra else ''}",
         index=index,
         reason="NAME_INVALID",
     )

@@ -90,6 +90,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         parents: Sequence[str] = (),
         idempotency_key: str | None = None,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """Enqueues one job and returns its ID.
 
@@ -102,12 +103,25 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             idempotency_key: With a key, a second enqueue returns the first job (R-14).
             unique_key: While a job of this type with this key has not ended, an
                 enqueue with it returns that job's ID instead of creating another.
+            concurrency_key: The job's concurrency key, which a queue's per-key limit
+                counts it under (docs/flow-control.md); None takes the job type's
+                (``@job(concurrency_key=...)``), else the implicit key shared by
+                every job without one.
 
         Raises:
             ArgumentError: The payload or an argument is invalid (also on the coordinator).
             RunwickError: Any other failure, translated from gRPC.
         """
-        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key, unique_key=unique_key)
+        item = EnqueueItem(
+            payload,
+            run_at,
+            priority,
+            queue,
+            parents,
+            idempotency_key,
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+        )
         return (await self.enqueue_many([item]))[0]
 
     async def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
@@ -139,6 +153,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
         execution_timeout: timedelta | None = None,
         traceparent: str | None = None,
         tracestate: str | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job given by wire name and encoded payload, for tools that have
         no ``@job`` class for it (the ``runwick jobs enqueue`` command).
@@ -167,6 +182,8 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
                 current span's context (a job enqueued on behalf of a traced request
                 elsewhere); checked as the coordinator checks it.
             tracestate: Its ``tracestate`` (at most 512 bytes); needs ``traceparent``.
+            concurrency_key: The job's concurrency key (docs/flow-control.md); None
+                is the implicit key.
 
         No ``@job`` declaration is known here: what is not given comes from this
         client's ``job_defaults``, then the coordinator's JobDefaults, then the library
@@ -195,6 +212,7 @@ class AsyncClient(AsyncAdminCalls, AsyncQueueCalls, AsyncBulkCalls):
             execution_timeout=execution_timeout,
             traceparent=traceparent,
             tracestate=tracestate,
+            concurrency_key=concurrency_key,
         )
         with send_span(request) as span, translated_rpc_errors():
             response = await self._stub.Enqueue(request, **self._call_kwargs())

@@ -69,9 +69,19 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
         parents: Sequence[str] = (),
         idempotency_key: str | None = None,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """Enqueues one job and returns its ID; see ``AsyncClient.enqueue``."""
-        item = EnqueueItem(payload, run_at, priority, queue, parents, idempotency_key, unique_key=unique_key)
+        item = EnqueueItem(
+            payload,
+            run_at,
+            priority,
+            queue,
+            parents,
+            idempotency_key,
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+        )
         return self.enqueue_many([item])[0]
 
     def enqueue_many(self, items: Iterable[EnqueueItem | object]) -> list[str]:
@@ -100,6 +110,7 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
         execution_timeout: timedelta | None = None,
         traceparent: str | None = None,
         tracestate: str | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueues one job by wire name and encoded payload; see ``AsyncClient.enqueue_raw``."""
         request = self._raw_enqueue_request(
@@ -117,6 +128,7 @@ class Client(AdminCalls, QueueCalls, BulkCalls):
             execution_timeout=execution_timeout,
             traceparent=traceparent,
             tracestate=tracestate,
+            concurrency_key=concurrency_key,
         )
         with send_span(request) as span, translated_rpc_errors():
             response = self._stub.Enqueue(request, **self._call_kwargs())

@@ -16,7 +16,7 @@ from worker_sdk._connection import ConnectionOptions, warn_if_token_travels_in_c
 from worker_sdk._convert import duration, enqueued_from_proto, state_to_proto
 from worker_sdk._errors import ArgumentError, CoordinatorError
 from worker_sdk._info import EnqueuedJob, JobState
-from worker_sdk._jobs import encode_payload, spec_of
+from worker_sdk._jobs import check_concurrency_key, encode_payload, spec_of
 from worker_sdk._settings import JobConfig, SettingsLayer, check_delay_pair, check_timeout, pair
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2
 from worker_sdk.trace_rules import trace_context_problem
@@ -45,6 +45,9 @@ class EnqueueItem:
     unique_key: str | None = None
     """At most one unfinished job of this type with this key: while one exists, the
     enqueue returns its ID instead of creating another."""
+    concurrency_key: str | None = None
+    """The job's concurrency key (docs/flow-control.md); None takes the job type's
+    (``@job(concurrency_key=...)``), else the implicit key."""
 
 
 def check_job_id(job_id: object) -> str:
@@ -161,6 +164,10 @@ class ClientBase:
             message.id = check_id("job_id", item.job_id)
         if item.unique_key is not None:
             message.unique_key = _optional_key("unique_key", item.unique_key)
+        # R-3's order: the enqueue's own key, then the job type's (derived from the payload).
+        key = spec.key_for(item.payload) if item.concurrency_key is None else item.concurrency_key
+        if key is not None:
+            message.concurrency_key = check_concurrency_key(key)
         _set_run_at(message, item.run_at)
 
     def _raw_enqueue_request(
@@ -180,6 +187,7 @@ class ClientBase:
         execution_timeout: timedelta | None = None,
         traceparent: str | None = None,
         tracestate: str | None = None,
+        concurrency_key: str | None = None,
     ) -> job_service_pb2.EnqueueRequest:
         """One NewJob as given: only types are checked here, values by the coordinator
         (the settings and a trace context also here, by the coordinator's own rules)."""
@@ -202,6 +210,7 @@ class ClientBase:
             settings=settings.to_proto(),
             parent_ids=_parents(parents),
             unique_key=_optional_key("unique_key", unique_key),
+            concurrency_key=_raw_key(concurrency_key),
         )
         _set_run_at(message, run_at)
         context = given_trace_context(traceparent, tracestate)
@@ -340,6 +349,15 @@ def _optional_key(name: str, key: str | None) -> str:
         return ""
     if not isinstance(key, str) or not key:
         raise ArgumentError(f"{name} must be a non-empty str or None")
+    return key
+
+
+def _raw_key(key: object) -> str:
+    # enqueue_raw checks types only; the coordinator checks the grammar.
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise ArgumentError(f"concurrency_key must be a str or None, got {type(key).__name__}")
     return key
 
 

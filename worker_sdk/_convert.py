@@ -134,6 +134,8 @@ def job_from_proto(message: job_pb2.Job) -> JobInfo:
         progress=progress_from_proto(message.progress) if message.HasField("progress") else None,
         traceparent=message.trace_context.traceparent or None,
         tracestate=message.trace_context.tracestate or None,
+        concurrency_key=message.concurrency_key,
+        waiting_reason=message.waiting_reason or None,
     )
 
 

@@ -75,6 +75,12 @@ class JobInfo:
     when it came without a trace context (a schedule's tick, a client without tracing)."""
     tracestate: str | None = None
     """Its ``tracestate``; None when empty."""
+    concurrency_key: str = ""
+    """The key a queue's per-key limit counts the job under; '' is the implicit key of
+    every job enqueued without one (docs/flow-control.md)."""
+    waiting_reason: str | None = None
+    """``get`` only: why a claimable job is held back (``queue_paused``, ``queue_limit``,
+    ``key_limit``); None when nothing holds it back."""
 
     @property
     def terminal(self) -> bool:

@@ -29,13 +29,23 @@ class QueueInfo:
     """Jobs per state."""
     oldest_available_age: timedelta | None = None
     """How long the oldest due job has waited; None when none is due."""
+    key_limit: int | None = None
+    """Most jobs of one concurrency key reserved or running at once, across every
+    worker; None: no per-key limit (docs/flow-control.md)."""
+    active_keys: int | None = None
+    """``list_queues`` only, with a per-key limit: keys with jobs reserved or running."""
+    keys_at_limit: int | None = None
+    """``list_queues`` only, with a per-key limit: those of them at the limit."""
 
 
 def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
     counts = {state_from_proto(c.state): int(c.count) for c in message.counts}
     age = message.oldest_available_age.ToTimedelta() if message.HasField("oldest_available_age") else None
     limit = message.concurrency_limit if message.HasField("concurrency_limit") else None
-    return QueueInfo(message.name, message.paused, limit, counts, age)
+    key_limit = message.key_limit if message.HasField("key_limit") else None
+    active = message.active_keys if message.HasField("active_keys") else None
+    at_limit = message.keys_at_limit if message.HasField("keys_at_limit") else None
+    return QueueInfo(message.name, message.paused, limit, counts, age, key_limit, active, at_limit)
 
 
 def _name(name: object) -> str:
@@ -60,10 +70,21 @@ def _page(response: queue_pb2.ListQueuesResponse) -> tuple[list[QueueInfo], str]
 def _limit_request(name: str, limit: int | None) -> queue_pb2.SetQueueLimitRequest:
     request = queue_pb2.SetQueueLimitRequest(name=_name(name))
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise ArgumentError(f"limit must be an int or None, got {type(limit).__name__}")
-        request.limit = limit
+        request.limit = _limit(limit)
     return request
+
+
+def _key_limit_request(name: str, limit: int | None) -> queue_pb2.SetQueueKeyLimitRequest:
+    request = queue_pb2.SetQueueKeyLimitRequest(name=_name(name))
+    if limit is not None:
+        request.limit = _limit(limit)
+    return request
+
+
+def _limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ArgumentError(f"limit must be an int or None, got {type(limit).__name__}")
+    return limit
 
 
 class AsyncQueueCalls(ClientBase):
@@ -141,6 +162,21 @@ class AsyncQueueCalls(ClientBase):
             response = await self._admin.SetQueueLimit(request, **self._call_kwargs())
         return queue_from_proto(response.queue)
 
+    async def set_queue_key_limit(self, name: str, limit: int | None) -> QueueInfo:
+        """At most ``limit`` (1 or more) jobs of one concurrency key of the queue reserved
+        or running at once, across every worker and coordinator replica; None removes
+        it. It holds together with the queue's own limit. Audited
+        (docs/flow-control.md).
+
+        Raises:
+            ArgumentError: The limit is below 1.
+            JobNotFound: There is no such queue (``QUEUE_NOT_FOUND``).
+        """
+        request = _key_limit_request(name, limit)
+        with translated_rpc_errors():
+            response = await self._admin.SetQueueKeyLimit(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
 
 class QueueCalls(ClientBase):
     """The queue calls of ``Client``; see ``AsyncClient`` for each."""
@@ -194,4 +230,12 @@ class QueueCalls(ClientBase):
         request = _limit_request(name, limit)
         with translated_rpc_errors():
             response = self._admin.SetQueueLimit(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
+    def set_queue_key_limit(self, name: str, limit: int | None) -> QueueInfo:
+        """Caps each concurrency key's jobs reserved or running at once; see
+        ``AsyncClient.set_queue_key_limit``."""
+        request = _key_limit_request(name, limit)
+        with translated_rpc_errors():
+            response = self._admin.SetQueueKeyLimit(request, **self._call_kwargs())
         return queue_from_proto(response.queue)

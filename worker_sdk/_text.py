@@ -7,7 +7,7 @@ decoration time, close to the code that made it.
 
 from __future__ import annotations
 
-from worker_sdk.grammar import NameFault
+from worker_sdk.grammar import NameFault, NameProblem, concurrency_key_problem
 from worker_sdk.grammar import name_problem as _grammar_problem
 
 
@@ -19,7 +19,16 @@ def name_problem(name: object) -> str | None:
     """
     if not isinstance(name, str):
         return f"must be a str, got {type(name).__name__}"
-    problem = _grammar_problem(name)
+    return _worded(_grammar_problem(name), "'.', '_' and '-'")
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid concurrency key (a name, ``:`` allowed too; '' is the
+    implicit key), or None when it is."""
+    return _worded(concurrency_key_problem(key), "'.', '_', '-' and ':'")
+
+
+def _worded(problem: NameProblem | None, punctuation: str) -> str | None:
     if problem is None:
         return None
     if problem.fault is NameFault.EMPTY:
@@ -29,4 +38,4 @@ def name_problem(name: object) -> str | None:
     if problem.fault is NameFault.DOTS_ONLY:
         return "must hold a letter, digit, '_' or '-', not dots alone"
     bad = "".join(sorted(problem.bad_characters))
-    return f"has characters outside letters, digits, '.', '_' and '-': {bad!r}"
+    return f"has characters outside letters, digits, {punctuation}: {bad!r}"

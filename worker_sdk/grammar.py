@@ -18,6 +18,7 @@ from enum import StrEnum
 
 __all__ = [
     "CODE_PATTERN",
+    "KEY_PUNCTUATION",
     "MAX_CODE_LENGTH",
     "MAX_FAILURE_DETAIL_BYTES",
     "MAX_FAILURE_MESSAGE_BYTES",
@@ -27,6 +28,7 @@ __all__ = [
     "NameFault",
     "NameProblem",
     "coerce_code",
+    "concurrency_key_problem",
     "is_name_character",
     "is_valid_code",
     "name_problem",
@@ -44,6 +46,8 @@ MAX_NAME_UTF16_UNITS = 128
 and its fixed limit for queues)."""
 NAME_PUNCTUATION = "._-"
 """The characters besides letters and digits (of any script) that names may hold."""
+KEY_PUNCTUATION = ":"
+"""What a concurrency key may hold besides a name's characters (``tenant:42``)."""
 
 MAX_FAILURE_MESSAGE_BYTES = 1_024
 """A failure message is cut to this many UTF-8 bytes (R-6)."""
@@ -130,6 +134,17 @@ def name_problem(name: str, max_units: int = MAX_NAME_UTF16_UNITS) -> NameProble
         # /queues/<name>/pause into another URL.
         return NameProblem(NameFault.DOTS_ONLY, units, max_units)
     return None
+
+
+def concurrency_key_problem(key: str) -> NameProblem | None:
+    """Why ``key`` is not a valid concurrency key, or None when it is: the name grammar
+    (``name_problem``, at most ``MAX_NAME_UTF16_UNITS``) with ``:`` allowed too. The empty
+    key is valid: it is the implicit key of every job enqueued without one."""
+    if not key:
+        return None
+    # ':' stands in as '_', a name character of the same length: every other verdict
+    # (length, other bad characters, dots alone) is the name grammar's.
+    return name_problem(key.replace(KEY_PUNCTUATION, "_"))
 
 
 def truncate_utf8(text: str, max_bytes: int, marker: str = "") -> str:

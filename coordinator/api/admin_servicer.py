@@ -80,6 +80,13 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         record = await self.app.set_queue_limit(request.name, limit, current_actor(context))
         return queue_pb2.SetQueueLimitResponse(queue=queue_to_pb(record))
 
+    async def SetQueueKeyLimit(
+        self, request: queue_pb2.SetQueueKeyLimitRequest, context: Context
+    ) -> queue_pb2.SetQueueKeyLimitResponse:
+        limit = request.limit if request.HasField("limit") else None
+        record = await self.app.set_queue_key_limit(request.name, limit, current_actor(context))
+        return queue_pb2.SetQueueKeyLimitResponse(queue=queue_to_pb(record))
+
     async def DeleteQueue(
         self, request: queue_pb2.DeleteQueueRequest, context: Context
     ) -> queue_pb2.DeleteQueueResponse:
@@ -205,6 +212,8 @@ def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
     message = queue_pb2.Queue(name=record.name, paused=record.paused)
     if record.concurrency_limit is not None:
         message.concurrency_limit = record.concurrency_limit
+    if record.key_limit is not None:
+        message.key_limit = record.key_limit
     return message
 
 
@@ -212,6 +221,10 @@ def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
     message = queue_to_pb(stats.queue)
     for state, count in stats.counts.items():
         message.counts.add(state=state_to_pb(state), count=count)
+    if stats.active_keys is not None:
+        message.active_keys = stats.active_keys
+    if stats.keys_at_limit is not None:
+        message.keys_at_limit = stats.keys_at_limit
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
     return message

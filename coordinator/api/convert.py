@@ -154,6 +154,7 @@ def new_job_spec(job: job_service_pb2.NewJob, index: int) -> NewJobSpec:
         spec.tracestate = job.trace_context.tracestate or None
     else:
         spec.traceparent = spec.tracestate = None
+    spec.concurrency_key = job.concurrency_key
     spec.__class__ = NewJobSpec
     result: NewJobSpec = spec
     return result
@@ -192,6 +193,7 @@ def job_to_pb(
         updated_at=timestamp(job.updated_at_ms),
         last_error_code=job.last_error_code or "",
         cancel_requested=job.cancel_requested,
+        concurrency_key=job.concurrency_key,
     )
     if include_blobs:
         message.payload = job.payload

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from coordinator.app.core import CoordinatorCore
 from coordinator.domain.access import Actor
+from coordinator.domain.flow import WaitingReason
 from coordinator.domain.graph import GRAPH_LIMIT, Neighbourhood
 from coordinator.domain.progress import Progress
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
@@ -101,6 +102,10 @@ class JobCalls(CoordinatorCore):
 
     async def current_progress(self, job: JobRecord) -> Progress | None:
         return await self.executors.read(self.jobs.current_progress, job)
+
+    async def waiting_reason(self, job: JobRecord) -> WaitingReason | None:
+        """Which queue control holds a claimable ``job`` back, if any."""
+        return await self.executors.read(self.jobs.waiting_reason, job)
 
     async def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         return await self.executors.read(self.jobs.list_attempts, job_id)

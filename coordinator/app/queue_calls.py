@@ -52,6 +52,12 @@ class QueueCalls(CoordinatorCore):
         self._absorb(effects)
         return record
 
+    async def set_queue_key_limit(self, name: str, limit: int | None, actor: Actor) -> QueueRecord:
+        """Audited; ``None`` removes the per-key limit."""
+        record, effects = await self.executors.write(self.queues.set_key_limit, name, limit, actor)
+        self._absorb(effects)
+        return record
+
     # -- activity (the dashboard) --------------------------------------------------------
 
     async def throughput(self, window_ms: int = HOUR_MS, queue: str | None = None) -> Throughput:

@@ -131,6 +131,12 @@ def add_jobs_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="while a job of this wire name with this key has not ended, return it instead of a new one",
     )
     enqueue.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="the key a queue's per-key limit counts the job under, e.g. tenant:42 (default: none, "
+        "the implicit key shared by every job without one)",
+    )
+    enqueue.add_argument(
         "--parent",
         action="append",
         default=[],
@@ -225,6 +231,7 @@ def _enqueue(client: Client, options: argparse.Namespace) -> int:
         execution_timeout=options.execution_timeout,
         traceparent=options.traceparent,
         tracestate=options.tracestate,
+        concurrency_key=options.concurrency_key,
     )
     if options.wait is not None:
         job = client.wait(item.id, options.wait)
@@ -270,6 +277,8 @@ def _show_job(
         ("id", job.id),
         ("wire name", job.wire_name),
         ("queue", job.queue),
+        ("concurrency key", job.concurrency_key or "-"),
+        ("waiting on", job.waiting_reason or "-"),
         ("state", job.state.value + ("  (cancel requested)" if job.cancel_pending else "")),
         ("executions", f"{job.executions} of {settings.max_executions}"),
         ("generation", str(job.generation)),
@@ -347,6 +356,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
             Column("state"),
             Column("wire name"),
             Column("queue"),
+            Column("key", wide_only=True),
             Column("exec"),
             Column("code", wide_only=True),
             Column("priority", wide_only=True),
@@ -358,6 +368,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 j.state.value,
                 j.wire_name,
                 j.queue,
+                j.concurrency_key or "-",
                 f"{j.executions}/{j.settings.max_executions}",
                 j.last_error_code or "-",
                 str(j.priority),

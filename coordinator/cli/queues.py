@@ -43,6 +43,12 @@ def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     limit.add_argument("queue", help="the queue's name")
     limit.add_argument("limit", help="1 or more, or 'none' to remove the limit")
+    limit.add_argument(
+        "--per-key",
+        action="store_true",
+        help="limit each concurrency key of the queue to N reserved or running jobs instead "
+        "(docs/flow-control.md); both limits hold together",
+    )
     add_connection_flags(limit)
     delete = actions.add_parser(
         "delete",
@@ -63,6 +69,8 @@ def run_queue_command(options: argparse.Namespace) -> int:
             return _show(client.resume_queue(options.queue), options)
         if options.queues_command == "delete":
             return _deleted(client.delete_queue(options.queue), options)
+        if options.per_key:
+            return _show(client.set_queue_key_limit(options.queue, _limit(options.limit)), options)
         return _show(client.set_queue_limit(options.queue, _limit(options.limit)), options)
 
     return run_client_command(options, command)
@@ -95,11 +103,19 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 queue.name,
                 "paused" if queue.paused else "-",
                 str(queue.concurrency_limit) if queue.concurrency_limit is not None else "-",
+                str(queue.key_limit) if queue.key_limit is not None else "-",
+                f"{queue.active_keys}/{queue.keys_at_limit}" if queue.active_keys is not None else "-",
                 *counts,
                 f"{age.total_seconds():.1f}s" if age is not None else "-",
             ]
         )
-    columns = [Column("queue", keep=True), Column("paused"), Column("limit")]
+    columns = [
+        Column("queue", keep=True),
+        Column("paused"),
+        Column("limit"),
+        Column("key limit"),
+        Column("keys active/full", wide_only=True),
+    ]
     columns += [Column(s.value) for s in _SHOWN_STATES]
     table([*columns, Column("oldest")], rows, wide=mode == "wide")
     if token:
@@ -120,5 +136,7 @@ def _show(queue: QueueInfo, options: argparse.Namespace) -> int:
         emit({"queue": to_json(queue)})
     else:
         limit = queue.concurrency_limit if queue.concurrency_limit is not None else "none"
-        print(f"{queue.name}  {'paused' if queue.paused else 'running'}, limit {limit}")
+        key_limit = queue.key_limit if queue.key_limit is not None else "none"
+        state = "paused" if queue.paused else "running"
+        print(f"{queue.name}  {state}, limit {limit}, per-key limit {key_limit}")
     return 0

@@ -27,9 +27,10 @@ MESSAGE_HEADROOM_BYTES = 4 * MIB
 arrives and gets the bound's clear error instead of the transport's."""
 _INT32_MAX = 2**31 - 1
 # What a NewJob holds besides its payload, at the bounds' worst case: the idempotency key
-# (256 characters of up to 4 UTF-8 bytes), settings, numbers and field framing.
-# The trace context at its bounds is counted apart (worker_sdk.trace_rules).
-_NEW_JOB_FIXED_BYTES = 256 * 4 + 512 + TRACE_CONTEXT_WIRE_BYTES
+# (256 characters of up to 4 UTF-8 bytes), the concurrency key (128 UTF-16 units of up to
+# 3 UTF-8 bytes each), settings, numbers and field framing. The trace context at its
+# bounds is counted apart (worker_sdk.trace_rules).
+_NEW_JOB_FIXED_BYTES = 256 * 4 + 128 * 3 + 512 + TRACE_CONTEXT_WIRE_BYTES
 # Bytes per parent ID on the wire (36 characters plus framing).
 _ID_BYTES = 40
 # Job fields besides payload, output and names in a read or an assignment.

@@ -57,6 +57,9 @@ class JobRecord:
     handed to the worker that runs it; None when it came with none."""
     tracestate: str | None = None
     """That trace context's ``tracestate`` (None: empty or no trace context)."""
+    concurrency_key: str = ""
+    """The key the queue's per-key running limit counts the job under ('' = the
+    implicit key every job without one shares; docs/flow-control.md)."""
 
     @property
     def cancel_pending(self) -> bool:
@@ -185,6 +188,12 @@ class QueueRecord:
     concurrency_limit: int | None = None
     """Most jobs of the queue reserved or running at once, across every worker and
     replica; None: no limit."""
+    key_limit: int | None = None
+    """Most jobs of one concurrency key of the queue reserved or running at once, across
+    every worker and replica; None: no limit (docs/flow-control.md)."""
+    keyed: bool = False
+    """A job with a concurrency key was enqueued to the queue: its claims take keys in
+    turn (``store.claim_turns``). Set by the enqueue, never cleared while the queue exists."""
     created_at_ms: int = 0
     updated_at_ms: int = 0
 
@@ -193,7 +202,7 @@ class QueueRecord:
         """Whether claims take from the queue as they find its jobs: not paused, and no
         limit whose count of active jobs they must keep (``store.claims``
         tests the same in SQL)."""
-        return not self.paused and self.concurrency_limit is None
+        return not self.paused and self.concurrency_limit is None and self.key_limit is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +213,10 @@ class QueueStats:
     counts: dict[JobState, int]
     oldest_due_run_at_ms: int | None
     """The run-at of the queue's oldest claimable job that is due; None when none is."""
+    active_keys: int | None = None
+    """A queue with a per-key limit: its concurrency keys with reserved or running jobs."""
+    keys_at_limit: int | None = None
+    """A queue with a per-key limit: those of its keys at the limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +287,8 @@ class NewJobSpec:
     None for a job without a trace context."""
     tracestate: str | None = None
     """Its ``tracestate``; None when empty."""
+    concurrency_key: str = ""
+    """The job's concurrency key ('' = the implicit key; docs/flow-control.md)."""
 
 
 @dataclass(frozen=True, slots=True)

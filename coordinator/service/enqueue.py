@@ -91,6 +91,7 @@ def insert_batch(
         edges += [_edge(record.id, p, parents.get(p), batch_ids.get(p)) for p in job.parent_ids]
         results[job.index] = Enqueued(record.id, record.state, existing=False)
     tx.register_queues({record.queue for record in fresh}, now_ms)
+    tx.mark_keyed_queues({record.queue for record in fresh if record.concurrency_key})
     tx.insert_jobs(fresh, now_ms, ids_made_here=not any(job.chosen_id for job in batch))
     tx.insert_dependencies(edges)
     available = [record.id for record in fresh if record.state is JobState.AVAILABLE]

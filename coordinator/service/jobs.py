@@ -16,18 +16,26 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
 from coordinator.domain.dependencies import DependencyCycle, insertion_order
 from coordinator.domain.evolve import draft_class
+from coordinator.domain.flow import WaitingReason, waiting_reason
 from coordinator.domain.ids import uuid7
 from coordinator.domain.lifecycle import initial_state
 from coordinator.domain.progress import Progress, decode_progress
 from coordinator.domain.records import AttemptRecord, Enqueued, JobRecord, NewJobSpec, Relatives
 from coordinator.domain.schedules import TICK_KEY_PREFIX
 from coordinator.domain.settings import JobSettings, SettingsError, SettingsLayer, resolve_settings
-from coordinator.domain.states import JobState
+from coordinator.domain.states import JobState, is_claimable
 from coordinator.errors import InvalidArgument, NotFound, PermissionDenied
 from coordinator.service.enqueue import NewJob, insert_batch
 from coordinator.service.paging import decode_job_token, encode_job_token
 from coordinator.store import Store, Tx
-from coordinator.validation import batch_too_large, check_name, check_parents, quote, require_id
+from coordinator.validation import (
+    batch_too_large,
+    check_concurrency_key,
+    check_name,
+    check_parents,
+    quote,
+    require_id,
+)
 from worker_sdk.trace_rules import trace_context_problem
 
 log = logging.getLogger(__name__)
@@ -130,6 +138,7 @@ class JobsService:
             _check_not_a_tick_key(spec.idempotency_key, index)
         _check_key("unique_key", spec.unique_key, index, "UNIQUE_KEY_INVALID")
         _check_trace_context(spec, index)
+        check_concurrency_key(spec.concurrency_key, index=index)
         try:
             settings = _effective_settings(self.config.job_defaults, spec.settings)
         except SettingsError as exc:
@@ -177,6 +186,7 @@ class JobsService:
         record.unique_key = spec.unique_key or None
         record.traceparent = spec.traceparent
         record.tracestate = spec.tracestate if spec.traceparent is not None else None
+        record.concurrency_key = spec.concurrency_key
         record.__class__ = JobRecord
         return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
 
@@ -240,6 +250,13 @@ class JobsService:
             return None
         attempt = self.store.get_attempt(job.current_attempt_id)
         return decode_progress(attempt.progress) if attempt is not None else None
+
+    def waiting_reason(self, job: JobRecord) -> WaitingReason | None:
+        """Which queue control holds ``job`` back, when it is claimable now and one does
+        (docs/flow-control.md); None otherwise. A bounded check of this one job."""
+        if not is_claimable(job.state, job.run_at_ms, self.clock.now_ms()):
+            return None
+        return waiting_reason(*self.store.waiting_facts(job))
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")

@@ -90,15 +90,16 @@ class QueueService:
     def set_limit(self, name: str, limit: int | None, actor: Actor) -> tuple[QueueRecord, Effects]:
         """At most ``limit`` jobs of the queue reserved or running at once (None: no limit).
         Raises InvalidArgument for a limit below 1."""
-        if limit is not None and not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
-            raise InvalidArgument(
-                "limit",
-                f"must be 1 to {MAX_CONCURRENCY_LIMIT}, got {limit}; to remove the limit, send none",
-                reason="OUT_OF_RANGE",
-                metadata={"limit": limit},
-            )
+        _check_limit(limit)
         detail = f"limit {limit}" if limit is not None else "no limit"
         return self._change(name, actor, audit.QUEUE_LIMIT, detail, limit=limit)
+
+    def set_key_limit(self, name: str, limit: int | None, actor: Actor) -> tuple[QueueRecord, Effects]:
+        """At most ``limit`` jobs of one concurrency key of the queue reserved or running at
+        once (None: no per-key limit). Raises InvalidArgument for a limit below 1."""
+        _check_limit(limit)
+        detail = f"key limit {limit}" if limit is not None else "no key limit"
+        return self._change(name, actor, audit.QUEUE_KEY_LIMIT, detail, key_limit=limit)
 
     def _change(
         self,
@@ -109,16 +110,17 @@ class QueueService:
         *,
         paused: bool | None = None,
         limit: int | Unset | None = UNSET,
+        key_limit: int | Unset | None = UNSET,
     ) -> tuple[QueueRecord, Effects]:
         check_name("queue", name)
 
         def change(tx: Tx) -> QueueRecord:
             now = self.clock.now_ms()
-            record = tx.set_queue_controls(name, now, paused=paused, limit=limit)
+            record = tx.set_queue_controls(name, now, paused=paused, limit=limit, key_limit=key_limit)
             if record is None:
                 raise _not_found(name)
             tx.insert_audit_event(audit.event(actor, action, name, now, detail))
-            if paused is False or not isinstance(limit, Unset):
+            if paused is False or not isinstance(limit, Unset) or not isinstance(key_limit, Unset):
                 tx.notify_jobs_available()  # resumed or limit changed: claims may take more now
             return record
 
@@ -148,3 +150,13 @@ def _not_empty(name: str, counts: dict[JobState, int]) -> FailedPrecondition:
         reason="QUEUE_NOT_EMPTY",
         metadata={"queue": name, "unfinished": unfinished, "jobs": sum(counts.values())},
     )
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+        raise InvalidArgument(
+            "limit",
+            f"must be 1 to {MAX_CONCURRENCY_LIMIT}, got {limit}; to remove the limit, send none",
+            reason="OUT_OF_RANGE",
+            metadata={"limit": limit},
+        )

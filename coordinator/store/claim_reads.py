@@ -51,6 +51,25 @@ in the database keeps a call with many claims of one queue from reading and deco
 each earlier claim's jobs again."""
 
 
+_PAST_TAKEN_AND_KEYS = {
+    False: _claimable_in_queue(
+        text("jobs.id NOT IN (SELECT value FROM json_each(:taken))"),
+        text("jobs.concurrency_key NOT IN (SELECT value FROM json_each(:full_keys))"),
+    ),
+    True: _claimable_in_queue(
+        text("jobs.id <> ALL(CAST(:taken AS text[]))"),
+        text("jobs.concurrency_key <> ALL(CAST(:full_keys AS text[]))"),
+    ),
+}
+"""The same, also without the jobs of some concurrency keys (those at a queue's per-key
+limit, ``store.claim_keys``), bound as one value however many."""
+
+
+def claimable_past_keys(postgres: bool) -> Lockable:
+    """``CLAIMABLE_IN_QUEUE`` without the jobs ``:taken`` and those of the keys ``:full_keys``."""
+    return _PAST_TAKEN_AND_KEYS[postgres]
+
+
 def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict[str, Any]]:
     """``CLAIMABLE_IN_QUEUE`` without the jobs ``taken``, and the parameter naming them."""
     return _PAST_TAKEN[postgres], {"taken": list(taken) if postgres else json.dumps(list(taken))}
@@ -62,23 +81,29 @@ def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict
 # reads them (the same index walk, behind a filter on the queue's row evaluated once).
 CONTROLS_AND_CLAIMABLE = Prepared(
     text(
-        "SELECT q.name, q.paused, q.concurrency_limit, "
+        "SELECT q.name, q.paused, q.concurrency_limit, q.key_limit, q.keyed, "
         + ", ".join(f"c.{column}" for column in JOB_COLUMNS)
         + " FROM (SELECT 1) AS one "
         "LEFT JOIN queues AS q ON q.name = :queue "
         "LEFT JOIN LATERAL ("
         f"SELECT jobs.* FROM jobs WHERE jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND {DUE} "
         "AND jobs.wire_name = ANY(:wire_names) "
-        "AND (q.name IS NULL OR (NOT q.paused AND q.concurrency_limit IS NULL)) "
+        "AND (q.name IS NULL OR (NOT q.paused AND q.concurrency_limit IS NULL "
+        "AND q.key_limit IS NULL AND NOT q.keyed)) "
         "ORDER BY jobs.priority DESC, jobs.run_at_ms, jobs.id LIMIT :limit "
         "FOR UPDATE OF jobs SKIP LOCKED"
         ") AS c ON true "
         "ORDER BY c.priority DESC, c.run_at_ms, c.id"
     )
     .bindparams(bindparam("limit", type_=Integer), bindparam("now_ms", type_=BigInteger))
-    .columns(*(literal_column(name) for name in ("q_name", "q_paused", "q_limit", *JOB_COLUMNS)))
+    .columns(
+        *(
+            literal_column(name)
+            for name in ("q_name", "q_paused", "q_limit", "q_key_limit", "q_keyed", *JOB_COLUMNS)
+        )
+    )
 )
-CONTROLS_AND_CLAIMABLE_JOB_ID_AT = 3 + JOB_COLUMNS.index("id")
+CONTROLS_AND_CLAIMABLE_JOB_ID_AT = 5 + JOB_COLUMNS.index("id")
 """Where a row of ``CONTROLS_AND_CLAIMABLE`` has its job's ID (None: no job)."""
 
 # Which of some queues hold a claimable job that is due: one index probe per queue

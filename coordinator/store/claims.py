@@ -42,6 +42,7 @@ from typing import Any
 
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import JobState, is_claimable
+from coordinator.store.claim_keys import MAX_KEY_ROUNDS, ClaimKeyOps, KeyRoom
 from coordinator.store.claim_reads import (
     CLAIMABLE_IN_QUEUE,
     CONTROLS_AND_CLAIMABLE,
@@ -49,10 +50,10 @@ from coordinator.store.claim_reads import (
     claimable_past,
     queues_with_work,
 )
+from coordinator.store.claim_turns import ClaimTurnOps
 from coordinator.store.prepared import DriverRows
 from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import jobs
-from coordinator.store.tx_queues import QueueOps
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +99,11 @@ class _Call:
     """Per queue, the sets of wire names a read found nothing more of: later requests of
     the call that ask for no other name skip the queue (at a light load every session
     with credit claims in the same transaction, and the first takes all there is)."""
+    key_rooms: dict[str, KeyRoom] = field(default_factory=dict)
+    """Per-key limited queues: their keys' reserved and running jobs (``store.claim_keys``)."""
 
 
-class ClaimOps(QueueOps):
+class ClaimOps(ClaimKeyOps, ClaimTurnOps):
     def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
         """The jobs to claim for each of ``wanted``, earlier requests served first, no
         job twice. Every job found is the caller's: it must claim each of them in this
@@ -126,7 +129,7 @@ class ClaimOps(QueueOps):
         for queue, room in limited.items():
             if len(found) < limit and room > 0:
                 more = min(room, limit - len(found))
-                found += self._candidates(call, (queue,), wanted.wire_names, names, more)
+                found += self._limited_candidates(call, queue, wanted.wire_names, names, more)
         # A paused queue or a limit may hold jobs back that a later claim gets, and a
         # claim that took all it could may have left more.
         return ClaimFound(found, len(free) == len(wanted.queues) and len(found) < limit)
@@ -144,8 +147,10 @@ class ClaimOps(QueueOps):
         }
         rows = CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
         head = rows.rows[0]
-        record = None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2])
-        if record is None or record.free:
+        record = (
+            None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2], head[3], bool(head[4]))
+        )
+        if record is None or (record.free and not record.keyed):
             with_jobs = [row for row in rows.rows if row[CONTROLS_AND_CLAIMABLE_JOB_ID_AT] is not None]
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
         if record is not None:  # no row: no controls
@@ -168,7 +173,8 @@ class ClaimOps(QueueOps):
 
     def _room(self, call: _Call, queue: QueueRecord) -> int:
         limit = queue.concurrency_limit
-        assert limit is not None
+        if limit is None:  # limited per key only: each request's own count bounds it
+            return self.bounds.clamp_claim_batch(2**31)
         if queue.name not in call.room:
             call.room[queue.name] = limit - self.active_jobs(queue.name, limit)
         return call.room[queue.name]
@@ -187,19 +193,44 @@ class ClaimOps(QueueOps):
 
     # -- 3. ordered candidates ------------------------------------------------------------
 
+    def _limited_candidates(
+        self, call: _Call, queue: str, wire_names: Sequence[str], names: frozenset[str], limit: int
+    ) -> list[JobRecord]:
+        """A limited queue's candidates; with a per-key limit, read again past the keys
+        that reached it (``store.claim_keys``), at most ``MAX_KEY_ROUNDS`` times."""
+        key_limit = call.controls[queue].key_limit
+        if key_limit is None:
+            return self._candidates(call, (queue,), wire_names, names, limit)
+        if queue not in call.key_rooms:
+            call.key_rooms[queue] = self.key_room(queue, key_limit)
+        keys = call.key_rooms[queue]
+        found: list[JobRecord] = []
+        for _ in range(MAX_KEY_ROUNDS):
+            found += self._candidates(call, (queue,), wire_names, names, limit - len(found), keys)
+            if not keys.dropped or len(found) >= limit:
+                break
+        return found
+
     def _candidates(
-        self, call: _Call, queues: Sequence[str], wire_names: Sequence[str], names: frozenset[str], limit: int
+        self,
+        call: _Call,
+        queues: Sequence[str],
+        wire_names: Sequence[str],
+        names: frozenset[str],
+        limit: int,
+        keys: KeyRoom | None = None,
     ) -> list[JobRecord]:
         """The first ``limit`` claimable jobs of ``wire_names`` in ``queues`` that this
-        call has not handed out, in claim order; handed out to the caller."""
+        call has not handed out, in claim order; handed out to the caller. With ``keys``
+        (one per-key limited queue), only those whose key has room."""
         still = [q for q in queues if not any(names <= empty for empty in call.exhausted.get(q, ()))]
         found: list[JobRecord] = []
         read = 0
         for queue in sorted(still):
             if self._holds_work(call, queue):
-                found += self._read_queue(call, queue, wire_names, limit)
+                found += self._read_queue(call, queue, wire_names, limit, keys)
                 read += 1
-        unsent = self._unsent_claimable(call, still, names, limit)
+        unsent = self._unsent_claimable(call, still, names, limit, keys)
         if read > 1 or unsent:
             found += unsent
             found.sort(key=_claim_order)
@@ -207,6 +238,8 @@ class ClaimOps(QueueOps):
         if len(found) < limit:
             for queue in still:
                 call.exhausted.setdefault(queue, []).append(names)
+        if keys is not None:
+            found = keys.admit(found)
         for job in found:
             call.taken.add(job.id)
             call.taken_from.setdefault(job.queue, []).append(job.id)
@@ -216,7 +249,9 @@ class ClaimOps(QueueOps):
             self._to_announce.discard(job.id)
         return found
 
-    def _read_queue(self, call: _Call, queue: str, wire_names: Sequence[str], limit: int) -> list[JobRecord]:
+    def _read_queue(
+        self, call: _Call, queue: str, wire_names: Sequence[str], limit: int, keys: KeyRoom | None
+    ) -> list[JobRecord]:
         """``queue``'s first ``limit`` claimable jobs of ``wire_names`` not handed out
         yet by this call (they are not claimed yet, so still claimable in the database)."""
         prefetched = call.prefetched.pop(queue, None)
@@ -230,13 +265,21 @@ class ClaimOps(QueueOps):
         }
         read = CLAIMABLE_IN_QUEUE
         taken = call.taken_from.get(queue)
-        if taken:
+        if keys is not None:
+            read, past = self.key_limited_read(keys, taken or [])
+            params.update(past)
+        elif taken:
             read, past = claimable_past(self._postgres, taken)
             params.update(past)
-        return list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
+        found = list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
+        control = call.controls.get(queue)
+        if control is None or not control.keyed:
+            return found
+        full = frozenset(keys.full()) if keys is not None else frozenset()
+        return self.take_turns(queue, found, wire_names, taken or [], full, call.now_ms)
 
     def _unsent_claimable(
-        self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int
+        self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int, keys: KeyRoom | None
     ) -> list[JobRecord]:
         """The first ``limit`` claimable new jobs, in claim order, whose insert is still
         held (PostgreSQL), as they stand: the claim reads let held inserts wait, so they
@@ -245,12 +288,14 @@ class ClaimOps(QueueOps):
         if not self._held:
             return []
         wanted = set(queues)
+        full = frozenset(keys.full()) if keys is not None else frozenset()
         rows = [
             row
             for row in self._held.inserted(jobs)
             if row["queue"] in wanted
             and row["wire_name"] in names
             and row["id"] not in call.taken
+            and row["concurrency_key"] not in full
             and is_claimable(JobState(row["state"]), row["run_at_ms"], call.now_ms)
         ]
         rows.sort(key=lambda row: (-row["priority"], row["run_at_ms"], row["id"]))

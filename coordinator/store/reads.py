@@ -171,11 +171,16 @@ def queue_stats(
             .limit(1)
         ).scalar()
         by_state = counts.get(queue.name, {})
+        active = _active_by_key(conn, queue.name) if queue.key_limit is not None else None
         result.append(
             QueueStats(
                 queue=queue,
                 counts={state: by_state.get(state, 0) for state in JobState},
                 oldest_due_run_at_ms=int(oldest) if oldest is not None else None,
+                active_keys=len(active) if active is not None else None,
+                keys_at_limit=sum(n >= (queue.key_limit or 0) for n in active.values())
+                if active is not None
+                else None,
             )
         )
     return result
@@ -309,3 +314,14 @@ def list_audit_events(
         conditions.append(audit_events.c.id < before_id)
     query = select(audit_events).where(*conditions).order_by(audit_events.c.id.desc()).limit(limit)
     return [event_from_row(row) for row in conn.execute(query)]
+
+
+def _active_by_key(conn: Connection, queue: str) -> dict[str, int]:
+    """A queue's reserved and running jobs per concurrency key: a walk of the partial
+    index of leased jobs, as many as the workers hold (``ix_jobs_queue_key_leased``)."""
+    rows = conn.execute(
+        select(jobs.c.concurrency_key, func.count())
+        .where(jobs.c.queue == queue, text(LEASED_PREDICATE))
+        .group_by(jobs.c.concurrency_key)
+    )
+    return {str(key): int(count) for key, count in rows}

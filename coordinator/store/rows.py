@@ -113,7 +113,7 @@ _ATTEMPT_CONVERSIONS = {
     "job_state_after": "(None if {0} is None else JOB_STATES[{0}])",
     "reported": "bool({})",
 }
-_QUEUE_CONVERSIONS = {"paused": "bool({})"}
+_QUEUE_CONVERSIONS = {"paused": "bool({})", "keyed": "bool({})"}
 _LOADERS: dict[tuple[type, tuple[str, ...]], Callable[[Any], Any]] = {}
 _MAX_LOADERS = 256
 """Column orders are few (one per statement shape); the bound only guards the cache."""

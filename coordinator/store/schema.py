@@ -85,6 +85,9 @@ jobs = Table(
     # The enqueuer's W3C trace context, handed to the worker (worker_sdk.trace_rules).
     Column("traceparent", String(TRACEPARENT_LENGTH)),
     Column("tracestate", String(MAX_TRACESTATE_BYTES)),
+    # Flow control (docs/flow-control.md): the key a queue's per-key running limit counts
+    # the job under; '' is the implicit key every job without one shares.
+    Column("concurrency_key", _identifier(256), nullable=False, server_default=""),
 )
 JOB_COLUMNS = tuple(jobs.columns.keys())
 """The jobs table's columns in table order: what a statement written out selects of a job."""
@@ -135,6 +138,27 @@ Index(
     "ix_jobs_queue_leased",
     jobs.c.queue,
     jobs.c.state,
+    sqlite_where=text(_LEASED),
+    postgresql_where=text(_LEASED),
+)
+# Fair turns (``store.claim_turns``): a queue's claimable keys at one priority, found one
+# index probe each, and each key's next jobs in claim order.
+Index(
+    "ix_jobs_claim_turns",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.concurrency_key,
+    jobs.c.run_at_ms,
+    jobs.c.id,
+    sqlite_where=text(_CLAIMABLE),
+    postgresql_where=text(_CLAIMABLE),
+)
+# A per-key limited queue's reserved and running jobs per key: its claims count them
+# (``store.claim_keys``). Partial like ix_jobs_queue_leased, for the same reason.
+Index(
+    "ix_jobs_queue_key_leased",
+    jobs.c.queue,
+    jobs.c.concurrency_key,
     sqlite_where=text(_LEASED),
     postgresql_where=text(_LEASED),
 )
@@ -240,6 +264,10 @@ queues = Table(
     Column("name", _identifier(256), primary_key=True),
     Column("paused", Boolean, nullable=False, default=False, server_default=false()),
     Column("concurrency_limit", Integer),
+    # Most jobs of one concurrency key reserved or running at once (docs/flow-control.md).
+    Column("key_limit", Integer),
+    # A job with a concurrency key was enqueued to it: its claims take keys in turn.
+    Column("keyed", Boolean, nullable=False, default=False, server_default=false()),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     # ``domain.naming.natural_key(name)``: listings page by (sort_key, name), which is

@@ -32,6 +32,7 @@ from coordinator.domain.records import (
     FinishedMinute,
     JobRecord,
     LeaseHolder,
+    QueueRecord,
     QueueStats,
     Relatives,
     TokenRecord,
@@ -40,7 +41,7 @@ from coordinator.domain.records import (
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.search import JobSearch
 from coordinator.domain.states import JobState
-from coordinator.store import dashboard_sessions, planner, reads
+from coordinator.store import dashboard_sessions, planner, reads, waiting
 from coordinator.store import graph as job_graph
 from coordinator.store import migrate as migrations
 from coordinator.store import schedules as schedule_reads
@@ -333,6 +334,11 @@ class Store:
         """The job's parents and children (R-15)."""
         with self._reading() as conn:
             return reads.relatives(conn, job_id)
+
+    def waiting_facts(self, job: JobRecord) -> tuple[QueueRecord | None, int, int]:
+        """``job``'s queue and its counts for ``domain.flow.waiting_reason`` (``store.waiting``)."""
+        with self._reading() as conn:
+            return waiting.waiting_facts(conn, job)
 
     def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
         with self._reading() as conn:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import case, exists, func, literal, select, text
+from sqlalchemy import case, exists, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -54,6 +54,8 @@ def _new_rows(names: Iterable[str], now_ms: int) -> list[dict[str, Any]]:
             "name": name,
             "paused": False,
             "concurrency_limit": None,
+            "key_limit": None,
+            "keyed": False,
             "created_at_ms": now_ms,
             "updated_at_ms": now_ms,
             "sort_key": natural_key(name),
@@ -79,6 +81,16 @@ class QueueLifecycleOps(TxBase):
             self._check_queue_room(new)
             self._conn.execute(_insert_ignoring_duplicates(self._postgres), _new_rows(new, now_ms))
         self.registered_queues.update(wanted)
+
+    def mark_keyed_queues(self, names: Iterable[str]) -> None:
+        """Marks ``names`` as queues where jobs with concurrency keys were enqueued, so their
+        claims take keys in turn (``store.claim_turns``). Updates only queues not marked
+        yet: a marked queue's row is neither written nor locked."""
+        wanted = sorted(set(names))
+        if wanted:
+            self._conn.execute(
+                update(queues).where(queues.c.name.in_(wanted), queues.c.keyed.is_(False)).values(keyed=True)
+            )
 
     def _existing_queues(self, names: list[str]) -> set[str]:
         return {row[0] for row in self._conn.execute(select(queues.c.name).where(queues.c.name.in_(names)))}
@@ -161,6 +173,7 @@ class QueueLifecycleOps(TxBase):
             .where(
                 queues.c.paused.is_(False),
                 queues.c.concurrency_limit.is_(None),
+                queues.c.key_limit.is_(None),
                 ~exists(select(literal(1)).where(jobs.c.queue == queues.c.name)),
             )
             .order_by(queues.c.name)

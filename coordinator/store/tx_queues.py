@@ -52,8 +52,9 @@ class QueueOps(QueueLifecycleOps):
     # -- queues (R-17) ------------------------------------------------------------------
 
     def queue_controls(self, names: Iterable[str]) -> dict[str, QueueRecord]:
-        """The known queues among ``names``; the rows of those with a concurrency limit are
-        locked (PostgreSQL), so claims of a limited queue are serialised across replicas."""
+        """The known queues among ``names``; the rows of those with a concurrency or
+        per-key limit are locked (PostgreSQL), so claims of a limited queue are serialised
+        across replicas."""
         wanted = sorted(set(names))
         if not wanted:
             return {}
@@ -61,7 +62,9 @@ class QueueOps(QueueLifecycleOps):
             record.name: record
             for record in queues_from(_QUEUES_BY_NAMES.execute(self._reader, {"names": wanted}))
         }
-        self.lock_queues(name for name, record in found.items() if record.concurrency_limit is not None)
+        self.lock_queues(
+            name for name, r in found.items() if r.concurrency_limit is not None or r.key_limit is not None
+        )
         return found
 
     def lock_queues(self, names: Iterable[str]) -> None:
@@ -176,7 +179,13 @@ class QueueOps(QueueLifecycleOps):
         return int(self._conn.execute(select(func.count()).select_from(inner)).scalar_one())
 
     def set_queue_controls(
-        self, name: str, now_ms: int, *, paused: bool | None = None, limit: int | Unset | None = UNSET
+        self,
+        name: str,
+        now_ms: int,
+        *,
+        paused: bool | None = None,
+        limit: int | Unset | None = UNSET,
+        key_limit: int | Unset | None = UNSET,
     ) -> QueueRecord | None:
         """Changes a known queue's controls; None when it is not known."""
         values: dict[str, Any] = {"updated_at_ms": now_ms}
@@ -184,6 +193,8 @@ class QueueOps(QueueLifecycleOps):
             values["paused"] = paused
         if not isinstance(limit, Unset):
             values["concurrency_limit"] = limit
+        if not isinstance(key_limit, Unset):
+            values["key_limit"] = key_limit
         if self._conn.execute(update(queues).where(queues.c.name == name).values(values)).rowcount != 1:
             return None
         row = self._conn.execute(select(queues).where(queues.c.name == name)).first()

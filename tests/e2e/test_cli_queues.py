@@ -25,14 +25,14 @@ async def test_queues_list_pause_resume_and_limit(coordinator: Coordinator) -> N
     assert listed[0]["oldest_available_age_s"] >= 0
 
     paused = await runwick("queues", "pause", "billing", *target)
-    assert paused.stdout.strip() == "billing  paused, limit none"
+    assert paused.stdout.strip() == "billing  paused, limit none, per-key limit none"
     limited = json.loads((await runwick("queues", "limit", "billing", "3", "--json", *target)).stdout)[
         "queue"
     ]
     assert (limited["paused"], limited["concurrency_limit"]) == (True, 3)
     await runwick("queues", "resume", "billing", *target)
     cleared = await runwick("queues", "limit", "billing", "none", *target)
-    assert cleared.stdout.strip() == "billing  running, limit none"
+    assert cleared.stdout.strip() == "billing  running, limit none, per-key limit none"
 
     table = (await runwick("queues", "list", *target)).stdout.splitlines()
     assert table[0].split()[:3] == ["queue", "paused", "limit"]
@@ -82,3 +82,55 @@ async def test_queues_list_pages_and_delete_refuses_a_queue_with_jobs(coordinato
     assert [q["name"] for q in every] == ["b", "c"]
     unknown = await runwick("queues", "delete", "a", *target, check=False)
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "does not exist" in unknown.stderr
+
+
+async def test_concurrency_keys_and_per_key_limits_from_the_cli(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    made = await runwick(
+        "jobs",
+        "enqueue",
+        "billing.invoice",
+        "--queue",
+        "billing",
+        "--concurrency-key",
+        "tenant:42",
+        "--json",
+        *target,
+    )
+    job_id = json.loads(made.stdout)["enqueued"]["id"]
+    shown = json.loads((await runwick("jobs", "get", job_id, "--json", *target)).stdout)["job"]
+    assert shown["concurrency_key"] == "tenant:42"
+    text = (await runwick("jobs", "get", job_id, *target)).stdout.splitlines()
+    assert ["concurrency", "key", "tenant:42"] in [line.split() for line in text]
+    listed = json.loads((await runwick("jobs", "list", "--json", *target)).stdout)["jobs"]
+    assert [j["concurrency_key"] for j in listed] == ["tenant:42"]
+
+    per_key = await runwick("queues", "limit", "billing", "2", "--per-key", *target)
+    assert per_key.stdout.strip() == "billing  running, limit none, per-key limit 2"
+    assert (
+        json.loads((await runwick("jobs", "get", job_id, "--json", *target)).stdout)["job"]["waiting_reason"]
+        is None
+    )
+    queues = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
+    assert (queues[0]["key_limit"], queues[0]["concurrency_limit"]) == (2, None)
+    table = (await runwick("queues", "list", *target)).stdout.splitlines()
+    assert table[0].split()[:5] == ["queue", "paused", "limit", "key", "limit"]
+    assert table[1].split()[:4] == ["billing", "-", "-", "2"]
+
+    await runwick("queues", "pause", "billing", *target)
+    held = json.loads((await runwick("jobs", "get", job_id, "--json", *target)).stdout)["job"]
+    assert held["waiting_reason"] == "queue_paused"
+    lines = (await runwick("jobs", "get", job_id, *target)).stdout.splitlines()
+    assert ["waiting", "on", "queue_paused"] in [line.split() for line in lines]
+    await runwick("queues", "resume", "billing", *target)
+    bad = await runwick(
+        "jobs", "enqueue", "billing.invoice", "--concurrency-key", "a b", *target, check=False
+    )
+    assert bad.returncode == 2 and "concurrency_key" in bad.stderr and "'a b'" in bad.stderr
+    zero = await runwick("queues", "limit", "billing", "0", "--per-key", *target, check=False)
+    assert zero.returncode == 2 and "got 0" in zero.stderr
+    missing = await runwick("queues", "limit", "nowhere", "1", "--per-key", *target, check=False)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+    after = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
+    assert [q["key_limit"] for q in after] == [2]
+    assert len(json.loads((await runwick("jobs", "list", "--json", *target)).stdout)["jobs"]) == 1

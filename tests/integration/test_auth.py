@@ -235,6 +235,9 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                 "SetQueueLimit": lambda: api.tokens.SetQueueLimit(
                     queue_pb2.SetQueueLimitRequest(name="default", limit=5), metadata=md
                 ),
+                "SetQueueKeyLimit": lambda: api.tokens.SetQueueKeyLimit(
+                    queue_pb2.SetQueueKeyLimitRequest(name="default", limit=5), metadata=md
+                ),
             }
             if name in requests:
                 return await _status(requests[name]())

@@ -12,6 +12,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dashboard.views import PAGE_SIZE
+from coordinator.domain.access import SYSTEM_ACTOR
 from coordinator.domain.records import NewJobSpec
 from coordinator.process import RunningCoordinator, start_coordinator
 from tests.integration.test_dashboard_http import Session
@@ -75,3 +76,19 @@ async def test_the_overview_lists_one_page_of_queues_and_totals_every_queue(
     assert f'data-count="available">{QUEUES}<' in page.body
     assert f"The first {PAGE_SIZE} of {QUEUES} queues" in page.body
     assert 'href="/queues?page=' in page.body
+
+
+async def test_the_queues_page_shows_the_per_key_limit_and_the_job_page_its_key(
+    running: RunningCoordinator,
+) -> None:
+    """docs/flow-control.md: a queue's per-key limit and a job's concurrency key are shown."""
+    [made] = await running.app.enqueue(
+        [NewJobSpec("tests.echo", b"{}", queue="q00", concurrency_key="tenant:7")]
+    )
+    await running.app.set_queue_key_limit("q00", 3, SYSTEM_ACTOR)
+    session = _session(running)
+    queues = await session.get("/queues")
+    assert '<td class="num" data-key-limit>3</td>' in queues.body
+    assert queues.body.count('<td class="num" data-key-limit>none</td>') == PAGE_SIZE - 1
+    job = await session.get(f"/jobs/{made.job_id}")
+    assert '<dd class="mono" data-concurrency-key>tenant:7</dd>' in job.body

@@ -179,6 +179,9 @@ def test_queues_and_workers_print_counts_by_state_and_times() -> None:
         "concurrency_limit": 2,
         "counts": {"available": 3},
         "oldest_available_age_s": 1.5,
+        "key_limit": None,
+        "active_keys": None,
+        "keys_at_limit": None,
     }
     worker = to_json(WorkerInfo("w-1", ("mail",), ("a.b",), 8, 2, 6, None, None))
     assert worker["queues"] == ["mail"] and worker["connected_at"] is None

@@ -57,6 +57,7 @@ def test_every_option_of_an_item_reaches_its_job_as_keywords_give(client: Client
         idempotency_key="order-1",
         job_id=CHOSEN,
         unique_key="user-9",
+        concurrency_key="tenant:7",
     )
     expected = job_service_pb2.NewJob(
         wire_name="sdk.request.declared",
@@ -69,6 +70,7 @@ def test_every_option_of_an_item_reaches_its_job_as_keywords_give(client: Client
         parent_ids=[PARENT],
         id=CHOSEN,
         unique_key="user-9",
+        concurrency_key="tenant:7",
     )
     expected.run_at.FromDatetime(run_at)
     request = client._enqueue_request([Plain(1), item])

@@ -97,6 +97,13 @@ def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="enqueue the measured jobs while the workers process them, instead of before",
     )
     add("--warmup", type=int, default=4, help="warm-up jobs before measuring (default 4)")
+    add(
+        "--keys",
+        type=int,
+        default=0,
+        help="spread the measured and backlog jobs over N concurrency keys (default 0: no keys)",
+    )
+    add("--key-limit", type=int, help="the queue's per-key running limit while measuring (default none)")
     add("--settle", type=float, default=1.0, help="seconds to wait for duplicate runs after the last job")
     add("--stall-timeout", type=float, default=60.0, help="give up after this many seconds without progress")
     add("--engine", choices=ENGINES, help="local database: sqlite (default) or postgres")
@@ -146,7 +153,13 @@ def _check(options: argparse.Namespace) -> None:
     for flag, value in positive.items():
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}")
-    for flag, value in (("--latency-jobs", options.latency_jobs), ("--backlog", options.backlog)):
+    if options.key_limit is not None and options.key_limit < 1:
+        raise UsageError(f"--key-limit must be at least 1, got {options.key_limit}")
+    for flag, value in (
+        ("--latency-jobs", options.latency_jobs),
+        ("--backlog", options.backlog),
+        ("--keys", options.keys),
+    ):
         if value < 0:
             raise UsageError(f"{flag} must be 0 or more, got {value}")
     if options.workers < 1 and not options.no_workers:
@@ -298,6 +311,8 @@ def _plan(options: argparse.Namespace) -> Plan:
         queue=options.queue or f"runwick-bench-{secrets.token_hex(4)}",
         settle_s=options.settle,
         stall_timeout_s=options.stall_timeout,
+        keys=options.keys,
+        key_limit=options.key_limit,
     )
 
 

@@ -47,6 +47,14 @@ class Plan:
     queue: str
     settle_s: float
     stall_timeout_s: float
+    keys: int = 0
+    """Concurrency keys the measured and backlog jobs are spread over (0: none)."""
+    key_limit: int | None = None
+    """The queue's per-key limit while the measured jobs run (None: none)."""
+
+    def key(self, n: int) -> str | None:
+        """The concurrency key of job ``n``: keys taken in turn (docs/flow-control.md)."""
+        return f"bench:{n % self.keys}" if self.keys else None
 
     @property
     def latency_numbers(self) -> range:
@@ -158,8 +166,13 @@ class Phases:
                     now = time.time()
                     await client.enqueue_many(
                         [
-                            EnqueueItem(Noop(BACKLOG, now), priority=BACKLOG_PRIORITY, queue=self.plan.queue)
-                            for _ in range(size)
+                            EnqueueItem(
+                                Noop(BACKLOG, now),
+                                priority=BACKLOG_PRIORITY,
+                                queue=self.plan.queue,
+                                concurrency_key=self.plan.key(index),
+                            )
+                            for index in range(size)
                         ]
                     )
 
@@ -172,7 +185,12 @@ class Phases:
         for start in range(numbers.start, numbers.stop, self.plan.batch):
             chunk = range(start, min(start + self.plan.batch, numbers.stop))
             now = time.time()
-            ids = client.enqueue_many([EnqueueItem(Noop(n, now), queue=self.plan.queue) for n in chunk])
+            ids = client.enqueue_many(
+                [
+                    EnqueueItem(Noop(n, now), queue=self.plan.queue, concurrency_key=self.plan.key(n))
+                    for n in chunk
+                ]
+            )
             self.measured.job_ids.update(zip(chunk, ids, strict=True))
         self.measured.enqueue_s = time.monotonic() - began
 
@@ -189,6 +207,8 @@ class Phases:
             paused = not self.plan.overlap or self.plan.backlog > 0
             if paused:
                 client.pause_queue(self.plan.queue)
+            if self.plan.key_limit is not None:
+                client.set_queue_key_limit(self.plan.queue, self.plan.key_limit)
             self.load_backlog()
             if self.plan.overlap:
                 if paused:

@@ -112,6 +112,7 @@ def test_grammar_exports() -> None:
     """The wire grammar the coordinator shares (names, codes, truncation)."""
     assert sorted(worker_sdk.grammar.__all__) == [
         "CODE_PATTERN",
+        "KEY_PUNCTUATION",
         "MAX_CODE_LENGTH",
         "MAX_FAILURE_DETAIL_BYTES",
         "MAX_FAILURE_MESSAGE_BYTES",
@@ -121,6 +122,7 @@ def test_grammar_exports() -> None:
         "NameProblem",
         "TRUNCATION_MARKER",
         "coerce_code",
+        "concurrency_key_problem",
         "is_name_character",
         "is_valid_code",
         "name_problem",

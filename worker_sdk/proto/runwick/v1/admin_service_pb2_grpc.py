@@ -76,6 +76,11 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
                 _registered_method=True)
+        self.SetQueueKeyLimit = channel.unary_unary(
+                '/runwick.v1.AdminService/SetQueueKeyLimit',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitResponse.FromString,
+                _registered_method=True)
         self.DeleteQueue = channel.unary_unary(
                 '/runwick.v1.AdminService/DeleteQueue',
                 request_serializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
@@ -185,6 +190,15 @@ class AdminServiceServicer:
 
     def SetQueueLimit(self, request, context):
         """R-17: sets or removes a queue's concurrency limit. Scope `manage`; audited.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueueKeyLimit(self, request, context):
+        """Sets or removes a queue's per-key running limit: at most that many jobs of one
+        concurrency key reserved or running at once (docs/flow-control.md). Audited
+        (queue.key_limit). A limit below 1 is INVALID_ARGUMENT and changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -323,6 +337,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetQueueLimit,
                     request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.SerializeToString,
+            ),
+            'SetQueueKeyLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueKeyLimit,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitResponse.SerializeToString,
             ),
             'DeleteQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteQueue,
@@ -592,6 +611,33 @@ class AdminService:
             '/runwick.v1.AdminService/SetQueueLimit',
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueKeyLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/SetQueueKeyLimit',
+            runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crunwick/v1/job_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\xbb\x02\n\x06NewJob\x12\x11\n\twire_name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x17\n\x0fpayload_version\x18\x04 \x01(\x05\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12*\n\x06run_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12)\n\x08settings\x18\x08 \x01(\x0b\x32\x17.runwick.v1.JobSettings\x12\x12\n\nparent_ids\x18\t \x03(\t\x12\n\n\x02id\x18\n \x01(\t\x12\x12\n\nunique_key\x18\x0b \x01(\t\x12/\n\rtrace_context\x18\x0c \x01(\x0b\x32\x18.runwick.v1.TraceContext\"2\n\x0e\x45nqueueRequest\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.runwick.v1.NewJob\"P\n\x0b\x45nqueuedJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x65xisting\x18\x02 \x01(\x08\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.runwick.v1.JobState\"8\n\x0f\x45nqueueResponse\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.runwick.v1.EnqueuedJob\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"\x7f\n\x0fListJobsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12#\n\x05state\x18\x02 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\x11\n\twire_name\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.runwick.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x13ListAttemptsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"=\n\x14ListAttemptsResponse\x12%\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x13.runwick.v1.Attempt\"H\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"A\n\x0fWaitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x10\n\x08terminal\x18\x02 \x01(\x08\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"1\n\x11\x43\x61ncelJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"9\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1a\n\x12include_dependents\x18\x02 \x01(\x08\"F\n\x10RetryJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x14\n\x0creopened_ids\x18\x02 \x03(\t\"(\n\x12RevealErrorRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\"\x9a\x01\n\x13RevealErrorResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t2\xd0\x04\n\nJobService\x12\x42\n\x07\x45nqueue\x12\x1a.runwick.v1.EnqueueRequest\x1a\x1b.runwick.v1.EnqueueResponse\x12?\n\x06GetJob\x12\x19.runwick.v1.GetJobRequest\x1a\x1a.runwick.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.runwick.v1.ListJobsRequest\x1a\x1c.runwick.v1.ListJobsResponse\x12Q\n\x0cListAttempts\x12\x1f.runwick.v1.ListAttemptsRequest\x1a .runwick.v1.ListAttemptsResponse\x12\x42\n\x07WaitJob\x12\x1a.runwick.v1.WaitJobRequest\x1a\x1b.runwick.v1.WaitJobResponse\x12H\n\tCancelJob\x12\x1c.runwick.v1.CancelJobRequest\x1a\x1d.runwick.v1.CancelJobResponse\x12\x45\n\x08RetryJob\x12\x1b.runwick.v1.RetryJobRequest\x1a\x1c.runwick.v1.RetryJobResponse\x12N\n\x0bRevealError\x12\x1e.runwick.v1.RevealErrorRequest\x1a\x1f.runwick.v1.RevealErrorResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crunwick/v1/job_service.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14runwick/v1/job.proto\"\xd4\x02\n\x06NewJob\x12\x11\n\twire_name\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x17\n\x0fpayload_version\x18\x04 \x01(\x05\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12*\n\x06run_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12)\n\x08settings\x18\x08 \x01(\x0b\x32\x17.runwick.v1.JobSettings\x12\x12\n\nparent_ids\x18\t \x03(\t\x12\n\n\x02id\x18\n \x01(\t\x12\x12\n\nunique_key\x18\x0b \x01(\t\x12/\n\rtrace_context\x18\x0c \x01(\x0b\x32\x18.runwick.v1.TraceContext\x12\x17\n\x0f\x63oncurrency_key\x18\r \x01(\t\"2\n\x0e\x45nqueueRequest\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.runwick.v1.NewJob\"P\n\x0b\x45nqueuedJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08\x65xisting\x18\x02 \x01(\x08\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.runwick.v1.JobState\"8\n\x0f\x45nqueueResponse\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.runwick.v1.EnqueuedJob\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"\x7f\n\x0fListJobsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12#\n\x05state\x18\x02 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\x11\n\twire_name\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.runwick.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x13ListAttemptsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"=\n\x14ListAttemptsResponse\x12%\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x13.runwick.v1.Attempt\"H\n\x0eWaitJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"A\n\x0fWaitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x10\n\x08terminal\x18\x02 \x01(\x08\"\x1e\n\x10\x43\x61ncelJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"1\n\x11\x43\x61ncelJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\"9\n\x0fRetryJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1a\n\x12include_dependents\x18\x02 \x01(\x08\"F\n\x10RetryJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.runwick.v1.Job\x12\x14\n\x0creopened_ids\x18\x02 \x03(\t\"(\n\x12RevealErrorRequest\x12\x12\n\nattempt_id\x18\x01 \x01(\t\"\x9a\x01\n\x13RevealErrorResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t2\xd0\x04\n\nJobService\x12\x42\n\x07\x45nqueue\x12\x1a.runwick.v1.EnqueueRequest\x1a\x1b.runwick.v1.EnqueueResponse\x12?\n\x06GetJob\x12\x19.runwick.v1.GetJobRequest\x1a\x1a.runwick.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.runwick.v1.ListJobsRequest\x1a\x1c.runwick.v1.ListJobsResponse\x12Q\n\x0cListAttempts\x12\x1f.runwick.v1.ListAttemptsRequest\x1a .runwick.v1.ListAttemptsResponse\x12\x42\n\x07WaitJob\x12\x1a.runwick.v1.WaitJobRequest\x1a\x1b.runwick.v1.WaitJobResponse\x12H\n\tCancelJob\x12\x1c.runwick.v1.CancelJobRequest\x1a\x1d.runwick.v1.CancelJobResponse\x12\x45\n\x08RetryJob\x12\x1b.runwick.v1.RetryJobRequest\x1a\x1c.runwick.v1.RetryJobResponse\x12N\n\x0bRevealError\x12\x1e.runwick.v1.RevealErrorRequest\x1a\x1f.runwick.v1.RevealErrorResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,41 +35,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runwick.v1.job_service_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NEWJOB']._serialized_start=132
-  _globals['_NEWJOB']._serialized_end=447
-  _globals['_ENQUEUEREQUEST']._serialized_start=449
-  _globals['_ENQUEUEREQUEST']._serialized_end=499
-  _globals['_ENQUEUEDJOB']._serialized_start=501
-  _globals['_ENQUEUEDJOB']._serialized_end=581
-  _globals['_ENQUEUERESPONSE']._serialized_start=583
-  _globals['_ENQUEUERESPONSE']._serialized_end=639
-  _globals['_GETJOBREQUEST']._serialized_start=641
-  _globals['_GETJOBREQUEST']._serialized_end=668
-  _globals['_GETJOBRESPONSE']._serialized_start=670
-  _globals['_GETJOBRESPONSE']._serialized_end=716
-  _globals['_LISTJOBSREQUEST']._serialized_start=718
-  _globals['_LISTJOBSREQUEST']._serialized_end=845
-  _globals['_LISTJOBSRESPONSE']._serialized_start=847
-  _globals['_LISTJOBSRESPONSE']._serialized_end=921
-  _globals['_LISTATTEMPTSREQUEST']._serialized_start=923
-  _globals['_LISTATTEMPTSREQUEST']._serialized_end=960
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=962
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=1023
-  _globals['_WAITJOBREQUEST']._serialized_start=1025
-  _globals['_WAITJOBREQUEST']._serialized_end=1097
-  _globals['_WAITJOBRESPONSE']._serialized_start=1099
-  _globals['_WAITJOBRESPONSE']._serialized_end=1164
-  _globals['_CANCELJOBREQUEST']._serialized_start=1166
-  _globals['_CANCELJOBREQUEST']._serialized_end=1196
-  _globals['_CANCELJOBRESPONSE']._serialized_start=1198
-  _globals['_CANCELJOBRESPONSE']._serialized_end=1247
-  _globals['_RETRYJOBREQUEST']._serialized_start=1249
-  _globals['_RETRYJOBREQUEST']._serialized_end=1306
-  _globals['_RETRYJOBRESPONSE']._serialized_start=1308
-  _globals['_RETRYJOBRESPONSE']._serialized_end=1378
-  _globals['_REVEALERRORREQUEST']._serialized_start=1380
-  _globals['_REVEALERRORREQUEST']._serialized_end=1420
-  _globals['_REVEALERRORRESPONSE']._serialized_start=1423
-  _globals['_REVEALERRORRESPONSE']._serialized_end=1577
-  _globals['_JOBSERVICE']._serialized_start=1580
-  _globals['_JOBSERVICE']._serialized_end=2172
+  _globals['_NEWJOB']._serialized_end=472
+  _globals['_ENQUEUEREQUEST']._serialized_start=474
+  _globals['_ENQUEUEREQUEST']._serialized_end=524
+  _globals['_ENQUEUEDJOB']._serialized_start=526
+  _globals['_ENQUEUEDJOB']._serialized_end=606
+  _globals['_ENQUEUERESPONSE']._serialized_start=608
+  _globals['_ENQUEUERESPONSE']._serialized_end=664
+  _globals['_GETJOBREQUEST']._serialized_start=666
+  _globals['_GETJOBREQUEST']._serialized_end=693
+  _globals['_GETJOBRESPONSE']._serialized_start=695
+  _globals['_GETJOBRESPONSE']._serialized_end=741
+  _globals['_LISTJOBSREQUEST']._serialized_start=743
+  _globals['_LISTJOBSREQUEST']._serialized_end=870
+  _globals['_LISTJOBSRESPONSE']._serialized_start=872
+  _globals['_LISTJOBSRESPONSE']._serialized_end=946
+  _globals['_LISTATTEMPTSREQUEST']._serialized_start=948
+  _globals['_LISTATTEMPTSREQUEST']._serialized_end=985
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=987
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=1048
+  _globals['_WAITJOBREQUEST']._serialized_start=1050
+  _globals['_WAITJOBREQUEST']._serialized_end=1122
+  _globals['_WAITJOBRESPONSE']._serialized_start=1124
+  _globals['_WAITJOBRESPONSE']._serialized_end=1189
+  _globals['_CANCELJOBREQUEST']._serialized_start=1191
+  _globals['_CANCELJOBREQUEST']._serialized_end=1221
+  _globals['_CANCELJOBRESPONSE']._serialized_start=1223
+  _globals['_CANCELJOBRESPONSE']._serialized_end=1272
+  _globals['_RETRYJOBREQUEST']._serialized_start=1274
+  _globals['_RETRYJOBREQUEST']._serialized_end=1331
+  _globals['_RETRYJOBRESPONSE']._serialized_start=1333
+  _globals['_RETRYJOBRESPONSE']._serialized_end=1403
+  _globals['_REVEALERRORREQUEST']._serialized_start=1405
+  _globals['_REVEALERRORREQUEST']._serialized_end=1445
+  _globals['_REVEALERRORRESPONSE']._serialized_start=1448
+  _globals['_REVEALERRORRESPONSE']._serialized_end=1602
+  _globals['_JOBSERVICE']._serialized_start=1605
+  _globals['_JOBSERVICE']._serialized_end=2197
 # @@protoc_insertion_point(module_scope)

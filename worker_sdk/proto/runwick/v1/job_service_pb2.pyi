@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewJob(_message.Message):
-    __slots__ = ("wire_name", "queue", "payload", "payload_version", "priority", "run_at", "idempotency_key", "settings", "parent_ids", "id", "unique_key", "trace_context")
+    __slots__ = ("wire_name", "queue", "payload", "payload_version", "priority", "run_at", "idempotency_key", "settings", "parent_ids", "id", "unique_key", "trace_context", "concurrency_key")
     WIRE_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class NewJob(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     wire_name: str
     queue: str
     payload: bytes
@@ -37,7 +38,8 @@ class NewJob(_message.Message):
     id: str
     unique_key: str
     trace_context: _job_pb2.TraceContext
-    def __init__(self, wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[_job_pb2.JobSettings, _Mapping]] = ..., parent_ids: _Optional[_Iterable[str]] = ..., id: _Optional[str] = ..., unique_key: _Optional[str] = ..., trace_context: _Optional[_Union[_job_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+    concurrency_key: str
+    def __init__(self, wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[_job_pb2.JobSettings, _Mapping]] = ..., parent_ids: _Optional[_Iterable[str]] = ..., id: _Optional[str] = ..., unique_key: _Optional[str] = ..., trace_context: _Optional[_Union[_job_pb2.TraceContext, _Mapping]] = ..., concurrency_key: _Optional[str] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("jobs",)

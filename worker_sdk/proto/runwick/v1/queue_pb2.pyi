@@ -19,18 +19,24 @@ class QueueStateCount(_message.Message):
     def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age")
+    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_AVAILABLE_AGE_FIELD_NUMBER: _ClassVar[int]
+    KEY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     name: str
     paused: bool
     concurrency_limit: int
     counts: _containers.RepeatedCompositeFieldContainer[QueueStateCount]
     oldest_available_age: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    key_limit: int
+    active_keys: int
+    keys_at_limit: int
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
     __slots__ = ("page_size", "page_token")
@@ -93,6 +99,20 @@ class SetQueueLimitRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class SetQueueLimitResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class SetQueueKeyLimitRequest(_message.Message):
+    __slots__ = ("name", "limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    limit: int
+    def __init__(self, name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SetQueueKeyLimitResponse(_message.Message):
     __slots__ = ("queue",)
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     queue: Queue
