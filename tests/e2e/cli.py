@@ -14,10 +14,12 @@ async def runwick(
 ) -> subprocess.CompletedProcess[str]:
     """Runs the CLI without blocking an in-process coordinator's loop.
 
-    The caller's ``RUNWICK_*`` variables are left out so each test says what it means;
+    The caller's ``RUNWICK_*`` variables (and ``COLUMNS``) are left out so each test says what it means;
     ``token`` goes in as ``RUNWICK_TOKEN`` (the env form of ``--token``).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWICK_")}
+    # COLUMNS too: pytest-xdist's workers set it to 80, and a table piped with COLUMNS set
+    # is cut to it; without it the CLI's output is what a script reading the pipe gets.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNWICK_") and k != "COLUMNS"}
     if token is not None:
         env["RUNWICK_TOKEN"] = token
     result = await asyncio.to_thread(

@@ -20,8 +20,9 @@ from tests.integration.conftest import Coordinator
 UNKNOWN_JOB = str(uuid.UUID(int=7))
 NOWHERE = ("--target", "127.0.0.1:1")
 """No coordinator listens there: the command's call fails (1)."""
-SERVER_SIDE = {"serve", "migrate", "worker", "bench", "completion"}
-"""Commands that do not call a coordinator: their statuses are tested with them."""
+SERVER_SIDE = {"serve", "migrate", "worker", "bench", "completion", "outbox relay"}
+"""Commands that do not call a coordinator, or run until stopped (a worker, the outbox
+relay): their statuses are tested with them."""
 
 # command: (bad input -> 2, a call the coordinator refuses -> 1, or None: no coordinator -> 1)
 EXITS: dict[str, tuple[list[str], list[str] | None]] = {
