@@ -294,6 +294,8 @@ class _BatchRun:
                 claimed = [_with_outputs(item, outputs.get(item.job.id, {}), request) for item in claimed]
             self.answers.claims.append(claimed)
             self.answers.drained.append(found.drained)
+            if found.wake_at_ms is not None:  # a rate held jobs back: claim again then
+                self.answers.scheduled(found.wake_at_ms)
 
 
 def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:

@@ -17,6 +17,9 @@ runs next (a limit per key, a rate, fair turns between keys) is one more step of
    claim order (priority desc, run-at, id), an ordered walk of ``ix_jobs_claim`` that
    stops at its limit (locked, and skipped by other replicas: ``FOR UPDATE SKIP LOCKED``),
    merged across queues.
+4. **rates**: the jobs of a rated queue are admitted while its window (or each key's)
+   has room (``store.claim_rates``, ``domain.rates``), and counted there as they go. A
+   claim held back by a rate tells its dispatcher when to try again (``wake_at_ms``).
 
 On PostgreSQL a call for a single queue reads the queue's controls with its jobs in one
 statement (a claim at a light load then goes out after one read instead of two).
@@ -40,8 +43,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.domain import rates
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import JobState, is_claimable
+from coordinator.store.claim_rates import RateOps, key_of, rate_of
 from coordinator.store.claim_reads import (
     CLAIMABLE_IN_QUEUE,
     CONTROLS_AND_CLAIMABLE,
@@ -53,6 +58,9 @@ from coordinator.store.prepared import DriverRows
 from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import jobs
 from coordinator.store.tx_queues import QueueOps
+
+_NO_LIMIT = 2**31
+"""The room of a queue whose only control is a rate: its rate decides."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +82,8 @@ class ClaimFound:
     drained: bool
     """Its queues hold no more claimable jobs of its wire names for it: none of them is
     paused or limited, and it got fewer jobs than it asked for."""
+    wake_at_ms: int | None = None
+    """A rate held jobs back: when its window may have room again."""
 
 
 @dataclass(slots=True)
@@ -98,9 +108,13 @@ class _Call:
     """Per queue, the sets of wire names a read found nothing more of: later requests of
     the call that ask for no other name skip the queue (at a light load every session
     with credit claims in the same transaction, and the first takes all there is)."""
+    rate_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Rated queues: the grants still counted per key, read once, counted up as jobs go."""
+    wake_at_ms: int | None = None
+    """A rate held jobs back: the start of its next slot, when it may have room."""
 
 
-class ClaimOps(QueueOps):
+class ClaimOps(QueueOps, RateOps):
     def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
         """The jobs to claim for each of ``wanted``, earlier requests served first, no
         job twice. Every job found is the caller's: it must claim each of them in this
@@ -129,7 +143,8 @@ class ClaimOps(QueueOps):
                 found += self._candidates(call, (queue,), wanted.wire_names, names, more)
         # A paused queue or a limit may hold jobs back that a later claim gets, and a
         # claim that took all it could may have left more.
-        return ClaimFound(found, len(free) == len(wanted.queues) and len(found) < limit)
+        drained = len(free) == len(wanted.queues) and len(found) < limit
+        return ClaimFound(found, drained, call.wake_at_ms)
 
     # -- 1. eligible queues ---------------------------------------------------------------
 
@@ -144,7 +159,7 @@ class ClaimOps(QueueOps):
         }
         rows = CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
         head = rows.rows[0]
-        record = None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2])
+        record = None if head[0] is None else _controls(head)
         if record is None or record.free:
             with_jobs = [row for row in rows.rows if row[CONTROLS_AND_CLAIMABLE_JOB_ID_AT] is not None]
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
@@ -167,11 +182,57 @@ class ClaimOps(QueueOps):
         return tuple(free), limited
 
     def _room(self, call: _Call, queue: QueueRecord) -> int:
-        limit = queue.concurrency_limit
-        assert limit is not None
+        """How many more jobs of a limited or rated queue this call may hand out: its
+        concurrency limit's room, and a queue-wide rate's (a per-key rate is kept job by
+        job, ``_admit_rated``)."""
         if queue.name not in call.room:
-            call.room[queue.name] = limit - self.active_jobs(queue.name, limit)
+            limit = queue.concurrency_limit
+            room = _NO_LIMIT if limit is None else limit - self.active_jobs(queue.name, limit)
+            rate = rate_of(queue)
+            if rate is not None:
+                used = self._rate_used(call, queue.name, rate)
+                rate_room = rates.room(rate, used)
+                if rate_room is not None:
+                    room = min(room, rate_room)
+                    self._note_rate_held(call, rate, rate_room == 0)
+            call.room[queue.name] = room
         return call.room[queue.name]
+
+    # -- 4. rates -------------------------------------------------------------------------
+
+    def _rate_used(self, call: _Call, queue: str, rate: rates.QueueRate) -> dict[str, int]:
+        if queue not in call.rate_used:
+            call.rate_used[queue] = self.rate_grants_used(queue, rate, call.now_ms)
+        return call.rate_used[queue]
+
+    @staticmethod
+    def _note_rate_held(call: _Call, rate: rates.QueueRate, held: bool) -> None:
+        if held:
+            next_slot = rate.slot_of(call.now_ms) + rate.slot_ms
+            call.wake_at_ms = next_slot if call.wake_at_ms is None else min(call.wake_at_ms, next_slot)
+
+    def _admit_rated(self, call: _Call, found: list[JobRecord], limit: int) -> list[JobRecord]:
+        """The first ``limit`` of ``found`` that their queues' rates let start now; the
+        grants they take are counted (in the call, and in the database)."""
+        by_queue: dict[str, list[JobRecord]] = {}
+        for job in found:
+            by_queue.setdefault(job.queue, []).append(job)
+        admitted: set[str] = set()
+        for queue, candidates in by_queue.items():
+            rate = rate_of(call.controls[queue]) if queue in call.controls else None
+            if rate is None:
+                admitted.update(job.id for job in candidates)
+                continue
+            used = self._rate_used(call, queue, rate)
+            taken, granted = rates.admit(rate, used, candidates, key_of, limit)
+            admitted.update(job.id for job in taken)
+            for key, n in granted.items():
+                used[key] = used.get(key, 0) + n
+            self.add_rate_grants(queue, rate, call.now_ms, granted)
+            self._note_rate_held(
+                call, rate, len(taken) < len(candidates) or any(n >= rate.count for n in used.values())
+            )
+        return [job for job in found if job.id in admitted][:limit]
 
     # -- 2. queues with work --------------------------------------------------------------
 
@@ -203,7 +264,7 @@ class ClaimOps(QueueOps):
         if read > 1 or unsent:
             found += unsent
             found.sort(key=_claim_order)
-        found = found[:limit]
+        found = self._admit_rated(call, found[:limit], limit)
         if len(found) < limit:
             for queue in still:
                 call.exhausted.setdefault(queue, []).append(names)
@@ -255,6 +316,19 @@ class ClaimOps(QueueOps):
         ]
         rows.sort(key=lambda row: (-row["priority"], row["run_at_ms"], row["id"]))
         return [job_from_mapping(row) for row in rows[:limit]]
+
+
+def _controls(head: Sequence[Any]) -> QueueRecord:
+    """The queue's controls from a row of ``CONTROLS_AND_CLAIMABLE``."""
+    name, paused, limit, rate_count, rate_period_ms, rate_per_key = head[:6]
+    return QueueRecord(
+        name,
+        bool(paused),
+        limit,
+        rate_count=rate_count,
+        rate_period_ms=rate_period_ms,
+        rate_per_key=bool(rate_per_key),
+    )
 
 
 def _claim_order(job: JobRecord) -> tuple[int, int, str]:
