@@ -1,28 +1,39 @@
 """A claim's rate limits (issue 41): how many jobs a rated queue may still hand out now,
-and the grants its claims take, counted in ``queue_rate_slots`` (``domain.rates``).
+and the starts its rate counts, in ``queue_rate_slots`` (``domain.rates``).
+
+What counts against a rate at a moment is every start still in its window and every
+claim not started yet (a reserved job may start at any moment of its lease). So a claim
+is admitted only while starts counted plus reserved jobs plus itself stay within the
+count; a start moves its job from the reserved to the counted starts (the sum does not
+change), and a claim released or lapsed unstarted leaves the reserved jobs and gives its
+room back. No window of starts can then hold more than the count.
 
 A claim of a rated queue holds the queue's row lock (PostgreSQL, ``QueueOps.lock_queues``)
-from reading the grants to its commit, so replicas claiming the same queue count one
-window in turn, and the counts are rows of the database, so a restart grants nothing
-afresh. A claim counts as a start: a claim that never starts keeps its grant until the
-window passes it (the rate may be under-used, never exceeded).
+from its reads to its commit, so replicas' claims of the queue count in turn. A start
+does not take the lock: it adds to its slot's counter (an upsert), and a claim reads the
+reserved jobs before the starts, so a start committing between the two reads is counted
+twice (the safe way), never missed. The counts are rows of the database: a restart
+grants nothing afresh.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import BigInteger, bindparam, func, select, text
 
-from coordinator.domain.rates import QueueRate
+from coordinator.domain.rates import SLOTS_PER_PERIOD, QueueRate
 from coordinator.domain.records import JobRecord, QueueRecord
-from coordinator.store.schema import queue_rate_slots
+from coordinator.domain.states import JobState
+from coordinator.store.schema import LEASED_PREDICATE, jobs, queue_rate_slots
 from coordinator.store.tx_base import TxBase
 
 
 def key_of(job: JobRecord) -> str:
     """The key a per-key rate counts ``job`` under. Every job has the implicit key ''
-    until jobs carry one: this becomes ``job.concurrency_key`` (issue 41's keys)."""
+    until jobs carry one: this becomes ``job.concurrency_key`` (issue 41's keys), and
+    ``RateOps._reserved_by_key`` groups by that column."""
     del job
     return ""
 
@@ -34,10 +45,26 @@ def rate_of(queue: QueueRecord) -> QueueRate | None:
     return QueueRate(queue.rate_count, queue.rate_period_ms, queue.rate_per_key)
 
 
+# One statement counts a batch's starts of any queues: only rows of rated queues are
+# inserted (the SELECT finds no row for another), in the slot of the queue's own width
+# (``QueueRate.slot_ms`` in SQL), added to the counter another start made first.
+_SLOT_MS = (
+    f"(CASE WHEN q.rate_period_ms >= {SLOTS_PER_PERIOD} "
+    f"THEN q.rate_period_ms / {SLOTS_PER_PERIOD} ELSE 1 END)"
+)
+_COUNT_STARTS = text(
+    "INSERT INTO queue_rate_slots (queue, key, slot_ms, granted) "
+    f"SELECT q.name, :key, :now_ms - (:now_ms % {_SLOT_MS}), :n FROM queues AS q "
+    "WHERE q.name = :queue AND q.rate_count IS NOT NULL "
+    "ON CONFLICT (queue, key, slot_ms) DO UPDATE SET granted = queue_rate_slots.granted + excluded.granted"
+).bindparams(bindparam("now_ms", type_=BigInteger))
+
+
 class RateOps(TxBase):
-    def rate_grants_used(self, queue: str, rate: QueueRate, now_ms: int) -> dict[str, int]:
-        """The grants of ``queue`` per key that still count against a grant made at
-        ``now_ms``; rows no longer counted are deleted first (they never count again)."""
+    def rate_used(self, queue: str, rate: QueueRate, now_ms: int) -> dict[str, int]:
+        """What counts against ``queue``'s rate now, per key: its reserved jobs, then
+        its starts still in the window (rows no longer counted are deleted first)."""
+        used = Counter(self._reserved_by_key(queue))
         since = rate.counted_since(now_ms)
         table = queue_rate_slots
         self._conn.execute(table.delete().where(table.c.queue == queue, table.c.slot_ms <= since))
@@ -46,41 +73,31 @@ class RateOps(TxBase):
             .where(table.c.queue == queue, table.c.slot_ms > since)
             .group_by(table.c.key)
         )
-        return {key: int(total) for key, total in rows}
+        used.update({key: int(total) for key, total in rows})
+        return dict(used)
 
-    def add_rate_grants(self, queue: str, rate: QueueRate, now_ms: int, granted: Mapping[str, int]) -> None:
-        """Counts ``granted`` jobs per key in the slot of ``now_ms``."""
-        slot = rate.slot_of(now_ms)
-        wanted = {key: n for key, n in granted.items() if n}
-        if not wanted:
-            return
-        table = queue_rate_slots
-        known = {
-            row[0]
-            for row in self._conn.execute(
-                select(table.c.key).where(
-                    table.c.queue == queue, table.c.slot_ms == slot, table.c.key.in_(sorted(wanted))
-                )
+    def _reserved_by_key(self, queue: str) -> dict[str, int]:
+        # The predicate as text, word for word: only then may a planner use the partial
+        # index of leased jobs (ix_jobs_queue_leased).
+        reserved = self._conn.execute(
+            select(func.count()).where(
+                jobs.c.queue == queue, text(LEASED_PREDICATE), jobs.c.state == JobState.RESERVED.value
             )
-        }
-        fresh = [
-            {"queue": queue, "key": k, "slot_ms": slot, "granted": n}
-            for k, n in wanted.items()
-            if k not in known
-        ]
-        if fresh:
-            self._conn.execute(table.insert(), fresh)
-        more = [{"k": k, "n": n} for k, n in sorted(wanted.items()) if k in known]
-        if more:
+        ).scalar_one()
+        return {"": int(reserved)} if reserved else {}
+
+    def count_rate_starts(self, starts: Sequence[tuple[str, str, int]]) -> None:
+        """Counts ``starts`` (queue, key, when) against their queues' rates; starts of
+        queues without a rate are not written."""
+        counted = Counter(starts)
+        if counted:
             self._conn.execute(
-                update(table)
-                .where(table.c.queue == queue, table.c.slot_ms == slot, table.c.key == bindparam("k"))
-                .values(granted=table.c.granted + bindparam("n")),
-                more,
+                _COUNT_STARTS,
+                [{"queue": q, "key": k, "now_ms": at, "n": n} for (q, k, at), n in sorted(counted.items())],
             )
 
-    def forget_rate_grants(self, queues: Iterable[str]) -> None:
-        """Drops the grants of ``queues`` (their rate was changed or removed)."""
+    def forget_rate_counts(self, queues: Iterable[str]) -> None:
+        """Drops the counted starts of ``queues``."""
         wanted = sorted(set(queues))
         if wanted:
             self._conn.execute(queue_rate_slots.delete().where(queue_rate_slots.c.queue.in_(wanted)))

@@ -18,7 +18,8 @@ runs next (a limit per key, a rate, fair turns between keys) is one more step of
    stops at its limit (locked, and skipped by other replicas: ``FOR UPDATE SKIP LOCKED``),
    merged across queues.
 4. **rates**: the jobs of a rated queue are admitted while its window (or each key's)
-   has room (``store.claim_rates``, ``domain.rates``), and counted there as they go. A
+   has room: its starts in the window and its reserved jobs are fewer than its count
+   (``store.claim_rates``, ``domain.rates``); the jobs handed out count as reserved. A
    claim held back by a rate tells its dispatcher when to try again (``wake_at_ms``).
 
 On PostgreSQL a call for a single queue reads the queue's controls with its jobs in one
@@ -109,7 +110,8 @@ class _Call:
     the call that ask for no other name skip the queue (at a light load every session
     with credit claims in the same transaction, and the first takes all there is)."""
     rate_used: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Rated queues: the grants still counted per key, read once, counted up as jobs go."""
+    """Rated queues: per key, starts in the window and reserved jobs, read once and
+    counted up as jobs go."""
     wake_at_ms: int | None = None
     """A rate held jobs back: the start of its next slot, when it may have room."""
 
@@ -202,7 +204,7 @@ class ClaimOps(QueueOps, RateOps):
 
     def _rate_used(self, call: _Call, queue: str, rate: rates.QueueRate) -> dict[str, int]:
         if queue not in call.rate_used:
-            call.rate_used[queue] = self.rate_grants_used(queue, rate, call.now_ms)
+            call.rate_used[queue] = self.rate_used(queue, rate, call.now_ms)
         return call.rate_used[queue]
 
     @staticmethod
@@ -212,8 +214,8 @@ class ClaimOps(QueueOps, RateOps):
             call.wake_at_ms = next_slot if call.wake_at_ms is None else min(call.wake_at_ms, next_slot)
 
     def _admit_rated(self, call: _Call, found: list[JobRecord], limit: int) -> list[JobRecord]:
-        """The first ``limit`` of ``found`` that their queues' rates let start now; the
-        grants they take are counted (in the call, and in the database)."""
+        """The first ``limit`` of ``found`` that their queues' rates let claim now; they
+        are counted in the call as reserved (the caller writes them reserved)."""
         by_queue: dict[str, list[JobRecord]] = {}
         for job in found:
             by_queue.setdefault(job.queue, []).append(job)
@@ -228,10 +230,8 @@ class ClaimOps(QueueOps, RateOps):
             admitted.update(job.id for job in taken)
             for key, n in granted.items():
                 used[key] = used.get(key, 0) + n
-            self.add_rate_grants(queue, rate, call.now_ms, granted)
-            self._note_rate_held(
-                call, rate, len(taken) < len(candidates) or any(n >= rate.count for n in used.values())
-            )
+            at_rate = len(taken) < len(candidates) or any(n >= rate.count for n in used.values())
+            self._note_rate_held(call, rate, at_rate)
         return [job for job in found if job.id in admitted][:limit]
 
     # -- 2. queues with work --------------------------------------------------------------

@@ -188,8 +188,8 @@ class QueueOps(QueueLifecycleOps):
         rate: QueueRate | Unset | None = UNSET,
     ) -> QueueRecord | None:
         """Changes a known queue's controls; None when it is not known. A rate removed
-        takes its grants with it; a rate changed keeps them (they are starts made, and a
-        new rate must not grant a fresh burst)."""
+        takes its counted starts with it; a rate changed keeps them (they are starts
+        made, and a new rate must not grant a fresh burst)."""
         values: dict[str, Any] = {"updated_at_ms": now_ms}
         if paused is not None:
             values["paused"] = paused

@@ -76,6 +76,11 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
                 _registered_method=True)
+        self.SetQueueRate = channel.unary_unary(
+                '/runwick.v1.AdminService/SetQueueRate',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateResponse.FromString,
+                _registered_method=True)
         self.DeleteQueue = channel.unary_unary(
                 '/runwick.v1.AdminService/DeleteQueue',
                 request_serializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
@@ -185,6 +190,14 @@ class AdminServiceServicer:
 
     def SetQueueLimit(self, request, context):
         """R-17: sets or removes a queue's concurrency limit. Scope `manage`; audited.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueueRate(self, request, context):
+        """Issue 41: sets or removes a queue's rate limit (starts per period, queue-wide or per
+        key). Scope `manage`; audited as `queue.rate`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -323,6 +336,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetQueueLimit,
                     request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.SerializeToString,
+            ),
+            'SetQueueRate': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueRate,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateResponse.SerializeToString,
             ),
             'DeleteQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteQueue,
@@ -592,6 +610,33 @@ class AdminService:
             '/runwick.v1.AdminService/SetQueueLimit',
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitRequest.SerializeToString,
             runwick_dot_v1_dot_queue__pb2.SetQueueLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueRate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/SetQueueRate',
+            runwick_dot_v1_dot_queue__pb2.SetQueueRateRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.SetQueueRateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16runwick/v1/queue.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14runwick/v1/job.proto\"E\n\x0fQueueStateCount\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xc1\x01\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\x1e\n\x11\x63oncurrency_limit\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12+\n\x06\x63ounts\x18\x04 \x03(\x0b\x32\x1b.runwick.v1.QueueStateCount\x12\x37\n\x14oldest_available_age\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationB\x14\n\x12_concurrency_limit\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x12ListQueuesResponse\x12!\n\x06queues\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Queue\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x12\x44\x65leteQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13\x44\x65leteQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"!\n\x11PauseQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12PauseQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"\"\n\x12ResumeQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13ResumeQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"B\n\x14SetQueueLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_limit\"9\n\x15SetQueueLimitResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queueb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16runwick/v1/queue.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14runwick/v1/job.proto\"E\n\x0fQueueStateCount\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xe6\x01\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\x1e\n\x11\x63oncurrency_limit\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12+\n\x06\x63ounts\x18\x04 \x03(\x0b\x32\x1b.runwick.v1.QueueStateCount\x12\x37\n\x14oldest_available_age\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12#\n\x04rate\x18\x06 \x01(\x0b\x32\x15.runwick.v1.QueueRateB\x14\n\x12_concurrency_limit\"V\n\tQueueRate\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12)\n\x06period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07per_key\x18\x03 \x01(\x08\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x12ListQueuesResponse\x12!\n\x06queues\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Queue\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x12\x44\x65leteQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13\x44\x65leteQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"!\n\x11PauseQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12PauseQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"\"\n\x12ResumeQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13ResumeQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"B\n\x14SetQueueLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_limit\"9\n\x15SetQueueLimitResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"H\n\x13SetQueueRateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04rate\x18\x02 \x01(\x0b\x32\x15.runwick.v1.QueueRate\"8\n\x14SetQueueRateResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queueb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,25 +36,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUEUESTATECOUNT']._serialized_start=92
   _globals['_QUEUESTATECOUNT']._serialized_end=161
   _globals['_QUEUE']._serialized_start=164
-  _globals['_QUEUE']._serialized_end=357
-  _globals['_LISTQUEUESREQUEST']._serialized_start=359
-  _globals['_LISTQUEUESREQUEST']._serialized_end=417
-  _globals['_LISTQUEUESRESPONSE']._serialized_start=419
-  _globals['_LISTQUEUESRESPONSE']._serialized_end=499
-  _globals['_DELETEQUEUEREQUEST']._serialized_start=501
-  _globals['_DELETEQUEUEREQUEST']._serialized_end=535
-  _globals['_DELETEQUEUERESPONSE']._serialized_start=537
-  _globals['_DELETEQUEUERESPONSE']._serialized_end=592
-  _globals['_PAUSEQUEUEREQUEST']._serialized_start=594
-  _globals['_PAUSEQUEUEREQUEST']._serialized_end=627
-  _globals['_PAUSEQUEUERESPONSE']._serialized_start=629
-  _globals['_PAUSEQUEUERESPONSE']._serialized_end=683
-  _globals['_RESUMEQUEUEREQUEST']._serialized_start=685
-  _globals['_RESUMEQUEUEREQUEST']._serialized_end=719
-  _globals['_RESUMEQUEUERESPONSE']._serialized_start=721
-  _globals['_RESUMEQUEUERESPONSE']._serialized_end=776
-  _globals['_SETQUEUELIMITREQUEST']._serialized_start=778
-  _globals['_SETQUEUELIMITREQUEST']._serialized_end=844
-  _globals['_SETQUEUELIMITRESPONSE']._serialized_start=846
-  _globals['_SETQUEUELIMITRESPONSE']._serialized_end=903
+  _globals['_QUEUE']._serialized_end=394
+  _globals['_QUEUERATE']._serialized_start=396
+  _globals['_QUEUERATE']._serialized_end=482
+  _globals['_LISTQUEUESREQUEST']._serialized_start=484
+  _globals['_LISTQUEUESREQUEST']._serialized_end=542
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=544
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=624
+  _globals['_DELETEQUEUEREQUEST']._serialized_start=626
+  _globals['_DELETEQUEUEREQUEST']._serialized_end=660
+  _globals['_DELETEQUEUERESPONSE']._serialized_start=662
+  _globals['_DELETEQUEUERESPONSE']._serialized_end=717
+  _globals['_PAUSEQUEUEREQUEST']._serialized_start=719
+  _globals['_PAUSEQUEUEREQUEST']._serialized_end=752
+  _globals['_PAUSEQUEUERESPONSE']._serialized_start=754
+  _globals['_PAUSEQUEUERESPONSE']._serialized_end=808
+  _globals['_RESUMEQUEUEREQUEST']._serialized_start=810
+  _globals['_RESUMEQUEUEREQUEST']._serialized_end=844
+  _globals['_RESUMEQUEUERESPONSE']._serialized_start=846
+  _globals['_RESUMEQUEUERESPONSE']._serialized_end=901
+  _globals['_SETQUEUELIMITREQUEST']._serialized_start=903
+  _globals['_SETQUEUELIMITREQUEST']._serialized_end=969
+  _globals['_SETQUEUELIMITRESPONSE']._serialized_start=971
+  _globals['_SETQUEUELIMITRESPONSE']._serialized_end=1028
+  _globals['_SETQUEUERATEREQUEST']._serialized_start=1030
+  _globals['_SETQUEUERATEREQUEST']._serialized_end=1102
+  _globals['_SETQUEUERATERESPONSE']._serialized_start=1104
+  _globals['_SETQUEUERATERESPONSE']._serialized_end=1160
 # @@protoc_insertion_point(module_scope)
