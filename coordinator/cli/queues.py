@@ -150,6 +150,6 @@ def _show(queue: QueueInfo, options: argparse.Namespace) -> int:
         emit({"queue": to_json(queue)})
     else:
         limit = queue.concurrency_limit if queue.concurrency_limit is not None else "none"
-        rate = _rate_text(queue) if queue.rate is not None else "none"
-        print(f"{queue.name}  {'paused' if queue.paused else 'running'}, limit {limit}, rate {rate}")
+        rate = f", rate {_rate_text(queue)}" if queue.rate is not None else ""
+        print(f"{queue.name}  {'paused' if queue.paused else 'running'}, limit {limit}{rate}")
     return 0

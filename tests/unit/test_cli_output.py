@@ -181,7 +181,8 @@ def test_queues_and_workers_print_counts_by_state_and_times() -> None:
         "oldest_available_age_s": 1.5,
         "rate": None,
     }
-    rated = to_json(QueueInfo("api", False, None, rate=QueueRateInfo(100, timedelta(minutes=1), per_key=True)))
+    one_a_minute = QueueRateInfo(100, timedelta(minutes=1), per_key=True)
+    rated = to_json(QueueInfo("api", False, None, rate=one_a_minute))
     assert rated["rate"] == {"count": 100, "period_s": 60.0, "per_key": True}
     worker = to_json(WorkerInfo("w-1", ("mail",), ("a.b",), 8, 2, 6, None, None))
     assert worker["queues"] == ["mail"] and worker["connected_at"] is None
