@@ -132,6 +132,7 @@ def job_from_proto(message: job_pb2.Job) -> JobInfo:
         child_ids=tuple(message.child_ids),
         cancel_requested=message.cancel_requested,
         progress=progress_from_proto(message.progress) if message.HasField("progress") else None,
+        waiting_reason=message.waiting_reason or None,
     )
 
 

@@ -70,6 +70,9 @@ class JobInfo:
     """A cancel reached the job while it ran; it ends cancelled unless the run succeeds."""
     progress: ProgressReport | None = None
     """The latest progress the current attempt's handler reported (``get_job`` only)."""
+    waiting_reason: str | None = None
+    """Why the job, available and due, is not claimed now (``get_job`` only): ``"rate"``
+    when its queue's rate limit has no room in the current window; None otherwise."""
 
     @property
     def terminal(self) -> bool:

@@ -36,6 +36,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         progress = await self.app.current_progress(job)
         if progress is not None:
             message.progress.CopyFrom(convert.progress_to_pb(progress))
+        message.waiting_reason = await self.app.waiting_reason(job)
         return pb.GetJobResponse(job=message)
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:

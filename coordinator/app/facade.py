@@ -56,6 +56,7 @@ from coordinator.scheduler.loop import Cadence
 from coordinator.scheduler.retention import Retention, purge_all
 from coordinator.scheduler.revocations import RevokedTokenStreams
 from coordinator.scheduler.stats import QueueStatistics
+from coordinator.service import waiting
 from coordinator.service.activity import ActivityService
 from coordinator.service.audit import AuditLog
 from coordinator.service.batch import WorkerOps
@@ -384,6 +385,10 @@ class Coordinator:
 
     async def get_job(self, job_id: str) -> JobRecord:
         return await self.executors.read(self.jobs.get_job, job_id)
+
+    async def waiting_reason(self, job: JobRecord) -> str:
+        """Why ``job`` waits to be claimed now ('' when nothing holds it back)."""
+        return await self.executors.read(waiting.waiting_reason, self.store, self.clock, job)
 
     async def list_jobs(
         self,

@@ -257,6 +257,7 @@ def _show_job(
         ),
         ("timeout", f"{timeout.total_seconds():g}s" if timeout is not None else "none"),
         ("progress", job.progress.summary() if job.progress is not None else "-"),
+        ("waiting on", job.waiting_reason or "-"),
         ("last error code", job.last_error_code or "-"),
         ("created", show_time(job.created_at)),
         ("run at", show_time(job.run_at)),

@@ -128,6 +128,12 @@ def admit(
     return admitted, granted
 
 
+def held_by_rate(rate: QueueRate, used: Mapping[str, int], key: str) -> bool:
+    """Whether a job of ``key`` may not be claimed now: its rate (the queue's, or its
+    key's for a per-key rate) has no room left in the window."""
+    return used.get(key if rate.per_key else "", 0) >= rate.count
+
+
 def room(rate: QueueRate, used: Mapping[str, int]) -> int | None:
     """How many more a queue-wide rate lets start now; None for a per-key rate (each
     key has its own room, known only with the candidates)."""

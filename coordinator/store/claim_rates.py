@@ -21,19 +21,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import BigInteger, bindparam, func, select, text
+from sqlalchemy import BigInteger, Connection, bindparam, func, select, text
 
 from coordinator.domain.rates import SLOTS_PER_PERIOD, QueueRate
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import JobState
-from coordinator.store.schema import LEASED_PREDICATE, jobs, queue_rate_slots
+from coordinator.store.schema import LEASED_PREDICATE, jobs, queue_rate_slots, queues
 from coordinator.store.tx_base import TxBase
 
 
 def key_of(job: JobRecord) -> str:
     """The key a per-key rate counts ``job`` under. Every job has the implicit key ''
     until jobs carry one: this becomes ``job.concurrency_key`` (issue 41's keys), and
-    ``RateOps._reserved_by_key`` groups by that column."""
+    ``_reserved_by_key`` groups by that column."""
     del job
     return ""
 
@@ -60,31 +60,54 @@ _COUNT_STARTS = text(
 ).bindparams(bindparam("now_ms", type_=BigInteger))
 
 
+def counted_against_rate(conn: Connection, queue: str, rate: QueueRate, now_ms: int) -> dict[str, int]:
+    """What counts against ``queue``'s rate at ``now_ms``, per key: its reserved jobs,
+    then its starts still in the window (read in that order: see the module's text)."""
+    used = Counter(_reserved_by_key(conn, queue))
+    table = queue_rate_slots
+    rows = conn.execute(
+        select(table.c.key, func.sum(table.c.granted))
+        .where(table.c.queue == queue, table.c.slot_ms > rate.counted_since(now_ms))
+        .group_by(table.c.key)
+    )
+    used.update({key: int(total) for key, total in rows})
+    return dict(used)
+
+
+def _reserved_by_key(conn: Connection, queue: str) -> dict[str, int]:
+    # The predicate as text, word for word: only then may a planner use the partial
+    # index of leased jobs (ix_jobs_queue_leased). Grouped by the key column once jobs
+    # have one (``key_of``).
+    reserved = conn.execute(
+        select(func.count()).where(
+            jobs.c.queue == queue, text(LEASED_PREDICATE), jobs.c.state == JobState.RESERVED.value
+        )
+    ).scalar_one()
+    return {"": int(reserved)} if reserved else {}
+
+
+def rate_state(conn: Connection, queue: str, now_ms: int) -> tuple[QueueRate | None, dict[str, int]]:
+    """``queue``'s rate and what counts against it now (a read: nothing is deleted);
+    (None, {}) when it has no rate."""
+    row = conn.execute(
+        select(queues.c.rate_count, queues.c.rate_period_ms, queues.c.rate_per_key).where(
+            queues.c.name == queue
+        )
+    ).first()
+    if row is None or row[0] is None or row[1] is None:
+        return None, {}
+    rate = QueueRate(int(row[0]), int(row[1]), bool(row[2]))
+    return rate, counted_against_rate(conn, queue, rate, now_ms)
+
+
 class RateOps(TxBase):
     def rate_used(self, queue: str, rate: QueueRate, now_ms: int) -> dict[str, int]:
-        """What counts against ``queue``'s rate now, per key: its reserved jobs, then
-        its starts still in the window (rows no longer counted are deleted first)."""
-        used = Counter(self._reserved_by_key(queue))
-        since = rate.counted_since(now_ms)
+        """What counts against ``queue``'s rate now, per key (``counted_against_rate``);
+        rows no longer counted are deleted first (they never count again)."""
         table = queue_rate_slots
+        since = rate.counted_since(now_ms)
         self._conn.execute(table.delete().where(table.c.queue == queue, table.c.slot_ms <= since))
-        rows = self._conn.execute(
-            select(table.c.key, func.sum(table.c.granted))
-            .where(table.c.queue == queue, table.c.slot_ms > since)
-            .group_by(table.c.key)
-        )
-        used.update({key: int(total) for key, total in rows})
-        return dict(used)
-
-    def _reserved_by_key(self, queue: str) -> dict[str, int]:
-        # The predicate as text, word for word: only then may a planner use the partial
-        # index of leased jobs (ix_jobs_queue_leased).
-        reserved = self._conn.execute(
-            select(func.count()).where(
-                jobs.c.queue == queue, text(LEASED_PREDICATE), jobs.c.state == JobState.RESERVED.value
-            )
-        ).scalar_one()
-        return {"": int(reserved)} if reserved else {}
+        return counted_against_rate(self._conn, queue, rate, now_ms)
 
     def count_rate_starts(self, starts: Sequence[tuple[str, str, int]]) -> None:
         """Counts ``starts`` (queue, key, when) against their queues' rates; starts of

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.rates import QueueRate
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -38,7 +39,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.states import JobState
-from coordinator.store import dashboard_sessions, planner, reads
+from coordinator.store import claim_rates, dashboard_sessions, planner, reads
 from coordinator.store import migrate as migrations
 from coordinator.store import schedules as schedule_reads
 from coordinator.store.engine import (
@@ -299,6 +300,11 @@ class Store:
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._reading() as conn:
             return reads.get_job(conn, job_id)
+
+    def rate_state(self, queue: str, now_ms: int) -> tuple[QueueRate | None, dict[str, int]]:
+        """``queue``'s rate and what counts against it per key now (issue 41)."""
+        with self._reading() as conn:
+            return claim_rates.rate_state(conn, queue, now_ms)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._reading() as conn:

@@ -16,9 +16,12 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from coordinator.config import CoordinatorConfig
+from coordinator.domain.demand import DemandTarget
 from coordinator.process import RunningCoordinator, start_coordinator
 from tests.conftest import _truncate
+from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
+from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import CooperativeSleep
 from tests.support import WorkerProcess, free_port, kill9, serve, stop, wait_listening
 from worker_sdk import ArgumentError, AsyncClient, JobState, RunwickError
@@ -190,3 +193,33 @@ async def _succeeded(client: AsyncClient, job_ids: list[str], count: int) -> lis
         if len(done) >= count:
             return done
         await asyncio.sleep(0.05)
+
+
+async def test_jobs_held_back_by_a_rate_say_so_and_autoscalers_do_not_count_them(
+    coordinator: Coordinator, client: AsyncClient
+) -> None:
+    """Reserved jobs count against the rate (each may start any moment): with 2 of a
+    2-per-minute rate claimed and unstarted, the other jobs wait on the rate, GetJob and
+    ``runwick jobs get`` say so, and the scaler's runnable count leaves them out."""
+    app = coordinator.running.app
+    job_ids = [await client.enqueue(CooperativeSleep(0.0)) for _ in range(5)]
+    assert (await app.slot_demand(DemandTarget("default"), cap=100)).due == 5
+    await client.set_queue_rate("default", 2, 60)
+    worker = RawWorker(coordinator.target, "raw-rated", ["tests.cooperative_sleep"], capacity=2)
+    try:
+        claimed = {(await worker.claim()).job_id for _ in range(2)}
+        waiting = [job_id for job_id in job_ids if job_id not in claimed]
+        assert {(await client.get(job_id)).waiting_reason for job_id in waiting} == {"rate"}
+        assert {(await client.get(job_id)).waiting_reason for job_id in claimed} == {None}
+        demand = await app.slot_demand(DemandTarget("default"), cap=100)
+        assert (demand.leased, demand.due) == (2, 0)
+        shown = await runwick("jobs", "get", waiting[0], "--target", coordinator.target)
+        assert (
+            "waiting on" in shown.stdout and "rate" in shown.stdout.split("waiting on", 1)[1].splitlines()[0]
+        )
+
+        await client.set_queue_rate("default", None)
+        assert (await client.get(waiting[0])).waiting_reason is None
+        assert (await app.slot_demand(DemandTarget("default"), cap=100)).due == 3
+    finally:
+        await worker.close()

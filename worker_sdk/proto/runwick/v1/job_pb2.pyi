@@ -76,7 +76,7 @@ class JobSettings(_message.Message):
     def __init__(self, max_executions: _Optional[int] = ..., retry_initial_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_max_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., execution_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., no_execution_timeout: _Optional[bool] = ..., max_unstarted_abandonments: _Optional[int] = ..., unstarted_initial_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., unstarted_max_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "wire_name", "queue", "payload", "payload_version", "priority", "state", "run_at", "idempotency_key", "settings", "executions", "unstarted_abandonments", "generation", "current_attempt_id", "lease_expires_at", "created_at", "updated_at", "finished_at", "last_error_code", "output", "parent_ids", "cancel_requested", "child_ids", "progress")
+    __slots__ = ("id", "wire_name", "queue", "payload", "payload_version", "priority", "state", "run_at", "idempotency_key", "settings", "executions", "unstarted_abandonments", "generation", "current_attempt_id", "lease_expires_at", "created_at", "updated_at", "finished_at", "last_error_code", "output", "parent_ids", "cancel_requested", "child_ids", "progress", "waiting_reason")
     ID_FIELD_NUMBER: _ClassVar[int]
     WIRE_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class Job(_message.Message):
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     CHILD_IDS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
     id: str
     wire_name: str
     queue: str
@@ -125,7 +126,8 @@ class Job(_message.Message):
     cancel_requested: bool
     child_ids: _containers.RepeatedScalarFieldContainer[str]
     progress: Progress
-    def __init__(self, id: _Optional[str] = ..., wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[JobSettings, _Mapping]] = ..., executions: _Optional[int] = ..., unstarted_abandonments: _Optional[int] = ..., generation: _Optional[int] = ..., current_attempt_id: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error_code: _Optional[str] = ..., output: _Optional[bytes] = ..., parent_ids: _Optional[_Iterable[str]] = ..., cancel_requested: _Optional[bool] = ..., child_ids: _Optional[_Iterable[str]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+    waiting_reason: str
+    def __init__(self, id: _Optional[str] = ..., wire_name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_version: _Optional[int] = ..., priority: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., settings: _Optional[_Union[JobSettings, _Mapping]] = ..., executions: _Optional[int] = ..., unstarted_abandonments: _Optional[int] = ..., generation: _Optional[int] = ..., current_attempt_id: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error_code: _Optional[str] = ..., output: _Optional[bytes] = ..., parent_ids: _Optional[_Iterable[str]] = ..., cancel_requested: _Optional[bool] = ..., child_ids: _Optional[_Iterable[str]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., waiting_reason: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("done", "total", "message")
