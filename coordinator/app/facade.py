@@ -152,6 +152,7 @@ class Coordinator:
             config.health_check_timeout_s,
             self.metrics.queue_stats,
             self._database_checked,
+            on_held_back=self.metrics.held_back,
         )
         self.schedule_ticks = ScheduleTicks(
             self.schedules, self.executors, self._schedule_fired, config.schedule_interval_s

@@ -134,6 +134,13 @@ def held_by_rate(rate: QueueRate, used: Mapping[str, int], key: str) -> bool:
     return used.get(key if rate.per_key else "", 0) >= rate.count
 
 
+def held_back(rate: QueueRate, used: Mapping[str, int], available: int) -> int:
+    """How many of a queue's ``available`` jobs its rate holds back now. A per-key rate's
+    room is each key's own, known only with the jobs' keys: it is not counted here (0)."""
+    left = room(rate, used)
+    return 0 if left is None else max(0, available - left)
+
+
 def room(rate: QueueRate, used: Mapping[str, int]) -> int | None:
     """How many more a queue-wide rate lets start now; None for a per-key rate (each
     key has its own room, known only with the candidates)."""

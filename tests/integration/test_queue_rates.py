@@ -213,6 +213,9 @@ async def test_jobs_held_back_by_a_rate_say_so_and_autoscalers_do_not_count_them
         assert {(await client.get(job_id)).waiting_reason for job_id in claimed} == {None}
         demand = await app.slot_demand(DemandTarget("default"), cap=100)
         assert (demand.leased, demand.due) == (2, 0)
+        await app.queue_statistics.run_once()
+        held = {"queue": "default", "kind": "rate"}
+        assert app.metrics.registry.get_sample_value("runwick_queue_held_back_jobs", held) == 3
         shown = await runwick("jobs", "get", waiting[0], "--target", coordinator.target)
         assert (
             "waiting on" in shown.stdout and "rate" in shown.stdout.split("waiting on", 1)[1].splitlines()[0]
@@ -221,5 +224,7 @@ async def test_jobs_held_back_by_a_rate_say_so_and_autoscalers_do_not_count_them
         await client.set_queue_rate("default", None)
         assert (await client.get(waiting[0])).waiting_reason is None
         assert (await app.slot_demand(DemandTarget("default"), cap=100)).due == 3
+        await app.queue_statistics.run_once()
+        assert app.metrics.registry.get_sample_value("runwick_queue_held_back_jobs", held) is None
     finally:
         await worker.close()
