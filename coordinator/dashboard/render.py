@@ -20,6 +20,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator.domain.rates import format_period
+from coordinator.domain.records import QueueRecord
+
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
@@ -124,7 +127,7 @@ def build_environment() -> Environment:
         percent=percent,
         class_name=class_name,
     )
-    env.globals.update(between=between, preview=preview)
+    env.globals.update(between=between, preview=preview, rate_text=rate_text)
     return env
 
 
@@ -181,3 +184,11 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def rate_text(queue: QueueRecord) -> str:
+    """A queue's rate as the CLI writes it (``100/1m``, ``10/1s per key``), or "none"."""
+    if queue.rate_count is None or queue.rate_period_ms is None:
+        return "none"
+    per_key = " per key" if queue.rate_per_key else ""
+    return f"{queue.rate_count}/{format_period(queue.rate_period_ms)}{per_key}"
