@@ -47,6 +47,8 @@ class Plan:
     queue: str
     settle_s: float
     stall_timeout_s: float
+    queue_rate: tuple[int, int] | None = None
+    """(count, period in ms): a rate set on the queue after the warm-up (issue 41)."""
 
     @property
     def latency_numbers(self) -> range:
@@ -185,6 +187,9 @@ class Phases:
         """Every phase in order; a stall ends the run early (its jobs then count as lost)."""
         try:
             self.warm_up(client)
+            if self.plan.queue_rate is not None:
+                count, period_ms = self.plan.queue_rate
+                client.set_queue_rate(self.plan.queue, count, period_ms / 1000)
             self.latency(client)
             paused = not self.plan.overlap or self.plan.backlog > 0
             if paused:
