@@ -111,13 +111,20 @@ class RateOps(TxBase):
 
     def count_rate_starts(self, starts: Sequence[tuple[str, str, int]]) -> None:
         """Counts ``starts`` (queue, key, when) against their queues' rates; starts of
-        queues without a rate are not written."""
-        counted = Counter(starts)
+        queues without a rate are not written, and those of queues this transaction or
+        the store lately saw without one are not even sent (``store.rate_cache``)."""
+        counted = Counter(start for start in starts if not self._seen_unrated(start[0]))
         if counted:
             self._conn.execute(
                 _COUNT_STARTS,
                 [{"queue": q, "key": k, "now_ms": at, "n": n} for (q, k, at), n in sorted(counted.items())],
             )
+
+    def _seen_unrated(self, queue: str) -> bool:
+        seen = self.rates_seen.get(queue)
+        if seen is not None:
+            return not seen
+        return self._unrated_queues is not None and self._unrated_queues.unrated(queue)
 
     def forget_rate_counts(self, queues: Iterable[str]) -> None:
         """Drops the counted starts of ``queues``."""

@@ -127,6 +127,9 @@ class ClaimOps(QueueOps, RateOps):
             self._read_controls_with_jobs(call, call.named[0], asking[0])
         else:
             call.controls = self.queue_controls(call.named)
+        for name in call.named:  # read afresh: what starts of their jobs must count
+            controls = call.controls.get(name)
+            self.rates_seen[name] = controls is not None and controls.rate_count is not None
         return [self._claim_one(call, w) for w in wanted]
 
     def _limit(self, wanted: ClaimWanted) -> int:

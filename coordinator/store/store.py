@@ -51,6 +51,7 @@ from coordinator.store.engine import (
     normalize_url,
 )
 from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
+from coordinator.store.rate_cache import UnratedQueues
 from coordinator.store.tx import Tx
 from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
 
@@ -100,6 +101,7 @@ class Store:
         """Names this store's notifications (``Tx.notify_jobs_available``) to its own listener."""
         self._known_queues: set[str] = set()
         self._known_queues_at = time.monotonic()
+        self._unrated_queues = UnratedQueues(self.bounds.max_queues)
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at: dict[str, int] = {}
         """The rows each table had when this store last refreshed its planner statistics."""
@@ -224,12 +226,15 @@ class Store:
             conn = self._writer()
             with conn.begin():
                 self._expire_known_queues()
-                tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
+                tx = Tx(
+                    conn, self.postgres, self.bounds, self._known_queues, self.origin, self._unrated_queues
+                )
                 yield tx
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
             self._known_queues.difference_update(tx.forgotten_queues)  # and these do not
+            self._unrated_queues.learn(tx.rates_seen)
         except DBAPIError as exc:
             # The driver failed: the connection goes back to the pool (or, lost, is
             # dropped), and the next transaction, a retry too, starts on another.

@@ -199,6 +199,7 @@ class QueueOps(QueueLifecycleOps):
             values["rate_count"] = rate.count if rate else None
             values["rate_period_ms"] = rate.period_ms if rate else None
             values["rate_per_key"] = rate.per_key if rate else False
+            self.rates_seen[name] = rate is not None
             if rate is None:
                 self._conn.execute(queue_rate_slots.delete().where(queue_rate_slots.c.queue == name))
         if self._conn.execute(update(queues).where(queues.c.name == name).values(values)).rowcount != 1:
