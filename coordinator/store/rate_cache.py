@@ -14,7 +14,7 @@ statement writes nothing for a queue without a rate).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 UNRATED_TTL_S = 2.0
 """How long a queue seen without a rate is trusted to have none."""
@@ -23,18 +23,19 @@ UNRATED_TTL_S = 2.0
 class UnratedQueues:
     """Queue name -> when a claim last saw it without a rate (monotonic seconds)."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._seen: dict[str, float] = {}
         self._max_entries = max_entries
+        self._clock = clock
 
     def unrated(self, queue: str) -> bool:
         """Whether ``queue`` was seen without a rate within ``UNRATED_TTL_S``."""
         seen = self._seen.get(queue)
-        return seen is not None and time.monotonic() - seen < UNRATED_TTL_S
+        return seen is not None and self._clock() - seen < UNRATED_TTL_S
 
     def learn(self, rated: Mapping[str, bool]) -> None:
         """Records what a committed transaction saw: each queue, rated or not."""
-        now = time.monotonic()
+        now = self._clock()
         for queue, has_rate in rated.items():
             if has_rate:
                 self._seen.pop(queue, None)
