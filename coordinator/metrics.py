@@ -236,6 +236,14 @@ class CoordinatorMetrics:
             ["queue"],
             registry=r,
         )
+        self.queue_held_back = Gauge(
+            "runwick_queue_held_back_jobs",
+            'Available jobs a limit holds back now, per queue and kind of limit (kind="rate": '
+            "the queue's rate has no room in its window); never a series per key.",
+            ["queue", "kind"],
+            registry=r,
+        )
+        self._held_keys: set[tuple[str, str]] = set()
         self.queue_stats_refreshed = Gauge(
             "runwick_queue_stats_refreshed_timestamp_seconds",
             "When the queue gauges were last read from the database (Unix time).",
@@ -411,6 +419,20 @@ class CoordinatorMetrics:
             self._remove(self.queue_desired_slots, queue)
         self._age_queues = queues
         self.queue_stats_refreshed.set(time.time())
+
+    def held_back(self, held: Mapping[tuple[str, str], int]) -> None:
+        """Sets the held-back gauge from the same background read as the queue gauges:
+        a series per rated queue (the queue label capped like theirs) and kind."""
+        cap = self._stats_queues_cap
+        counts: dict[tuple[str, str], int] = {}
+        for (queue, kind), count in held.items():
+            key = (self._queue(cap, queue), kind)
+            counts[key] = counts.get(key, 0) + count
+        for key, count in counts.items():
+            self.queue_held_back.labels(*key).set(count)
+        for key in self._held_keys - counts.keys():
+            self._remove(self.queue_held_back, *key)
+        self._held_keys = set(counts)
 
     def _desired_slots(
         self, depths: Mapping[tuple[str, str], int], paused: frozenset[str], cap: SeriesCap

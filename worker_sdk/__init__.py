@@ -54,7 +54,7 @@ from worker_sdk._logging import configure_logging
 from worker_sdk._metrics_http import MetricsHttpLimits
 from worker_sdk._middleware import CallNext, Middleware
 from worker_sdk._progress import ProgressReport
-from worker_sdk._queues import QueueInfo
+from worker_sdk._queues import QueueInfo, QueueRateInfo
 from worker_sdk._results import Failed, JobResult, Outcome, Retry, Success
 from worker_sdk._schedules import CatchUp, ScheduleInfo
 from worker_sdk._settings import JobConfig, JobSettings
@@ -99,6 +99,7 @@ __all__ = [
     "ProgressReport",
     "QueueInfo",
     "QueueLimitReached",
+    "QueueRateInfo",
     "Retry",
     "RevealedError",
     "RunwickError",

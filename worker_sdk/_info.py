@@ -80,7 +80,8 @@ class JobInfo:
     every job enqueued without one (docs/flow-control.md)."""
     waiting_reason: str | None = None
     """``get`` only: why a claimable job is held back (``queue_paused``, ``queue_limit``,
-    ``key_limit``); None when nothing holds it back."""
+    ``key_limit``, or ``rate`` when its queue's or key's rate has no room in the current
+    window); None when nothing holds it back."""
 
     @property
     def terminal(self) -> bool:

@@ -36,6 +36,18 @@ class QueueInfo:
     """``list_queues`` only, with a per-key limit: keys with jobs reserved or running."""
     keys_at_limit: int | None = None
     """``list_queues`` only, with a per-key limit: those of them at the limit."""
+    rate: QueueRateInfo | None = None
+    """At most so many starts of its jobs per period; None: no rate."""
+
+
+@dataclass(frozen=True)
+class QueueRateInfo:
+    """A queue's rate limit: at most ``count`` starts per ``period``, for the queue as a
+    whole or for each concurrency key (``per_key``)."""
+
+    count: int
+    period: timedelta
+    per_key: bool = False
 
 
 def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
@@ -45,7 +57,10 @@ def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
     key_limit = message.key_limit if message.HasField("key_limit") else None
     active = message.active_keys if message.HasField("active_keys") else None
     at_limit = message.keys_at_limit if message.HasField("keys_at_limit") else None
-    return QueueInfo(message.name, message.paused, limit, counts, age, key_limit, active, at_limit)
+    rate = None
+    if message.HasField("rate"):
+        rate = QueueRateInfo(message.rate.count, message.rate.period.ToTimedelta(), message.rate.per_key)
+    return QueueInfo(message.name, message.paused, limit, counts, age, key_limit, active, at_limit, rate)
 
 
 def _name(name: object) -> str:
@@ -85,6 +100,32 @@ def _limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ArgumentError(f"limit must be an int or None, got {type(limit).__name__}")
     return limit
+
+
+def _rate_request(
+    name: str, count: int | None, per_seconds: float | timedelta | None, per_key: bool
+) -> queue_pb2.SetQueueRateRequest:
+    request = queue_pb2.SetQueueRateRequest(name=_name(name))
+    if count is None:
+        return request
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise ArgumentError(f"count must be an int or None, got {type(count).__name__}")
+    if isinstance(per_seconds, timedelta):
+        per_seconds = per_seconds.total_seconds()
+    if isinstance(per_seconds, bool) or not isinstance(per_seconds, int | float) or not per_seconds > 0:
+        raise ArgumentError(f"per_seconds must be a number of seconds above 0, got {per_seconds!r}")
+    if per_seconds > MAX_RATE_PERIOD_S:
+        raise ArgumentError(f"per_seconds must be at most {MAX_RATE_PERIOD_S} (7 days), got {per_seconds!r}")
+    if not isinstance(per_key, bool):
+        raise ArgumentError(f"per_key must be a bool, got {type(per_key).__name__}")
+    request.rate.count = count
+    request.rate.period.FromMilliseconds(round(per_seconds * 1000))
+    request.rate.per_key = per_key
+    return request
+
+
+MAX_RATE_PERIOD_S = 7 * 86_400
+"""The longest period a rate may have (the coordinator refuses longer ones too)."""
 
 
 class AsyncQueueCalls(ClientBase):
@@ -177,6 +218,27 @@ class AsyncQueueCalls(ClientBase):
             response = await self._admin.SetQueueKeyLimit(request, **self._call_kwargs())
         return queue_from_proto(response.queue)
 
+    async def set_queue_rate(
+        self,
+        name: str,
+        count: int | None,
+        per_seconds: float | timedelta | None = None,
+        *,
+        per_key: bool = False,
+    ) -> QueueInfo:
+        """At most ``count`` starts of the queue's jobs in any window of ``per_seconds``
+        (of each concurrency key's jobs with ``per_key``), across every worker and
+        coordinator replica; a ``count`` of None removes the rate. Audited.
+
+        Raises:
+            ArgumentError: The count is not an int, or the period is not above 0 and at
+                most 7 days (the coordinator also refuses a count outside 1 to 1,000,000).
+        """
+        request = _rate_request(name, count, per_seconds, per_key)
+        with translated_rpc_errors():
+            response = await self._admin.SetQueueRate(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
 
 class QueueCalls(ClientBase):
     """The queue calls of ``Client``; see ``AsyncClient`` for each."""
@@ -238,4 +300,18 @@ class QueueCalls(ClientBase):
         request = _key_limit_request(name, limit)
         with translated_rpc_errors():
             response = self._admin.SetQueueKeyLimit(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
+
+    def set_queue_rate(
+        self,
+        name: str,
+        count: int | None,
+        per_seconds: float | timedelta | None = None,
+        *,
+        per_key: bool = False,
+    ) -> QueueInfo:
+        """Caps the queue's starts per period; see ``AsyncClient.set_queue_rate``."""
+        request = _rate_request(name, count, per_seconds, per_key)
+        with translated_rpc_errors():
+            response = self._admin.SetQueueRate(request, **self._call_kwargs())
         return queue_from_proto(response.queue)

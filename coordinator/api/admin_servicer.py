@@ -87,6 +87,18 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         record = await self.app.set_queue_key_limit(request.name, limit, current_actor(context))
         return queue_pb2.SetQueueKeyLimitResponse(queue=queue_to_pb(record))
 
+    async def SetQueueRate(
+        self, request: queue_pb2.SetQueueRateRequest, context: Context
+    ) -> queue_pb2.SetQueueRateResponse:
+        count, period_ms, per_key = None, 0, False
+        if request.HasField("rate"):
+            count, per_key = request.rate.count, request.rate.per_key
+            period_ms = duration_ms(request.rate.period, "rate.period")
+        record = await self.app.set_queue_rate(
+            request.name, count, period_ms, per_key, current_actor(context)
+        )
+        return queue_pb2.SetQueueRateResponse(queue=queue_to_pb(record))
+
     async def DeleteQueue(
         self, request: queue_pb2.DeleteQueueRequest, context: Context
     ) -> queue_pb2.DeleteQueueResponse:
@@ -214,6 +226,10 @@ def queue_to_pb(record: QueueRecord) -> queue_pb2.Queue:
         message.concurrency_limit = record.concurrency_limit
     if record.key_limit is not None:
         message.key_limit = record.key_limit
+    if record.rate_count is not None and record.rate_period_ms is not None:
+        message.rate.count = record.rate_count
+        message.rate.period.CopyFrom(duration(record.rate_period_ms))
+        message.rate.per_key = record.rate_per_key
     return message
 
 

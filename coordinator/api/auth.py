@@ -50,6 +50,7 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "ResumeQueue": Scope.MANAGE,
     _ADMIN + "SetQueueLimit": Scope.MANAGE,
     _ADMIN + "SetQueueKeyLimit": Scope.MANAGE,
+    _ADMIN + "SetQueueRate": Scope.MANAGE,
     _ADMIN + "DeleteQueue": Scope.ADMIN,
     _ADMIN + "CreateSchedule": Scope.MANAGE,
     _ADMIN + "ListSchedules": Scope.READ,

@@ -58,6 +58,16 @@ class QueueCalls(CoordinatorCore):
         self._absorb(effects)
         return record
 
+    async def set_queue_rate(
+        self, name: str, count: int | None, period_ms: int, per_key: bool, actor: Actor
+    ) -> QueueRecord:
+        """Audited; a ``count`` of None removes the rate."""
+        record, effects = await self.executors.write(
+            self.queues.set_rate, name, count, period_ms, per_key, actor
+        )
+        self._absorb(effects)
+        return record
+
     # -- activity (the dashboard) --------------------------------------------------------
 
     async def throughput(self, window_ms: int = HOUR_MS, queue: str | None = None) -> Throughput:

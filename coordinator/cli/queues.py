@@ -1,4 +1,4 @@
-"""``runwick queues list|pause|resume|limit|delete`` (R-17): the SDK client's queue
+"""``runwick queues list|pause|resume|limit|rate|delete`` (R-17, issue 41): the SDK client's queue
 calls. Listing needs the ``read`` scope, changes ``manage``, deleting ``admin``. A list
 prints one page (``--limit``) unless ``--all`` follows every page."""
 
@@ -10,6 +10,7 @@ import sys
 from coordinator.cli.connect import add_connection_flags, run_client_command
 from coordinator.cli.jobs import MAX_LIMIT, add_paging_flags
 from coordinator.cli.output import Column, emit, output_mode, table, to_json
+from coordinator.domain.rates import format_period, parse_rate
 from worker_sdk import Client, JobState, QueueInfo
 
 _SHOWN_STATES = (
@@ -50,6 +51,17 @@ def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "(docs/flow-control.md); both limits hold together",
     )
     add_connection_flags(limit)
+    rate = actions.add_parser(
+        "rate",
+        help="at most COUNT starts of the queue's jobs in any PERIOD, on every worker "
+        "(needs manage; audited)",
+    )
+    rate.add_argument("queue", help="the queue's name")
+    rate.add_argument(
+        "rate", help="COUNT/PERIOD, like 100/1m, 10/1s or 5/500ms (units ms, s, m, h, d); 'off' removes it"
+    )
+    rate.add_argument("--per-key", action="store_true", help="the rate holds for each concurrency key")
+    add_connection_flags(rate)
     delete = actions.add_parser(
         "delete",
         help="delete a queue that holds no jobs, with its controls; refused while it holds any "
@@ -69,6 +81,8 @@ def run_queue_command(options: argparse.Namespace) -> int:
             return _show(client.resume_queue(options.queue), options)
         if options.queues_command == "delete":
             return _deleted(client.delete_queue(options.queue), options)
+        if options.queues_command == "rate":
+            return _show(_set_rate(client, options), options)
         if options.per_key:
             return _show(client.set_queue_key_limit(options.queue, _limit(options.limit)), options)
         return _show(client.set_queue_limit(options.queue, _limit(options.limit)), options)
@@ -83,6 +97,21 @@ def _limit(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise ValueError(f"limit must be a whole number of 1 or more, or none; got {text!r}") from None
+
+
+def _set_rate(client: Client, options: argparse.Namespace) -> QueueInfo:
+    """Bad text is refused here, before any call: nothing is sent, nothing changes."""
+    if options.rate.strip().lower() in ("off", "none"):
+        return client.set_queue_rate(options.queue, None)
+    count, period_ms = parse_rate(options.rate)
+    return client.set_queue_rate(options.queue, count, period_ms / 1000, per_key=options.per_key)
+
+
+def _rate_text(queue: QueueInfo) -> str:
+    if queue.rate is None:
+        return "-"
+    period_ms = round(queue.rate.period.total_seconds() * 1000)
+    return f"{queue.rate.count}/{format_period(period_ms)}" + (" per key" if queue.rate.per_key else "")
 
 
 def _list(client: Client, options: argparse.Namespace) -> int:
@@ -105,6 +134,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 str(queue.concurrency_limit) if queue.concurrency_limit is not None else "-",
                 str(queue.key_limit) if queue.key_limit is not None else "-",
                 f"{queue.active_keys}/{queue.keys_at_limit}" if queue.active_keys is not None else "-",
+                _rate_text(queue),
                 *counts,
                 f"{age.total_seconds():.1f}s" if age is not None else "-",
             ]
@@ -115,6 +145,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
         Column("limit"),
         Column("key limit"),
         Column("keys active/full", wide_only=True),
+        Column("rate"),
     ]
     columns += [Column(s.value) for s in _SHOWN_STATES]
     table([*columns, Column("oldest")], rows, wide=mode == "wide")
@@ -138,5 +169,6 @@ def _show(queue: QueueInfo, options: argparse.Namespace) -> int:
         limit = queue.concurrency_limit if queue.concurrency_limit is not None else "none"
         key_limit = queue.key_limit if queue.key_limit is not None else "none"
         state = "paused" if queue.paused else "running"
-        print(f"{queue.name}  {state}, limit {limit}, per-key limit {key_limit}")
+        rate = f", rate {_rate_text(queue)}" if queue.rate is not None else ""
+        print(f"{queue.name}  {state}, limit {limit}, per-key limit {key_limit}{rate}")
     return 0

@@ -20,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator.domain.rates import format_period
+from coordinator.domain.records import QueueRecord
 from worker_sdk.trace_rules import trace_id_of
 
 HERE = Path(__file__).parent
@@ -156,7 +158,7 @@ def build_environment() -> Environment:
         class_name=class_name,
         trace_id=trace_id_of,
     )
-    env.globals.update(between=between, preview=preview, sparkline=sparkline)
+    env.globals.update(between=between, preview=preview, sparkline=sparkline, rate_text=rate_text)
     return env
 
 
@@ -213,3 +215,11 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def rate_text(queue: QueueRecord) -> str:
+    """A queue's rate as the CLI writes it (``100/1m``, ``10/1s per key``), or "none"."""
+    if queue.rate_count is None or queue.rate_period_ms is None:
+        return "none"
+    per_key = " per key" if queue.rate_per_key else ""
+    return f"{queue.rate_count}/{format_period(queue.rate_period_ms)}{per_key}"

@@ -196,13 +196,23 @@ class QueueRecord:
     turn (``store.claim_turns``). Set by the enqueue, never cleared while the queue exists."""
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    rate_count: int | None = None
+    """Most starts per ``rate_period_ms`` (``domain.rates``); None: no rate."""
+    rate_period_ms: int | None = None
+    rate_per_key: bool = False
+    """The rate holds for each concurrency key of the queue, not the queue as a whole."""
 
     @property
     def free(self) -> bool:
         """Whether claims take from the queue as they find its jobs: not paused, and no
-        limit whose count of active jobs they must keep (``store.claims``
-        tests the same in SQL)."""
-        return not self.paused and self.concurrency_limit is None and self.key_limit is None
+        limit or rate whose count they must keep (``store.claims`` tests the same in
+        SQL)."""
+        return (
+            not self.paused
+            and self.concurrency_limit is None
+            and self.key_limit is None
+            and self.rate_count is None
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,23 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from coordinator.domain.clock import Clock
+from coordinator.domain.rates import held_back
+from coordinator.domain.states import JobState
 from coordinator.scheduler.loop import sleep_or_stop
 from coordinator.store import Store
 
 log = logging.getLogger(__name__)
 
-QueueStats = tuple[dict[tuple[str, str], int], dict[str, int], int, frozenset[str]]
-"""Depth per (queue, state), oldest due run-at per queue, and the time they were read."""
+QueueStats = tuple[
+    dict[tuple[str, str], int], dict[str, int], int, frozenset[str], dict[tuple[str, str], int]
+]
+"""Depth per (queue, state), oldest due run-at per queue, the time they were read, the
+paused queues, and the available jobs held back per (queue, kind of limit)."""
 OnStats = Callable[[Mapping[tuple[str, str], int], Mapping[str, int], int, frozenset[str]], None]
 OnChecked = Callable[[bool], Awaitable[None]]
+OnHeldBack = Callable[[Mapping[tuple[str, str], int]], None]
+RATE = "rate"
+"""The kind of limit a rate is, as the held-back gauge labels it."""
 
 
 def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
@@ -26,8 +34,14 @@ def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
     depths: dict[tuple[str, str], int] = {}
     oldest: dict[str, int] = {}
     paused: set[str] = set()
+    held: dict[tuple[str, str], int] = {}
     for stats in store.queue_stats(now_ms):
         name = stats.queue.name
+        available = stats.counts.get(JobState.AVAILABLE, 0)
+        if stats.queue.rate_count is not None and available:  # one more read, rated queues only
+            rate, used = store.rate_state(name, now_ms)
+            if rate is not None:
+                held[(name, RATE)] = held_back(rate, used, available)
         if stats.queue.paused:
             paused.add(name)
         depths.update(
@@ -37,7 +51,7 @@ def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
         )
         if stats.oldest_due_run_at_ms is not None:
             oldest[name] = stats.oldest_due_run_at_ms
-    return depths, oldest, now_ms, frozenset(paused)
+    return depths, oldest, now_ms, frozenset(paused), held
 
 
 class QueueStatistics:
@@ -49,6 +63,7 @@ class QueueStatistics:
         timeout_s: float,
         on_stats: OnStats,
         on_checked: OnChecked,
+        on_held_back: OnHeldBack | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -56,6 +71,7 @@ class QueueStatistics:
         self.timeout_s = timeout_s
         self.on_stats = on_stats
         self.on_checked = on_checked
+        self.on_held_back = on_held_back
         # Its own thread: a check hanging on a dead database must not hold up reads.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="runwick-check")
         self._check: asyncio.Future[QueueStats] | None = None
@@ -74,7 +90,7 @@ class QueueStatistics:
             if self._check is not None and not self._check.done():
                 raise TimeoutError  # still hanging after a timeout's wait: no second read
             self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
-            depths, oldest, now_ms, paused = await asyncio.wait_for(
+            depths, oldest, now_ms, paused, held = await asyncio.wait_for(
                 asyncio.shield(self._check), self.timeout_s
             )
         except TimeoutError:
@@ -85,6 +101,8 @@ class QueueStatistics:
         else:
             ok = True
             self.on_stats(depths, oldest, now_ms, paused)
+            if self.on_held_back is not None:
+                self.on_held_back(held)
         await self.on_checked(ok)
         return ok
 

@@ -46,6 +46,7 @@ from coordinator.service.work import (
 )
 from coordinator.service.writes import JobWrites
 from coordinator.store import Store, Tx
+from coordinator.store.claim_rates import key_of
 from coordinator.store.claims import ClaimWanted
 from coordinator.store.tx_dependencies import ParentOutput
 from coordinator.validation import quote
@@ -86,6 +87,8 @@ class _BatchRun:
         self.writes = JobWrites(tx, now, self.answers)
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
+        self._starts: list[tuple[str, str, int]] = []
+        """The starts granted, (queue, key, when), not counted against rates yet."""
 
     def run(self, batch: WorkBatch) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
@@ -93,6 +96,7 @@ class _BatchRun:
         for release in batch.releases:
             self._release(release)
         self.answers.starts = [self._start(start) for start in batch.starts]
+        self._count_starts()
         for heartbeat in batch.heartbeats:
             attempt_ids, lease_until = heartbeat.attempt_ids, self.now + heartbeat.lease_ms
             renewed = self.tx.renew_leases(
@@ -114,6 +118,12 @@ class _BatchRun:
             self._claim(batch.claims)
         self.writes.flush()
         return self.answers
+
+    def _count_starts(self) -> None:
+        """Counts the starts granted so far against their queues' rates (issue 41)."""
+        if self._starts:
+            self.tx.count_rate_starts(self._starts)
+            self._starts = []
 
     def _current(self, attempt_id: str) -> JobRecord | None:
         """The job of ``attempt_id`` while that attempt is still its current one."""
@@ -160,6 +170,7 @@ class _BatchRun:
         if not decision.granted:
             return StartAnswer(attempt_id, False, reason=decision.reason)
         self._keep(self.writes.start(job, attempt_id, decision.execution_number))
+        self._starts.append((job.queue, key_of(job), self.now))
         self.answers.started.append(RunStarted(job.queue, job.wire_name, max(self.now - job.run_at_ms, 0)))
         self._attempts[attempt_id] = evolve(
             attempt, started_at_ms=self.now, execution_number=decision.execution_number
@@ -256,6 +267,8 @@ class _BatchRun:
                 claimed = [_with_outputs(item, outputs.get(item.job.id, {}), request) for item in claimed]
             self.answers.claims.append(claimed)
             self.answers.drained.append(found.drained)
+            if found.wake_at_ms is not None:  # a rate held jobs back: claim again then
+                self.answers.scheduled(found.wake_at_ms)
 
 
 def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:

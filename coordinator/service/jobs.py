@@ -254,9 +254,10 @@ class JobsService:
     def waiting_reason(self, job: JobRecord) -> WaitingReason | None:
         """Which queue control holds ``job`` back, when it is claimable now and one does
         (docs/flow-control.md); None otherwise. A bounded check of this one job."""
-        if not is_claimable(job.state, job.run_at_ms, self.clock.now_ms()):
+        now_ms = self.clock.now_ms()
+        if not is_claimable(job.state, job.run_at_ms, now_ms):
             return None
-        return waiting_reason(*self.store.waiting_facts(job))
+        return waiting_reason(*self.store.waiting_facts(job, now_ms), key=job.concurrency_key)
 
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")

@@ -9,6 +9,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
 from coordinator.domain.clock import Clock
 from coordinator.domain.demand import DemandTarget, SlotDemand
+from coordinator.domain.rates import QueueRate, RateError
 from coordinator.domain.records import QueueRecord, QueueStats
 from coordinator.domain.states import JobState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -101,6 +102,26 @@ class QueueService:
         detail = f"key limit {limit}" if limit is not None else "no key limit"
         return self._change(name, actor, audit.QUEUE_KEY_LIMIT, detail, key_limit=limit)
 
+    def set_rate(
+        self, name: str, count: int | None, period_ms: int, per_key: bool, actor: Actor
+    ) -> tuple[QueueRecord, Effects]:
+        """At most ``count`` starts of the queue's jobs (or of each key's, ``per_key``)
+        per ``period_ms``; a ``count`` of None removes the rate. Raises InvalidArgument,
+        changing nothing, for a count or period out of bounds (``domain.rates``)."""
+        rate = None
+        if count is not None:
+            try:
+                rate = QueueRate(count, period_ms, per_key)
+            except RateError as error:
+                raise InvalidArgument(
+                    "rate",
+                    f"{error}; to remove the rate, send no count",
+                    reason="OUT_OF_RANGE",
+                    metadata={"count": count, "period_ms": period_ms},
+                ) from error
+        detail = f"rate {rate.describe()}" if rate is not None else "no rate"
+        return self._change(name, actor, audit.QUEUE_RATE, detail, rate=rate)
+
     def _change(
         self,
         name: str,
@@ -111,16 +132,19 @@ class QueueService:
         paused: bool | None = None,
         limit: int | Unset | None = UNSET,
         key_limit: int | Unset | None = UNSET,
+        rate: QueueRate | Unset | None = UNSET,
     ) -> tuple[QueueRecord, Effects]:
         check_name("queue", name)
 
         def change(tx: Tx) -> QueueRecord:
             now = self.clock.now_ms()
-            record = tx.set_queue_controls(name, now, paused=paused, limit=limit, key_limit=key_limit)
+            record = tx.set_queue_controls(
+                name, now, paused=paused, limit=limit, key_limit=key_limit, rate=rate
+            )
             if record is None:
                 raise _not_found(name)
             tx.insert_audit_event(audit.event(actor, action, name, now, detail))
-            if paused is False or not isinstance(limit, Unset) or not isinstance(key_limit, Unset):
+            if paused is False or not all(isinstance(c, Unset) for c in (limit, key_limit, rate)):
                 tx.notify_jobs_available()  # resumed or limit changed: claims may take more now
             return record
 

@@ -79,9 +79,20 @@ def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict
 # jobs, in one statement. One row at least: the queue's (NULLs when it has none), with
 # NULL job columns when no job is claimed. The jobs are read as ``CLAIMABLE_IN_QUEUE``
 # reads them (the same index walk, behind a filter on the queue's row evaluated once).
+_CONTROL_COLUMNS = (
+    "q_name",
+    "q_paused",
+    "q_limit",
+    "q_key_limit",
+    "q_keyed",
+    "q_rate",
+    "q_period",
+    "q_per_key",
+)
 CONTROLS_AND_CLAIMABLE = Prepared(
     text(
         "SELECT q.name, q.paused, q.concurrency_limit, q.key_limit, q.keyed, "
+        "q.rate_count, q.rate_period_ms, q.rate_per_key, "
         + ", ".join(f"c.{column}" for column in JOB_COLUMNS)
         + " FROM (SELECT 1) AS one "
         "LEFT JOIN queues AS q ON q.name = :queue "
@@ -89,21 +100,16 @@ CONTROLS_AND_CLAIMABLE = Prepared(
         f"SELECT jobs.* FROM jobs WHERE jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND {DUE} "
         "AND jobs.wire_name = ANY(:wire_names) "
         "AND (q.name IS NULL OR (NOT q.paused AND q.concurrency_limit IS NULL "
-        "AND q.key_limit IS NULL AND NOT q.keyed)) "
+        "AND q.key_limit IS NULL AND NOT q.keyed AND q.rate_count IS NULL)) "
         "ORDER BY jobs.priority DESC, jobs.run_at_ms, jobs.id LIMIT :limit "
         "FOR UPDATE OF jobs SKIP LOCKED"
         ") AS c ON true "
         "ORDER BY c.priority DESC, c.run_at_ms, c.id"
     )
     .bindparams(bindparam("limit", type_=Integer), bindparam("now_ms", type_=BigInteger))
-    .columns(
-        *(
-            literal_column(name)
-            for name in ("q_name", "q_paused", "q_limit", "q_key_limit", "q_keyed", *JOB_COLUMNS)
-        )
-    )
+    .columns(*(literal_column(name) for name in (*_CONTROL_COLUMNS, *JOB_COLUMNS)))
 )
-CONTROLS_AND_CLAIMABLE_JOB_ID_AT = 5 + JOB_COLUMNS.index("id")
+CONTROLS_AND_CLAIMABLE_JOB_ID_AT = len(_CONTROL_COLUMNS) + JOB_COLUMNS.index("id")
 """Where a row of ``CONTROLS_AND_CLAIMABLE`` has its job's ID (None: no job)."""
 
 # Which of some queues hold a claimable job that is due: one index probe per queue

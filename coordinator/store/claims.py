@@ -16,7 +16,17 @@ runs next (a limit per key, a rate, fair turns between keys) is one more step of
 3. **ordered candidates**: each queue's claimable jobs of the wire names asked for, in
    claim order (priority desc, run-at, id), an ordered walk of ``ix_jobs_claim`` that
    stops at its limit (locked, and skipped by other replicas: ``FOR UPDATE SKIP LOCKED``),
-   merged across queues.
+   merged across queues. A queue with a per-key limit is read past the keys at their
+   limit (``store.claim_keys``), and a queue whose jobs carry keys takes its keys in
+   turn (``store.claim_turns``).
+4. **per-key limits**: of the candidates, a per-key limited queue's jobs are kept while
+   their key has room (``KeyRoom.admit``).
+5. **rates**: then the jobs of a rated queue are admitted while its window (or each
+   key's, by ``concurrency_key``) has room: its starts in the window and its reserved
+   jobs are fewer than its count (``store.claim_rates``, ``domain.rates``); the jobs
+   handed out count as reserved. A claim held back by a rate tells its dispatcher when
+   to try again (``wake_at_ms``). Limits come before the rate, so a job a limit refuses
+   never uses up the rate's room.
 
 On PostgreSQL a call for a single queue reads the queue's controls with its jobs in one
 statement (a claim at a light load then goes out after one read instead of two).
@@ -40,9 +50,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.domain import rates
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import JobState, is_claimable
 from coordinator.store.claim_keys import MAX_KEY_ROUNDS, ClaimKeyOps, KeyRoom
+from coordinator.store.claim_rates import RateOps, key_of, rate_of
 from coordinator.store.claim_reads import (
     CLAIMABLE_IN_QUEUE,
     CONTROLS_AND_CLAIMABLE,
@@ -54,6 +66,9 @@ from coordinator.store.claim_turns import ClaimTurnOps
 from coordinator.store.prepared import DriverRows
 from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import jobs
+
+_NO_LIMIT = 2**31
+"""The room of a queue without a concurrency limit (a per-key limit or a rate decides)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +90,8 @@ class ClaimFound:
     drained: bool
     """Its queues hold no more claimable jobs of its wire names for it: none of them is
     paused or limited, and it got fewer jobs than it asked for."""
+    wake_at_ms: int | None = None
+    """A rate held jobs back: when its window may have room again."""
 
 
 @dataclass(slots=True)
@@ -101,9 +118,14 @@ class _Call:
     with credit claims in the same transaction, and the first takes all there is)."""
     key_rooms: dict[str, KeyRoom] = field(default_factory=dict)
     """Per-key limited queues: their keys' reserved and running jobs (``store.claim_keys``)."""
+    rate_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Rated queues: per key, starts in the window and reserved jobs, read once and
+    counted up as jobs go."""
+    wake_at_ms: int | None = None
+    """A rate held jobs back: the start of its next slot, when it may have room."""
 
 
-class ClaimOps(ClaimKeyOps, ClaimTurnOps):
+class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
     def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
         """The jobs to claim for each of ``wanted``, earlier requests served first, no
         job twice. Every job found is the caller's: it must claim each of them in this
@@ -114,6 +136,9 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps):
             self._read_controls_with_jobs(call, call.named[0], asking[0])
         else:
             call.controls = self.queue_controls(call.named)
+        for name in call.named:  # read afresh: what starts of their jobs must count
+            controls = call.controls.get(name)
+            self.rates_seen[name] = controls is not None and controls.rate_count is not None
         return [self._claim_one(call, w) for w in wanted]
 
     def _limit(self, wanted: ClaimWanted) -> int:
@@ -132,7 +157,8 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps):
                 found += self._limited_candidates(call, queue, wanted.wire_names, names, more)
         # A paused queue or a limit may hold jobs back that a later claim gets, and a
         # claim that took all it could may have left more.
-        return ClaimFound(found, len(free) == len(wanted.queues) and len(found) < limit)
+        drained = len(free) == len(wanted.queues) and len(found) < limit
+        return ClaimFound(found, drained, call.wake_at_ms)
 
     # -- 1. eligible queues ---------------------------------------------------------------
 
@@ -147,9 +173,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps):
         }
         rows = CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
         head = rows.rows[0]
-        record = (
-            None if head[0] is None else QueueRecord(head[0], bool(head[1]), head[2], head[3], bool(head[4]))
-        )
+        record = None if head[0] is None else _controls(head)
         if record is None or (record.free and not record.keyed):
             with_jobs = [row for row in rows.rows if row[CONTROLS_AND_CLAIMABLE_JOB_ID_AT] is not None]
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
@@ -172,12 +196,55 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps):
         return tuple(free), limited
 
     def _room(self, call: _Call, queue: QueueRecord) -> int:
-        limit = queue.concurrency_limit
-        if limit is None:  # limited per key only: each request's own count bounds it
-            return self.bounds.clamp_claim_batch(2**31)
+        """How many more jobs of a limited or rated queue this call may hand out: its
+        concurrency limit's room, and a queue-wide rate's (a per-key rate is kept job by
+        job, ``_admit_rated``)."""
         if queue.name not in call.room:
-            call.room[queue.name] = limit - self.active_jobs(queue.name, limit)
+            limit = queue.concurrency_limit
+            room = _NO_LIMIT if limit is None else limit - self.active_jobs(queue.name, limit)
+            rate = rate_of(queue)
+            if rate is not None:
+                used = self._rate_used(call, queue.name, rate)
+                rate_room = rates.room(rate, used)
+                if rate_room is not None:
+                    room = min(room, rate_room)
+                    self._note_rate_held(call, rate, rate_room == 0)
+            call.room[queue.name] = room
         return call.room[queue.name]
+
+    # -- 4. rates -------------------------------------------------------------------------
+
+    def _rate_used(self, call: _Call, queue: str, rate: rates.QueueRate) -> dict[str, int]:
+        if queue not in call.rate_used:
+            call.rate_used[queue] = self.rate_used(queue, rate, call.now_ms)
+        return call.rate_used[queue]
+
+    @staticmethod
+    def _note_rate_held(call: _Call, rate: rates.QueueRate, held: bool) -> None:
+        if held:
+            next_slot = rate.slot_of(call.now_ms) + rate.slot_ms
+            call.wake_at_ms = next_slot if call.wake_at_ms is None else min(call.wake_at_ms, next_slot)
+
+    def _admit_rated(self, call: _Call, found: list[JobRecord], limit: int) -> list[JobRecord]:
+        """The first ``limit`` of ``found`` that their queues' rates let claim now; they
+        are counted in the call as reserved (the caller writes them reserved)."""
+        by_queue: dict[str, list[JobRecord]] = {}
+        for job in found:
+            by_queue.setdefault(job.queue, []).append(job)
+        admitted: set[str] = set()
+        for queue, candidates in by_queue.items():
+            rate = rate_of(call.controls[queue]) if queue in call.controls else None
+            if rate is None:
+                admitted.update(job.id for job in candidates)
+                continue
+            used = self._rate_used(call, queue, rate)
+            taken, granted = rates.admit(rate, used, candidates, key_of, limit)
+            admitted.update(job.id for job in taken)
+            for key, n in granted.items():
+                used[key] = used.get(key, 0) + n
+            at_rate = len(taken) < len(candidates) or any(n >= rate.count for n in used.values())
+            self._note_rate_held(call, rate, at_rate)
+        return [job for job in found if job.id in admitted][:limit]
 
     # -- 2. queues with work --------------------------------------------------------------
 
@@ -238,8 +305,9 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps):
         if len(found) < limit:
             for queue in still:
                 call.exhausted.setdefault(queue, []).append(names)
-        if keys is not None:
+        if keys is not None:  # step 4, then step 5
             found = keys.admit(found)
+        found = self._admit_rated(call, found, limit)
         for job in found:
             call.taken.add(job.id)
             call.taken_from.setdefault(job.queue, []).append(job.id)
@@ -300,6 +368,21 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps):
         ]
         rows.sort(key=lambda row: (-row["priority"], row["run_at_ms"], row["id"]))
         return [job_from_mapping(row) for row in rows[:limit]]
+
+
+def _controls(head: Sequence[Any]) -> QueueRecord:
+    """The queue's controls from a row of ``CONTROLS_AND_CLAIMABLE``."""
+    name, paused, limit, key_limit, keyed, rate_count, rate_period_ms, rate_per_key = head[:8]
+    return QueueRecord(
+        name,
+        bool(paused),
+        limit,
+        key_limit,
+        bool(keyed),
+        rate_count=rate_count,
+        rate_period_ms=rate_period_ms,
+        rate_per_key=bool(rate_per_key),
+    )
 
 
 def _claim_order(job: JobRecord) -> tuple[int, int, str]:

@@ -8,6 +8,7 @@ from sqlalchemy import Connection, Select, func, literal, select, text, tuple_
 
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.naming import natural_key
+from coordinator.domain.rates import room
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
@@ -20,6 +21,7 @@ from coordinator.domain.records import (
     Transition,
 )
 from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.store import claim_rates
 from coordinator.store.rows import (
     attempt_from_row,
     attempts_from,
@@ -227,7 +229,21 @@ def slot_demand(conn: Connection, target: DemandTarget, now_ms: int, cap: int) -
             jobs.c.run_at_ms <= now_ms + target.horizon_ms,
         )
         due = _capped_count(conn, claimable, target, cap)
+        due = min(due, _rate_room(conn, target.queue, now_ms, due))
     return SlotDemand(leased=leased, due=due, paused=paused)
+
+
+def _rate_room(conn: Connection, queue: str, now_ms: int, due: int) -> int:
+    """How many of ``due`` jobs the queue's rate lets start now (issue 41): a queue-wide
+    rate's room; a per-key rate's is each key's own, known only job by job, so it holds
+    back nothing here. All of them when there is no rate."""
+    if not due:
+        return 0
+    rate, used = claim_rates.rate_state(conn, queue, now_ms)
+    if rate is None:
+        return due
+    left = room(rate, used)
+    return due if left is None else left
 
 
 def _capped_count(conn: Connection, query: Select[tuple[str]], target: DemandTarget, cap: int) -> int:

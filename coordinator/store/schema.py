@@ -273,8 +273,26 @@ queues = Table(
     # ``domain.naming.natural_key(name)``: listings page by (sort_key, name), which is
     # the names' natural order (cq2 before cq10).
     Column("sort_key", _identifier(MAX_NATURAL_KEY_CHARS), nullable=False, server_default=""),
+    # Issue 41: at most rate_count starts per rate_period_ms (``domain.rates``), of the
+    # queue or of each key (rate_per_key); NULL count: no rate.
+    Column("rate_count", Integer),
+    Column("rate_period_ms", BigInteger),
+    Column("rate_per_key", Boolean, nullable=False, default=False, server_default=false()),
 )
 Index("ix_queues_sort_key", queues.c.sort_key, queues.c.name)
+
+# Issue 41: a rated queue's grants per key and slot (``domain.rates``): a claim adds the
+# jobs it takes to its slot, under the queue's row lock (PostgreSQL), so replicas share
+# one count and a restart finds it. Rows older than a period and a slot are dropped by
+# the next claim of the key. key is '' for a queue-wide rate.
+queue_rate_slots = Table(
+    "queue_rate_slots",
+    metadata,
+    Column("queue", _identifier(256), primary_key=True),
+    Column("key", _identifier(256), primary_key=True),
+    Column("slot_ms", BigInteger, primary_key=True),
+    Column("granted", Integer, nullable=False),
+)
 
 # R-17: jobs per queue and state, maintained with every write: each transaction appends
 # its changes as deltas (insert-only, so replicas never wait on a counter row), and a

@@ -26,13 +26,13 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.graph import Neighbourhood
+from coordinator.domain.rates import QueueRate
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
     FinishedMinute,
     JobRecord,
     LeaseHolder,
-    QueueRecord,
     QueueStats,
     Relatives,
     TokenRecord,
@@ -41,7 +41,7 @@ from coordinator.domain.records import (
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.search import JobSearch
 from coordinator.domain.states import JobState
-from coordinator.store import dashboard_sessions, planner, reads, waiting
+from coordinator.store import claim_rates, dashboard_sessions, planner, reads, waiting
 from coordinator.store import graph as job_graph
 from coordinator.store import migrate as migrations
 from coordinator.store import schedules as schedule_reads
@@ -55,6 +55,7 @@ from coordinator.store.engine import (
     normalize_url,
 )
 from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
+from coordinator.store.rate_cache import UnratedQueues
 from coordinator.store.tx import Tx
 from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
 
@@ -104,6 +105,7 @@ class Store:
         """Names this store's notifications (``Tx.notify_jobs_available``) to its own listener."""
         self._known_queues: set[str] = set()
         self._known_queues_at = time.monotonic()
+        self._unrated_queues = UnratedQueues(self.bounds.max_queues)
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at: dict[str, int] = {}
         """The rows each table had when this store last refreshed its planner statistics."""
@@ -228,12 +230,15 @@ class Store:
             conn = self._writer()
             with conn.begin():
                 self._expire_known_queues()
-                tx = Tx(conn, self.postgres, self.bounds, self._known_queues, self.origin)
+                tx = Tx(
+                    conn, self.postgres, self.bounds, self._known_queues, self.origin, self._unrated_queues
+                )
                 yield tx
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
             self._known_queues.difference_update(tx.forgotten_queues)  # and these do not
+            self._unrated_queues.learn(tx.rates_seen)
         except DBAPIError as exc:
             # The driver failed: the connection goes back to the pool (or, lost, is
             # dropped), and the next transaction, a retry too, starts on another.
@@ -305,6 +310,11 @@ class Store:
         with self._reading() as conn:
             return reads.get_job(conn, job_id)
 
+    def rate_state(self, queue: str, now_ms: int) -> tuple[QueueRate | None, dict[str, int]]:
+        """``queue``'s rate and what counts against it per key now (issue 41)."""
+        with self._reading() as conn:
+            return claim_rates.rate_state(conn, queue, now_ms)
+
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._reading() as conn:
             return reads.get_jobs(conn, job_ids)
@@ -335,10 +345,10 @@ class Store:
         with self._reading() as conn:
             return reads.relatives(conn, job_id)
 
-    def waiting_facts(self, job: JobRecord) -> tuple[QueueRecord | None, int, int]:
+    def waiting_facts(self, job: JobRecord, now_ms: int) -> waiting.WaitingFacts:
         """``job``'s queue and its counts for ``domain.flow.waiting_reason`` (``store.waiting``)."""
         with self._reading() as conn:
-            return waiting.waiting_facts(conn, job)
+            return waiting.waiting_facts(conn, job, now_ms)
 
     def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
         with self._reading() as conn:

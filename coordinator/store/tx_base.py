@@ -16,6 +16,7 @@ from coordinator.domain.bounds import StoreBounds
 from coordinator.store.errors import WriteConflict
 from coordinator.store.pg_held import HeldWrites
 from coordinator.store.prepared import DriverRows, Prepared
+from coordinator.store.rate_cache import UnratedQueues
 from coordinator.store.row_writes import RowUpdate, prepared_insert
 
 IN_CHUNK = 1_000
@@ -48,8 +49,13 @@ class TxBase:
         bounds: StoreBounds,
         known_queues: AbstractSet[str] = frozenset(),
         origin: str = "",
+        unrated_queues: UnratedQueues | None = None,
     ) -> None:
         self._connection = conn
+        self._unrated_queues = unrated_queues
+        """Queues the store lately saw without a rate (``store.rate_cache``)."""
+        self.rates_seen: dict[str, bool] = {}
+        """Queues whose controls this transaction read or set: whether each has a rate."""
         self._held = HeldWrites() if postgres else None
         """PostgreSQL: the writes not sent yet; they go out before anything else runs on
         the connection (``_conn``)."""

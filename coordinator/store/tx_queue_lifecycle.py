@@ -31,7 +31,7 @@ from coordinator.domain.records import QueueRecord
 from coordinator.domain.states import JobState
 from coordinator.store.errors import QueueLimitReached
 from coordinator.store.rows import queue_from_row
-from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queues
+from coordinator.store.schema import jobs, queue_count_deltas, queue_counts, queue_rate_slots, queues
 from coordinator.store.tx_base import TxBase
 
 QUEUE_CREATION_LOCK_KEY = int.from_bytes(b"rwqueues", "big")
@@ -158,7 +158,7 @@ class QueueLifecycleOps(TxBase):
         wanted = sorted(set(names))
         if not wanted:
             return
-        for table in (queue_count_deltas, queue_counts):
+        for table in (queue_count_deltas, queue_counts, queue_rate_slots):
             self._conn.execute(table.delete().where(table.c.queue.in_(wanted)))
         self._conn.execute(queues.delete().where(queues.c.name.in_(wanted)))
         self.forgotten_queues.update(wanted)
@@ -166,7 +166,7 @@ class QueueLifecycleOps(TxBase):
 
     def forget_idle_queues(self, limit: int) -> list[str]:
         """Deletes up to ``limit`` queues that hold no jobs and have no controls (not
-        paused, no concurrency limit), by name; returns their names. Rows another
+        paused, no concurrency limit, no rate), by name; returns their names. Rows another
         transaction holds are skipped (PostgreSQL), so replicas never wait on each other."""
         idle = (
             select(queues.c.name)
@@ -174,6 +174,7 @@ class QueueLifecycleOps(TxBase):
                 queues.c.paused.is_(False),
                 queues.c.concurrency_limit.is_(None),
                 queues.c.key_limit.is_(None),
+                queues.c.rate_count.is_(None),
                 ~exists(select(literal(1)).where(jobs.c.queue == queues.c.name)),
             )
             .order_by(queues.c.name)

@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from coordinator.domain.rates import QueueRate
 from coordinator.domain.records import QueueRecord
 from coordinator.domain.states import JobState
 from coordinator.store.prepared import Prepared
@@ -21,6 +22,7 @@ from coordinator.store.schema import (
     queue_count_deltas,
     queue_counts,
     queue_finished,
+    queue_rate_slots,
     queues,
 )
 from coordinator.store.tx_queue_lifecycle import QueueLifecycleOps, positive_queues
@@ -52,9 +54,9 @@ class QueueOps(QueueLifecycleOps):
     # -- queues (R-17) ------------------------------------------------------------------
 
     def queue_controls(self, names: Iterable[str]) -> dict[str, QueueRecord]:
-        """The known queues among ``names``; the rows of those with a concurrency or
-        per-key limit are locked (PostgreSQL), so claims of a limited queue are serialised
-        across replicas."""
+        """The known queues among ``names``; the rows of those with a concurrency limit, a
+        per-key limit or a rate are locked (PostgreSQL), so claims of a limited or rated
+        queue are serialised across replicas."""
         wanted = sorted(set(names))
         if not wanted:
             return {}
@@ -62,9 +64,7 @@ class QueueOps(QueueLifecycleOps):
             record.name: record
             for record in queues_from(_QUEUES_BY_NAMES.execute(self._reader, {"names": wanted}))
         }
-        self.lock_queues(
-            name for name, r in found.items() if r.concurrency_limit is not None or r.key_limit is not None
-        )
+        self.lock_queues(name for name, record in found.items() if not record.free and not record.paused)
         return found
 
     def lock_queues(self, names: Iterable[str]) -> None:
@@ -186,8 +186,11 @@ class QueueOps(QueueLifecycleOps):
         paused: bool | None = None,
         limit: int | Unset | None = UNSET,
         key_limit: int | Unset | None = UNSET,
+        rate: QueueRate | Unset | None = UNSET,
     ) -> QueueRecord | None:
-        """Changes a known queue's controls; None when it is not known."""
+        """Changes a known queue's controls; None when it is not known. A rate removed
+        takes its counted starts with it; a rate changed keeps them (they are starts
+        made, and a new rate must not grant a fresh burst)."""
         values: dict[str, Any] = {"updated_at_ms": now_ms}
         if paused is not None:
             values["paused"] = paused
@@ -195,6 +198,13 @@ class QueueOps(QueueLifecycleOps):
             values["concurrency_limit"] = limit
         if not isinstance(key_limit, Unset):
             values["key_limit"] = key_limit
+        if not isinstance(rate, Unset):
+            values["rate_count"] = rate.count if rate else None
+            values["rate_period_ms"] = rate.period_ms if rate else None
+            values["rate_per_key"] = rate.per_key if rate else False
+            self.rates_seen[name] = rate is not None
+            if rate is None:
+                self._conn.execute(queue_rate_slots.delete().where(queue_rate_slots.c.queue == name))
         if self._conn.execute(update(queues).where(queues.c.name == name).values(values)).rowcount != 1:
             return None
         row = self._conn.execute(select(queues).where(queues.c.name == name)).first()

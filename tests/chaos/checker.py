@@ -778,6 +778,37 @@ def cancel_respected(m: Model) -> Outcome:
     return out
 
 
+def queue_rate_respected(m: Model) -> Outcome:
+    """Issue 41: once a queue rate of COUNT per PERIOD is set (a ``queue_rate`` event;
+    the workload's jobs are all of one queue), no window of PERIOD holds more than COUNT
+    starts, as the coordinator recorded them (the attempts' ``started_at``), whatever
+    replicas were killed or restarted meanwhile."""
+    out = Outcome()
+    for rate in (e for e in m.events if e.get("kind") == "queue_rate"):
+        since = rate["wall"] + m.clock_tol_ms
+        starts = sorted(
+            a["started_at"]
+            for a in m.attempts.values()
+            if a["started_at"] is not None and a["started_at"] >= since
+        )
+        out.checked += len(starts)
+        ahead = 0
+        for at, start in enumerate(starts):  # each start opens a window [start, start + period)
+            ahead = max(ahead, at)
+            while ahead < len(starts) and starts[ahead] < start + rate["period_ms"]:
+                ahead += 1
+            if ahead - at > rate["count"]:
+                out.violations.append(
+                    Violation(
+                        "queue_rate_respected",
+                        f"{ahead - at} starts in the {rate['period_ms']} ms from {start}, "
+                        f"over the rate of {rate['count']} set at {rate['wall']:.0f}",
+                    )
+                )
+                break
+    return out
+
+
 INVARIANTS: dict[str, Callable[[Model], Outcome]] = {
     "acknowledged_jobs_terminal": acknowledged_jobs_terminal,
     "idempotent_enqueue": idempotent_enqueue,
@@ -791,6 +822,7 @@ INVARIANTS: dict[str, Callable[[Model], Outcome]] = {
     "retry_delay_within_bounds": retry_delay_within_bounds,
     "terminal_state_consistent": terminal_state_consistent,
     "cancel_respected": cancel_respected,
+    "queue_rate_respected": queue_rate_respected,
 }
 
 

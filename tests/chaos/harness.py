@@ -48,9 +48,12 @@ from worker_sdk import (
     FailedPrecondition,
     JobInfo,
     JobState,
+    RunwickError,
 )
 
 WORKER_APP = "tests.chaos.worker_app:worker"
+DEFAULT_QUEUE = "default"
+"""The workload's jobs are enqueued without a queue: all in this one."""
 NOT_ENDED = (JobState.SCHEDULED, JobState.WAITING, JobState.AVAILABLE, JobState.RESERVED, JobState.RUNNING)
 BACKLOG_CAP = 150
 """Producers wait while more jobs than this wait to be claimed."""
@@ -102,6 +105,9 @@ class Settings:
     faults: dict[str, float] = field(default_factory=lambda: dict(FAULT_WEIGHTS))
     pg_cluster: ThrowawayCluster | None = None
     """The throwaway cluster ``database_url`` is on, which ``pg_restart`` restarts."""
+    queue_rate: tuple[int, int] | None = None
+    """(count, period in ms): a rate set on the workload's queue once it exists; the
+    checker's ``queue_rate_respected`` holds the starts after it to it."""
 
     def header(self) -> dict[str, Any]:
         return {
@@ -116,6 +122,7 @@ class Settings:
             "clock_tol_ms": self.clock_tol_ms,
             "faults": self.faults,
             "throwaway_cluster": self.pg_cluster is not None,
+            "queue_rate": self.queue_rate,
         }
 
 
@@ -889,6 +896,23 @@ async def read_back(client: AsyncClient, recorder: Recorder) -> int:
     return len(jobs)
 
 
+async def set_queue_rate(cluster: Cluster, recorder: Recorder, count: int, period_ms: int) -> None:
+    """Sets the rate on the workload's queue as soon as a first enqueue made it, and
+    records when (before any fault: the nemesis starts after)."""
+    async with AsyncClient(cluster.targets()[0], rpc_timeout=timedelta(seconds=10)) as client:
+        for _ in range(300):
+            try:
+                await client.set_queue_rate(DEFAULT_QUEUE, count, period_ms / 1000)
+            except RunwickError as error:
+                if error.reason != "QUEUE_NOT_FOUND":
+                    raise
+                await asyncio.sleep(0.05)  # no enqueue committed yet
+            else:
+                recorder.record("queue_rate", count=count, period_ms=period_ms)
+                return
+    raise AssertionError("the workload's queue never appeared: no rate was set")
+
+
 async def _all_job_ids(client: AsyncClient) -> list[str]:
     return [job.id async for job in client.list_jobs(page_size=500)]
 
@@ -941,6 +965,8 @@ async def run_chaos(settings: Settings) -> RunResult:
             producer.start()
         observing = asyncio.create_task(observer.run(stop_observer))
         managing = asyncio.create_task(manager.run(stop_manager))
+        if settings.queue_rate is not None:
+            await set_queue_rate(cluster, recorder, *settings.queue_rate)
         await nemesis.run(settings.fault_seconds)
         await nemesis.heal_all()
         recorder.record("phase", phase="quiet")

@@ -61,8 +61,8 @@ async def test_chaos_sqlite(chaos_options: ChaosOptions, tmp_path: Path) -> None
 async def test_chaos_postgres_two_replicas(
     chaos_options: ChaosOptions, postgres_url: str, tmp_path: Path
 ) -> None:
-    """Two replicas over the run's PostgreSQL database: one at a time is killed, and
-    their backends are terminated."""
+    """Two replicas over the run's PostgreSQL database, sharing a queue rate: one at a
+    time is killed, and their backends are terminated."""
     _truncate(postgres_url)
     settings = Settings(
         engine="postgres",
@@ -71,6 +71,8 @@ async def test_chaos_postgres_two_replicas(
         seed=chaos_options.seed_for("postgres"),
         fault_seconds=chaos_options.fault_seconds,
         replicas=2,
+        # Both replicas claim and start under one rate, while either is killed.
+        queue_rate=(8, 1_000),
     )
     _verdict(await run_chaos(settings), chaos_options, tmp_path, "test_chaos_postgres_two_replicas")
 

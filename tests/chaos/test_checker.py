@@ -75,6 +75,7 @@ def clean_events() -> list[dict[str, Any]]:
         ev("worker_up", 600, worker_id="w1", proxy="p0"),
         ev("worker_up", 600, worker_id="w2", proxy="p1"),
         ev("enqueue", 1_000, producer=0, keys=["k1", "k2", "k3"], ids=["j1", "j2", "j3"], tries=1),
+        ev("queue_rate", 1_010, count=2, period_ms=1_000),
         ev("cancel", 1_020, job="j3", ok=True, state="cancelled", generation=1),
         ev("start", 1_100, worker_id="w1", job="j1", attempt="a1", execution=1, generation=1),
         ev("finish", 1_200, worker_id="w1", job="j1", attempt="a1", result="returned", output="a1|k1"),
@@ -167,6 +168,12 @@ def test_the_clean_history_passes_every_invariant_and_checks_something_with_each
 
 
 # -- each invariant broken ------------------------------------------------------------------
+
+
+def test_more_starts_than_a_queue_rate_allows_are_caught():
+    events, run = mutated()
+    find(events, "queue_rate", period_ms=1_000)["count"] = 1  # a1 and b1 start 920 ms apart
+    assert violated(run()) == {"queue_rate_respected"}
 
 
 def test_an_acknowledged_job_that_did_not_end_is_caught():

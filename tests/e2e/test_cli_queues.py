@@ -134,3 +134,36 @@ async def test_concurrency_keys_and_per_key_limits_from_the_cli(coordinator: Coo
     after = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
     assert [q["key_limit"] for q in after] == [2]
     assert len(json.loads((await runwick("jobs", "list", "--json", *target)).stdout)["jobs"]) == 1
+
+
+async def test_queues_rate_sets_shows_and_removes_a_rate(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    await runwick("jobs", "enqueue", "geo.lookup", "--queue", "geocode", *target)
+
+    rated = await runwick("queues", "rate", "geocode", "100/1m", *target)
+    assert rated.stdout.strip() == "geocode  running, limit none, per-key limit none, rate 100/1m"
+    per_key = json.loads(
+        (await runwick("queues", "rate", "geocode", "5/500ms", "--per-key", "--json", *target)).stdout
+    )
+    assert per_key["queue"]["rate"] == {"count": 5, "period_s": 0.5, "per_key": True}
+    table = (await runwick("queues", "list", *target)).stdout.splitlines()
+    assert table[0].split()[:6] == ["queue", "paused", "limit", "key", "limit", "rate"]
+    assert table[1].split()[:7] == ["geocode", "-", "-", "-", "5/500ms", "per", "key"]
+
+    for bad, says in (
+        ("0/1s", "count must be 1"),
+        ("10/0s", "period must be"),
+        ("abc", "COUNT/PERIOD"),
+        ("-5/1s", "COUNT/PERIOD"),
+        ("10/30d", "period must be"),
+        ("10/1y", "a period is"),
+    ):
+        refused = await runwick("queues", "rate", *target, "geocode", "--", bad, check=False)
+        assert refused.returncode == 2 and says in refused.stderr, (bad, refused.stderr)
+    unknown = await runwick("queues", "rate", "nowhere", "1/1s", *target, check=False)
+    assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr
+    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
+    assert listed[0]["rate"] == {"count": 5, "period_s": 0.5, "per_key": True}
+
+    removed = await runwick("queues", "rate", "geocode", "off", *target)
+    assert removed.stdout.strip() == "geocode  running, limit none, per-key limit none"

@@ -41,6 +41,7 @@ EXITS: dict[str, tuple[list[str], list[str] | None]] = {
     "queues pause": (["bad name!"], ["nosuchqueue"]),
     "queues resume": (["bad name!"], ["nosuchqueue"]),
     "queues limit": (["q", "0"], ["nosuchqueue", "3"]),
+    "queues rate": (["q", "0/1s"], ["nosuchqueue", "1/1s"]),
     "queues delete": (["bad name!"], ["nosuchqueue"]),
     "schedules create": (["ok", "--cron", "not cron", "--timezone", "UTC", "--wire-name", "a.b"], None),
     "schedules list": (["--bogus"], None),

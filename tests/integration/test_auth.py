@@ -238,6 +238,12 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                 "SetQueueKeyLimit": lambda: api.tokens.SetQueueKeyLimit(
                     queue_pb2.SetQueueKeyLimitRequest(name="default", limit=5), metadata=md
                 ),
+                "SetQueueRate": lambda: api.tokens.SetQueueRate(
+                    queue_pb2.SetQueueRateRequest(
+                        name="default", rate=queue_pb2.QueueRate(count=5, period=Duration(seconds=1))
+                    ),
+                    metadata=md,
+                ),
             }
             if name in requests:
                 return await _status(requests[name]())

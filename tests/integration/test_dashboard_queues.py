@@ -15,6 +15,7 @@ from coordinator.dashboard.views import PAGE_SIZE
 from coordinator.domain.access import SYSTEM_ACTOR
 from coordinator.domain.records import NewJobSpec
 from coordinator.process import RunningCoordinator, start_coordinator
+from tests.contract.harness import OPERATOR
 from tests.integration.test_dashboard_http import Session
 
 QUEUES = PAGE_SIZE + 5
@@ -50,6 +51,13 @@ async def test_the_queues_page_shows_a_page_of_queues_and_links_the_next(running
 
     bad = await session.get("/queues?page=forged")
     assert bad.status == 400
+
+
+async def test_the_queues_page_shows_each_rate(running: RunningCoordinator) -> None:
+    await running.app.set_queue_rate("q01", 100, 60_000, True, OPERATOR)
+    page = (await _session(running).get("/queues")).body
+    rates = dict(re.findall(r'<tr data-queue="([^"]+)".*?<td data-rate>([^<]*)</td>', page, re.S))
+    assert (rates["q00"], rates["q01"]) == ("none", "100/1m per key")
 
 
 async def test_an_action_on_a_later_page_returns_to_that_page(running: RunningCoordinator) -> None:

@@ -262,6 +262,8 @@ def test_a_duplicate_a_loss_or_an_early_start_shows_in_the_report() -> None:
         (["--engine", "postgres", "--processes", "0"], "--processes must be from 1 to 64"),
         (["--engine", "postgres", "--processes", "x"], "a whole number from 1 to 64 or 'auto'"),
         (["--target", "127.0.0.1:1", "--processes", "2"], "--target measures a deployment"),
+        (["--queue-rate", "0/1s"], "count must be 1"),
+        (["--queue-rate", "abc"], "COUNT/PERIOD"),
     ],
 )
 def test_bad_flags_exit_2_before_anything_starts(

@@ -14,7 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from coordinator.cli.output import bytes_json, show_age, show_time, to_json
 from tests.support import ROOT
-from worker_sdk import QueueInfo, WorkerInfo
+from worker_sdk import QueueInfo, QueueRateInfo, WorkerInfo
 from worker_sdk._convert import (
     attempt_from_proto,
     audit_event_from_proto,
@@ -182,7 +182,11 @@ def test_queues_and_workers_print_counts_by_state_and_times() -> None:
         "key_limit": None,
         "active_keys": None,
         "keys_at_limit": None,
+        "rate": None,
     }
+    one_a_minute = QueueRateInfo(100, timedelta(minutes=1), per_key=True)
+    rated = to_json(QueueInfo("api", False, None, rate=one_a_minute))
+    assert rated["rate"] == {"count": 100, "period_s": 60.0, "per_key": True}
     worker = to_json(WorkerInfo("w-1", ("mail",), ("a.b",), 8, 2, 6, None, None))
     assert worker["queues"] == ["mail"] and worker["connected_at"] is None
 

@@ -22,7 +22,8 @@ from worker_sdk import configure_logging
 from worker_sdk._logging import JsonFormatter, job_log_context
 from worker_sdk._metrics import WorkerMetrics
 
-BOUNDED_LABELS = {"queue", "wire_name", "outcome", "state", "grpc_method", "grpc_code", "reason"}
+# kind: the kind of limit holding jobs back (a fixed few: "rate", ...), never a key.
+BOUNDED_LABELS = {"queue", "wire_name", "outcome", "state", "grpc_method", "grpc_code", "reason", "kind"}
 MAIL = {"queue": "mail", "wire_name": "mail.send"}
 
 

@@ -104,6 +104,10 @@ def add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="spread the measured and backlog jobs over N concurrency keys (default 0: no keys)",
     )
     add("--key-limit", type=int, help="the queue's per-key running limit while measuring (default none)")
+    add(
+        "--queue-rate",
+        help="COUNT/PERIOD (like 100000/1s): a rate limit set on the queue after the warm-up",
+    )
     add("--settle", type=float, default=1.0, help="seconds to wait for duplicate runs after the last job")
     add("--stall-timeout", type=float, default=60.0, help="give up after this many seconds without progress")
     add("--engine", choices=ENGINES, help="local database: sqlite (default) or postgres")
@@ -166,6 +170,8 @@ def _check(options: argparse.Namespace) -> None:
         raise UsageError(f"--workers must be at least 1, got {options.workers}")
     if not options.rate > 0:
         raise UsageError(f"--rate must be above 0, got {options.rate}")
+    if options.queue_rate is not None:
+        options.queue_rate = _queue_rate(options.queue_rate)
     if options.settle < 0 or not options.stall_timeout > 0:
         raise UsageError("--settle must be 0 or more and --stall-timeout above 0")
     if options.target is None:
@@ -313,7 +319,17 @@ def _plan(options: argparse.Namespace) -> Plan:
         stall_timeout_s=options.stall_timeout,
         keys=options.keys,
         key_limit=options.key_limit,
+        queue_rate=options.queue_rate,
     )
+
+
+def _queue_rate(text: str) -> tuple[int, int]:
+    from coordinator.domain.rates import RateError, parse_rate
+
+    try:
+        return parse_rate(text)
+    except RateError as error:
+        raise UsageError(f"--queue-rate: {error}") from None
 
 
 def _run(options: argparse.Namespace, folder: Path) -> dict[str, Any]:

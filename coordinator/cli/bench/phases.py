@@ -56,6 +56,9 @@ class Plan:
         """The concurrency key of job ``n``: keys taken in turn (docs/flow-control.md)."""
         return f"bench:{n % self.keys}" if self.keys else None
 
+    queue_rate: tuple[int, int] | None = None
+    """(count, period in ms): a rate set on the queue after the warm-up (issue 41)."""
+
     @property
     def latency_numbers(self) -> range:
         return range(self.latency_jobs)
@@ -203,6 +206,9 @@ class Phases:
         """Every phase in order; a stall ends the run early (its jobs then count as lost)."""
         try:
             self.warm_up(client)
+            if self.plan.queue_rate is not None:
+                count, period_ms = self.plan.queue_rate
+                client.set_queue_rate(self.plan.queue, count, period_ms / 1000)
             self.latency(client)
             paused = not self.plan.overlap or self.plan.backlog > 0
             if paused:

@@ -50,6 +50,7 @@ EXPECTED = [
     "ProgressReport",
     "QueueInfo",
     "QueueLimitReached",
+    "QueueRateInfo",
     "Retry",
     "RevealedError",
     "RunwickError",

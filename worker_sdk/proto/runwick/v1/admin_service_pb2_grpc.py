@@ -81,6 +81,11 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitResponse.FromString,
                 _registered_method=True)
+        self.SetQueueRate = channel.unary_unary(
+                '/runwick.v1.AdminService/SetQueueRate',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateResponse.FromString,
+                _registered_method=True)
         self.DeleteQueue = channel.unary_unary(
                 '/runwick.v1.AdminService/DeleteQueue',
                 request_serializer=runwick_dot_v1_dot_queue__pb2.DeleteQueueRequest.SerializeToString,
@@ -199,6 +204,14 @@ class AdminServiceServicer:
         """Sets or removes a queue's per-key running limit: at most that many jobs of one
         concurrency key reserved or running at once (docs/flow-control.md). Audited
         (queue.key_limit). A limit below 1 is INVALID_ARGUMENT and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueueRate(self, request, context):
+        """Issue 41: sets or removes a queue's rate limit (starts per period, queue-wide or per
+        key). Scope `manage`; audited as `queue.rate`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -342,6 +355,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.SetQueueKeyLimit,
                     request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitResponse.SerializeToString,
+            ),
+            'SetQueueRate': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueRate,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.SetQueueRateResponse.SerializeToString,
             ),
             'DeleteQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteQueue,
@@ -638,6 +656,33 @@ class AdminService:
             '/runwick.v1.AdminService/SetQueueKeyLimit',
             runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitRequest.SerializeToString,
             runwick_dot_v1_dot_queue__pb2.SetQueueKeyLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueRate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/SetQueueRate',
+            runwick_dot_v1_dot_queue__pb2.SetQueueRateRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.SetQueueRateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,7 +19,7 @@ class QueueStateCount(_message.Message):
     def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit")
+    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit", "rate")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class Queue(_message.Message):
     KEY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_KEYS_FIELD_NUMBER: _ClassVar[int]
     KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     paused: bool
     concurrency_limit: int
@@ -36,7 +37,18 @@ class Queue(_message.Message):
     key_limit: int
     active_keys: int
     keys_at_limit: int
-    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ...) -> None: ...
+    rate: QueueRate
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., rate: _Optional[_Union[QueueRate, _Mapping]] = ...) -> None: ...
+
+class QueueRate(_message.Message):
+    __slots__ = ("count", "period", "per_key")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    PER_KEY_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    period: _duration_pb2.Duration
+    per_key: bool
+    def __init__(self, count: _Optional[int] = ..., period: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., per_key: _Optional[bool] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
     __slots__ = ("page_size", "page_token")
@@ -113,6 +125,20 @@ class SetQueueKeyLimitRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class SetQueueKeyLimitResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
+class SetQueueRateRequest(_message.Message):
+    __slots__ = ("name", "rate")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rate: QueueRate
+    def __init__(self, name: _Optional[str] = ..., rate: _Optional[_Union[QueueRate, _Mapping]] = ...) -> None: ...
+
+class SetQueueRateResponse(_message.Message):
     __slots__ = ("queue",)
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     queue: Queue
