@@ -66,7 +66,10 @@ def timeline(attempts: Sequence[AttemptRecord]) -> tuple[list[Bar], int, int]:
         end = attempt.finished_at_ms if attempt.finished_at_ms is not None else last
         started = attempt.started_at_ms if attempt.started_at_ms is not None else end
         start, begun, done = at(attempt.claimed_at_ms), at(started), at(end)
-        bars.append(Bar(attempt, start, max(begun - start, 0), max(done - begun, 0)))
+        # A run that started shows, however short: a sliver of one unit for a handler
+        # that ended within the millisecond (or the axis's rounding) it began in.
+        ran = max(done - begun, 1 if attempt.started_at_ms is not None else 0)
+        bars.append(Bar(attempt, start, max(begun - start, 0), ran))
     return bars, first, last
 
 
