@@ -5,20 +5,21 @@ one key running at any instant (read from the attempts' start and end), while mo
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.process import RunningCoordinator, start_coordinator
-from tests.conftest import _truncate
+from coordinator.process import RunningCoordinator
+from tests.integration import test_queue_controls
 from tests.integration.conftest import Coordinator
 from tests.integration.test_queue_controls import _most_at_once
 from tests.integration.worker_app import CooperativeSleep
 from tests.support import WorkerProcess
 from worker_sdk import AsyncClient, JobState
+
+replicas = test_queue_controls.replicas
+"""The fixture: two coordinators over one PostgreSQL database."""
 
 pytestmark = pytest.mark.slow
 
@@ -59,18 +60,6 @@ async def test_a_per_key_limit_of_two_holds_over_three_workers(
     await client.wait(warm, timeout=timedelta(seconds=30))
 
     _check(await _run_keyed(client))
-
-
-@pytest.fixture
-async def replicas(postgres_url: str) -> AsyncIterator[tuple[RunningCoordinator, RunningCoordinator]]:
-    _truncate(postgres_url)
-    config = CoordinatorConfig(
-        database_url=postgres_url, port=0, idle_recheck_interval_s=0.2, drain_timeout_s=1
-    )
-    first = await start_coordinator(config)
-    second = await start_coordinator(config)
-    yield first, second
-    await asyncio.gather(first.stop(grace_s=1), second.stop(grace_s=1))
 
 
 @pytest.mark.postgres
