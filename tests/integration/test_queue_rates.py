@@ -7,7 +7,7 @@ when it starts again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -15,17 +15,19 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from coordinator.config import CoordinatorConfig
 from coordinator.domain.demand import DemandTarget
-from coordinator.process import RunningCoordinator, start_coordinator
-from tests.conftest import _truncate
+from coordinator.process import RunningCoordinator
 from tests.e2e.cli import runwick
+from tests.integration import test_queue_controls
 from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import CooperativeSleep
 from tests.support import WorkerProcess, free_port, kill9, serve, stop, wait_listening
 from worker_sdk import ArgumentError, AsyncClient, JobState, RunwickError
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, queue_pb2
+
+replicas = test_queue_controls.replicas
+"""The fixture: two coordinators over one PostgreSQL database."""
 
 pytestmark = pytest.mark.slow
 
@@ -108,18 +110,6 @@ async def test_bad_rates_are_refused_and_change_nothing(
 
     removed = await client.set_queue_rate("default", None)
     assert removed.rate is None
-
-
-@pytest.fixture
-async def replicas(postgres_url: str) -> AsyncIterator[tuple[RunningCoordinator, RunningCoordinator]]:
-    _truncate(postgres_url)
-    config = CoordinatorConfig(
-        database_url=postgres_url, port=0, idle_recheck_interval_s=0.2, drain_timeout_s=1
-    )
-    first = await start_coordinator(config)
-    second = await start_coordinator(config)
-    yield first, second
-    await asyncio.gather(first.stop(grace_s=1), second.stop(grace_s=1))
 
 
 @pytest.mark.postgres
