@@ -6,7 +6,8 @@ them all and returns a ``Report`` with the summary the suite prints.
 
 What the history holds (``kind`` of each event, fields the checker reads):
 
-- ``enqueue``: a batch the coordinator acknowledged: ``keys`` and ``ids`` (same order).
+- ``enqueue``: a batch the coordinator acknowledged: ``keys`` and ``ids`` (same order),
+  and the ``concurrency_keys`` the jobs were given (``''``: the implicit key).
 - ``start`` / ``finish`` (worker processes): a handler call (``job``, ``attempt``,
   ``execution``, ``generation``, ``worker_id``) and how it ended (``result``:
   ``returned`` with ``output``, ``raised``, ``cancelled``).
@@ -21,12 +22,15 @@ What the history holds (``kind`` of each event, fields the checker reads):
 - ``cancel``: a cancel the coordinator acknowledged (``ok``), with the job's ``state``
   and ``generation`` in its answer (``wall`` = when the answer came).
 - ``final_job`` / ``final_attempt``: the coordinator's records read back at the end.
+- ``queue_rate`` / ``queue_key_limit`` / ``queue_limit``: a control set on the
+  workload's queue (``count``/``period_ms``, or ``limit``; ``wall`` = when the answer came).
 
 Header fields used: ``lease_ms``, ``maintenance_ms``, ``slack_ms``, ``clock_tol_ms``.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections import Counter, defaultdict
@@ -809,6 +813,134 @@ def queue_rate_respected(m: Model) -> Outcome:
     return out
 
 
+def concurrency_key_kept(m: Model) -> Outcome:
+    """A job keeps the concurrency key it was enqueued with, whatever happened to it
+    (retries, lapsed leases, manual retries): the read-back key is the enqueued one."""
+    out = Outcome()
+    for event in m.enqueues:
+        if "concurrency_keys" not in event:
+            continue  # a history from before keys
+        for job_id, key in zip(event["ids"], event["concurrency_keys"], strict=True):
+            job = m.jobs.get(job_id)
+            if job is None or "concurrency_key" not in job:
+                out.unverified += 1
+                continue
+            out.checked += 1
+            if job["concurrency_key"] != key:
+                out.violations.append(
+                    Violation(
+                        "concurrency_key_kept",
+                        f"job {job_id} was enqueued with concurrency key {key!r}, "
+                        f"the coordinator has {job['concurrency_key']!r}",
+                        job_id,
+                    )
+                )
+    return out
+
+
+def key_limit_respected(m: Model) -> Outcome:
+    """Issue 41: once a per-key running limit of N is set (a ``queue_key_limit``
+    event; the workload's jobs are all of one queue), no claim makes more than N
+    attempts of one concurrency key hold their jobs at once, on any worker or replica.
+    See ``_running_limit_respected`` for what holding is."""
+    return _running_limit_respected(m, "key_limit_respected", "queue_key_limit", _key_of(m), "per-key")
+
+
+def queue_limit_respected(m: Model) -> Outcome:
+    """Likewise for the queue's own running limit (a ``queue_limit`` event): no claim
+    makes more than N of the queue's attempts hold their jobs at once."""
+    return _running_limit_respected(m, "queue_limit_respected", "queue_limit", lambda _a: "", "queue")
+
+
+def _key_of(m: Model) -> Callable[[dict[str, Any]], str | None]:
+    """An attempt's concurrency key: its job's, as the coordinator read it back."""
+
+    def key_of(attempt: dict[str, Any]) -> str | None:
+        job = m.jobs.get(attempt["job"])
+        return None if job is None else job.get("concurrency_key")
+
+    return key_of
+
+
+def _running_limit_respected(
+    m: Model, name: str, kind: str, group_of: Callable[[dict[str, Any]], str | None], scope: str
+) -> Outcome:
+    """The coordinator's own meaning of a running limit (docs/flow-control.md): what it
+    counts is the jobs ``reserved`` or ``running``. An attempt therefore holds its job
+    from its claim (``claimed_at``) until the coordinator ended it (``finished_at``: a
+    result, a release, a cancel, or the maintenance pass that recovered its lapsed
+    lease), and for ever if it never ended. A worker killed -9 holds its jobs until
+    that recovery, not merely until its lease expires: the claim counts leased states,
+    not live leases, so a retry claimed between the expiry and the recovery is a
+    violation. The handlers' own start/end records are not used: a worker stopped
+    (SIGSTOP) past its lease runs its handler on after its job was recovered and
+    claimed again (a lease is no fence), which no limit promises to prevent.
+
+    Only a claim can raise the count, so the check is at each claim made once the
+    limit was in force (its event plus the clock tolerance; a limit set later, or
+    removed with None, takes over from its own event): the attempts holding at that
+    instant, the claimed one included, jobs claimed before the limit included, must be
+    at most the limit ("changes apply to the next claim"). An end within the clock
+    tolerance of a claim does not count as holding: both timestamps are taken before
+    their transactions commit."""
+    out = Outcome()
+    changes = [event for event in m.events if event.get("kind") == kind]
+    limits = sorted(
+        ((event["wall"] + m.clock_tol_ms, event.get("limit")) for event in changes), key=lambda c: c[0]
+    )
+    if not limits:
+        return out
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for attempt in m.attempts.values():
+        group = group_of(attempt)
+        if group is None:
+            out.unverified += 1
+        else:
+            groups[group].append(attempt)
+    most: dict[str, int] = {}
+    for group, attempts in sorted(groups.items()):
+        attempts.sort(key=lambda a: (a["claimed_at"], a["id"]))
+        holding: list[tuple[float, str]] = []  # (end less the tolerance, attempt), a heap
+        for attempt in attempts:
+            claimed = float(attempt["claimed_at"])
+            while holding and holding[0][0] < claimed:
+                heapq.heappop(holding)
+            finished = attempt.get("finished_at")
+            end = INF if finished is None else max(claimed, finished - m.clock_tol_ms)
+            heapq.heappush(holding, (end, attempt["id"]))
+            limit = _in_force(limits, claimed)
+            if limit is None:
+                continue
+            out.checked += 1
+            most[group] = max(most.get(group, 0), len(holding))
+            if len(holding) > limit:
+                where = f"key {group!r}" if scope == "per-key" else "the queue"
+                out.violations.append(
+                    Violation(
+                        name,
+                        f"{where}: {len(holding)} attempts held jobs at {claimed:.0f}, when attempt "
+                        f"{attempt['id']} of job {attempt['job']} was claimed, over the {scope} limit "
+                        f"of {limit}: {sorted(a for _end, a in holding)}",
+                        attempt["job"],
+                        attempt["id"],
+                    )
+                )
+    if most:
+        shown = ", ".join(f"{group or '(all)'} {count}" for group, count in sorted(most.items())[:8])
+        out.notes.append(f"most held at once: {shown}")
+    return out
+
+
+def _in_force(limits: list[tuple[float, int | None]], at: float) -> int | None:
+    """The limit of the last change in force at ``at`` (None: no limit then)."""
+    current: int | None = None
+    for since, limit in limits:
+        if since > at:
+            break
+        current = limit
+    return current
+
+
 INVARIANTS: dict[str, Callable[[Model], Outcome]] = {
     "acknowledged_jobs_terminal": acknowledged_jobs_terminal,
     "idempotent_enqueue": idempotent_enqueue,
@@ -823,6 +955,9 @@ INVARIANTS: dict[str, Callable[[Model], Outcome]] = {
     "terminal_state_consistent": terminal_state_consistent,
     "cancel_respected": cancel_respected,
     "queue_rate_respected": queue_rate_respected,
+    "concurrency_key_kept": concurrency_key_kept,
+    "key_limit_respected": key_limit_respected,
+    "queue_limit_respected": queue_limit_respected,
 }
 
 

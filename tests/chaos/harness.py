@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import re
@@ -108,6 +109,14 @@ class Settings:
     queue_rate: tuple[int, int] | None = None
     """(count, period in ms): a rate set on the workload's queue once it exists; the
     checker's ``queue_rate_respected`` holds the starts after it to it."""
+    concurrency_keys: int = 0
+    """How many concurrency keys the producers spread their jobs over (``pick_key``:
+    one key takes half of them); 0 enqueues every job with the implicit key."""
+    key_limit: int | None = None
+    """A per-key running limit set on the workload's queue once it exists; the
+    checker's ``key_limit_respected`` holds the claims after it to it."""
+    queue_limit: int | None = None
+    """A queue-wide running limit set likewise (``queue_limit_respected``)."""
 
     def header(self) -> dict[str, Any]:
         return {
@@ -123,6 +132,9 @@ class Settings:
             "faults": self.faults,
             "throwaway_cluster": self.pg_cluster is not None,
             "queue_rate": self.queue_rate,
+            "concurrency_keys": self.concurrency_keys,
+            "key_limit": self.key_limit,
+            "queue_limit": self.queue_limit,
         }
 
 
@@ -559,6 +571,21 @@ def make_payload(rng: random.Random, key: str) -> Task | Fragile:
     )
 
 
+DEEP_KEY_SHARE = 0.5
+"""The share of the jobs that ``pick_key`` gives the first key: its backlog outgrows a
+per-key limit while the other keys' jobs still flow (fair turns)."""
+
+
+def pick_key(rng: random.Random, keys: int) -> str | None:
+    """A job's concurrency key among ``keys`` (``k0`` takes ``DEEP_KEY_SHARE`` of the
+    jobs, the rest share the others evenly); None for ``keys`` 0: the implicit key."""
+    if keys <= 0:
+        return None
+    if keys == 1 or rng.random() < DEEP_KEY_SHARE:
+        return "k0"
+    return f"k{rng.randrange(1, keys)}"
+
+
 class Producer(threading.Thread):
     """A blocking ``Client`` enqueueing batches with idempotency keys through a proxy,
     retrying a batch on UNAVAILABLE (and deadline) until it is acknowledged. Now and then
@@ -574,8 +601,10 @@ class Producer(threading.Thread):
         recorder: Recorder,
         stop: threading.Event,
         backlog: Callable[[], int] = lambda: 0,
+        keys: int = 0,
     ) -> None:
         super().__init__(name=f"chaos-producer-{index}", daemon=True)
+        self.keys = keys
         self.backlog = backlog
         self.index = index
         self.targets = targets
@@ -602,7 +631,11 @@ class Producer(threading.Thread):
                     continue
                 batch += 1
                 items = [
-                    EnqueueItem(make_payload(self.rng, key), idempotency_key=key)
+                    EnqueueItem(
+                        make_payload(self.rng, key),
+                        idempotency_key=key,
+                        concurrency_key=pick_key(self.rng, self.keys),
+                    )
                     for key in (f"p{self.index}-b{batch}-j{j}" for j in range(self.rng.randint(1, 6)))
                 ]
                 if len(clients) > 1 and self.rng.random() < 0.15:
@@ -623,6 +656,7 @@ class Producer(threading.Thread):
 
     def _enqueue(self, client: Client, items: list[EnqueueItem], how: str) -> bool:
         keys = [item.idempotency_key for item in items]
+        concurrency_keys = [item.concurrency_key or "" for item in items]
         tries = 0
         while True:
             tries += 1
@@ -647,7 +681,15 @@ class Producer(threading.Thread):
             except Exception as error:  # reported by the test (the racing thread's too)
                 self.errors.append(f"enqueue ({how}): {type(error).__name__}: {error}")
                 return False
-            self.recorder.record("enqueue", producer=self.index, keys=keys, ids=ids, tries=tries, how=how)
+            self.recorder.record(
+                "enqueue",
+                producer=self.index,
+                keys=keys,
+                ids=ids,
+                concurrency_keys=concurrency_keys,
+                tries=tries,
+                how=how,
+            )
             if how == "new":
                 self.sent.append(items)
             return True
@@ -796,6 +838,7 @@ def job_record(info: JobInfo) -> dict[str, Any]:
         "unstarted_max_ms": s.unstarted_max_delay // timedelta(milliseconds=1),
         "max_unstarted": s.max_unstarted_abandonments,
         "idempotency_key": info.idempotency_key,
+        "concurrency_key": info.concurrency_key,
         "output": None if info.output is None else info.output.decode(errors="replace"),
         "finished_at": ms(info.finished_at),
         "last_error_code": info.last_error_code,
@@ -896,21 +939,57 @@ async def read_back(client: AsyncClient, recorder: Recorder) -> int:
     return len(jobs)
 
 
-async def set_queue_rate(cluster: Cluster, recorder: Recorder, count: int, period_ms: int) -> None:
-    """Sets the rate on the workload's queue as soon as a first enqueue made it, and
-    records when (before any fault: the nemesis starts after)."""
+async def set_queue_controls(cluster: Cluster, recorder: Recorder, settings: Settings) -> None:
+    """Sets the workload's queue rate and running limits as soon as a first enqueue made
+    the queue, and records each (before any fault: the nemesis starts after). Jobs
+    claimed before then are held to nothing; the checker counts them as holders."""
+    controls: list[tuple[str, Callable[[AsyncClient], Any], dict[str, Any]]] = []
+    if settings.queue_rate is not None:
+        count, period_ms = settings.queue_rate
+        controls.append(
+            (
+                "queue_rate",
+                lambda c: c.set_queue_rate(DEFAULT_QUEUE, count, period_ms / 1000),
+                {"count": count, "period_ms": period_ms},
+            )
+        )
+    if settings.key_limit is not None:
+        key_limit = settings.key_limit
+        controls.append(
+            (
+                "queue_key_limit",
+                lambda c: c.set_queue_key_limit(DEFAULT_QUEUE, key_limit),
+                {"limit": key_limit},
+            )
+        )
+    if settings.queue_limit is not None:
+        queue_limit = settings.queue_limit
+        controls.append(
+            (
+                "queue_limit",
+                lambda c: c.set_queue_limit(DEFAULT_QUEUE, queue_limit),
+                {"limit": queue_limit},
+            )
+        )
+    if not controls:
+        return
     async with AsyncClient(cluster.targets()[0], rpc_timeout=timedelta(seconds=10)) as client:
-        for _ in range(300):
-            try:
-                await client.set_queue_rate(DEFAULT_QUEUE, count, period_ms / 1000)
-            except RunwickError as error:
-                if error.reason != "QUEUE_NOT_FOUND":
-                    raise
-                await asyncio.sleep(0.05)  # no enqueue committed yet
-            else:
-                recorder.record("queue_rate", count=count, period_ms=period_ms)
-                return
-    raise AssertionError("the workload's queue never appeared: no rate was set")
+        for kind, apply, fields in controls:
+            await _once_the_queue_exists(functools.partial(apply, client))
+            recorder.record(kind, **fields)
+
+
+async def _once_the_queue_exists(call: Callable[[], Any]) -> None:
+    for _ in range(300):
+        try:
+            await call()
+        except RunwickError as error:
+            if error.reason != "QUEUE_NOT_FOUND":
+                raise
+            await asyncio.sleep(0.05)  # no enqueue committed yet
+        else:
+            return
+    raise AssertionError("the workload's queue never appeared: its controls were not set")
 
 
 async def _all_job_ids(client: AsyncClient) -> list[str]:
@@ -958,6 +1037,7 @@ async def run_chaos(settings: Settings) -> RunResult:
                 recorder,
                 stop_producers,
                 backlog=lambda: observer.backlog,
+                keys=settings.concurrency_keys,
             )
             for i in range(settings.producers)
         ]
@@ -965,8 +1045,7 @@ async def run_chaos(settings: Settings) -> RunResult:
             producer.start()
         observing = asyncio.create_task(observer.run(stop_observer))
         managing = asyncio.create_task(manager.run(stop_manager))
-        if settings.queue_rate is not None:
-            await set_queue_rate(cluster, recorder, *settings.queue_rate)
+        await set_queue_controls(cluster, recorder, settings)
         await nemesis.run(settings.fault_seconds)
         await nemesis.heal_all()
         recorder.record("phase", phase="quiet")

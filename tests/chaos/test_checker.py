@@ -38,6 +38,7 @@ def job(job_id: str, key: str, **fields: Any) -> dict[str, Any]:
         "finished_at": None,
         "last_error_code": None,
         "cancel_requested": False,
+        "concurrency_key": "t1",
     }
     record.update(fields)
     return record
@@ -69,13 +70,24 @@ def clean_events() -> list[dict[str, Any]]:
     """Three jobs. j1: one attempt on w1, succeeds. j2: its first attempt runs on w2, w2
     is killed at 3000, the lease (last seen at 5000) lapses and is recovered at 5100 with
     an 80 ms retry delay; the second attempt, on w1, succeeds. j3: cancelled before any
-    claim."""
+    claim. j1 and j2 share the concurrency key t1 (j3 has t2), under a per-key limit of
+    1 and a queue limit of 2 set at 1010: their attempts never overlap."""
     return [
         ev("coordinator_up", 500, replica="a", target="127.0.0.1:1"),
         ev("worker_up", 600, worker_id="w1", proxy="p0"),
         ev("worker_up", 600, worker_id="w2", proxy="p1"),
-        ev("enqueue", 1_000, producer=0, keys=["k1", "k2", "k3"], ids=["j1", "j2", "j3"], tries=1),
+        ev(
+            "enqueue",
+            1_000,
+            producer=0,
+            keys=["k1", "k2", "k3"],
+            ids=["j1", "j2", "j3"],
+            concurrency_keys=["t1", "t1", "t2"],
+            tries=1,
+        ),
         ev("queue_rate", 1_010, count=2, period_ms=1_000),
+        ev("queue_key_limit", 1_010, limit=1),
+        ev("queue_limit", 1_010, limit=2),
         ev("cancel", 1_020, job="j3", ok=True, state="cancelled", generation=1),
         ev("start", 1_100, worker_id="w1", job="j1", attempt="a1", execution=1, generation=1),
         ev("finish", 1_200, worker_id="w1", job="j1", attempt="a1", result="returned", output="a1|k1"),
@@ -91,7 +103,11 @@ def clean_events() -> list[dict[str, Any]]:
         ev("ack", 5_410, worker_id="w1", attempt="b2", status="accepted", outcome="succeeded"),
         ev("final_job", 9_000, job=job("j1", "k1", output="a1|k1", finished_at=1_205)),
         ev("final_job", 9_000, job=job("j2", "k2", output="b2|k2", executions=2, finished_at=5_405)),
-        ev("final_job", 9_000, job=job("j3", "k3", state="cancelled", executions=0, finished_at=1_010)),
+        ev(
+            "final_job",
+            9_000,
+            job=job("j3", "k3", state="cancelled", executions=0, finished_at=1_010, concurrency_key="t2"),
+        ),
         ev(
             "final_attempt",
             9_000,
@@ -174,6 +190,93 @@ def test_more_starts_than_a_queue_rate_allows_are_caught():
     events, run = mutated()
     find(events, "queue_rate", period_ms=1_000)["count"] = 1  # a1 and b1 start 920 ms apart
     assert violated(run()) == {"queue_rate_respected"}
+
+
+def test_two_attempts_of_one_key_holding_at_once_over_its_limit_are_caught():
+    events, run = mutated()
+    find(events, "final_attempt", id="a1")["finished_at"] = 2_500  # j1 still held when b1 is claimed
+    report = run()
+    assert violated(report) == {"key_limit_respected"}
+    [violation] = report.violations
+    assert violation.attempt == "b1"
+    assert "key 't1': 2 attempts held jobs at 2000" in violation.message
+    assert "['a1', 'b1']" in violation.message
+
+
+def test_more_attempts_of_the_queue_holding_at_once_than_its_limit_are_caught():
+    events, run = mutated()
+    find(events, "queue_limit")["limit"] = 1
+    find(events, "final_job", id="j2")["concurrency_key"] = "t3"
+    find(events, "enqueue")["concurrency_keys"][1] = "t3"
+    find(events, "final_attempt", id="a1")["finished_at"] = 2_500
+    assert violated(run()) == {"queue_limit_respected"}
+
+
+def test_an_overlap_within_the_clock_tolerance_is_fine():
+    """A claim's and a result's timestamps are taken before their transactions commit."""
+    events, run = mutated()
+    find(events, "final_attempt", id="a1")["finished_at"] = 2_005  # tolerance 10 ms
+    report = run()
+    assert report.ok, report.summary()
+    assert "most held at once: t1 1" in report.summary()
+
+
+def test_a_killed_workers_attempt_holds_its_key_until_its_lease_is_recovered():
+    """b1's worker was killed at 3000 and its lease expired at 5000, but the
+    coordinator recovered it only at 5100: until then it counts, as in the claim."""
+    events, run = mutated()
+    find(events, "enqueue")["keys"].append("k4")
+    find(events, "enqueue")["ids"].append("j4")
+    find(events, "enqueue")["concurrency_keys"].append("t1")
+    events.append(ev("final_job", 9_000, job=job("j4", "k4", state="cancelled", executions=0)))
+    d1 = attempt("d1", "j4", 5_050, finished_at=5_060, outcome="cancelled")
+    events.append(ev("final_attempt", 9_000, attempt=d1))
+    report = run()
+    assert violated(report) == {"key_limit_respected"}
+    assert report.violations[0].attempt == "d1"
+
+    d1.update(claimed_at=5_150, finished_at=5_160)  # after the recovery: the slot was free
+    assert run().ok
+
+
+def test_claims_before_a_limit_was_set_are_not_held_to_it():
+    events, run = mutated()
+    find(events, "final_attempt", id="a1")["finished_at"] = 2_500
+    find(events, "queue_key_limit")["wall"] = 2_200  # set after b1's claim at 2000
+    assert run().ok
+
+
+def test_a_claim_after_the_limit_while_earlier_claims_still_hold_is_caught():
+    """Lowering a limit stops nothing that runs, but no new claim of the key is allowed
+    until it is below the limit: jobs claimed before the limit count as holders."""
+    events, run = mutated()
+    find(events, "final_attempt", id="a1")["finished_at"] = 2_500
+    find(events, "queue_key_limit")["wall"] = 1_500  # after a1's claim, before b1's
+    assert violated(run()) == {"key_limit_respected"}
+
+
+def test_a_limit_removed_holds_no_later_claim():
+    events, run = mutated()
+    find(events, "final_attempt", id="a1")["finished_at"] = 2_500
+    events.append(ev("queue_key_limit", 1_500, limit=None))
+    assert run().ok
+
+
+def test_a_job_that_lost_its_concurrency_key_is_caught():
+    events, run = mutated()
+    find(events, "final_job", id="j3")["concurrency_key"] = ""
+    assert violated(run()) == {"concurrency_key_kept"}
+
+
+def test_a_history_without_keys_or_limits_checks_none():
+    events, run = mutated()
+    events[:] = [e for e in events if e["kind"] not in ("queue_key_limit", "queue_limit")]
+    for event in events:
+        event.pop("concurrency_keys", None)
+    report = run()
+    assert report.ok
+    for name in ("concurrency_key_kept", "key_limit_respected", "queue_limit_respected"):
+        assert report.results[name].checked == 0, name
 
 
 def test_an_acknowledged_job_that_did_not_end_is_caught():
