@@ -111,7 +111,7 @@ class Settings:
     checker's ``queue_rate_respected`` holds the starts after it to it."""
     concurrency_keys: int = 0
     """How many concurrency keys the producers spread their jobs over (``pick_key``:
-    one key takes half of them); 0 enqueues every job with the implicit key."""
+    one key takes 40% of them); 0 enqueues every job with the implicit key."""
     key_limit: int | None = None
     """A per-key running limit set on the workload's queue once it exists; the
     checker's ``key_limit_respected`` holds the claims after it to it."""
@@ -571,7 +571,7 @@ def make_payload(rng: random.Random, key: str) -> Task | Fragile:
     )
 
 
-DEEP_KEY_SHARE = 0.5
+DEEP_KEY_SHARE = 0.4
 """The share of the jobs that ``pick_key`` gives the first key: its backlog outgrows a
 per-key limit while the other keys' jobs still flow (fair turns)."""
 

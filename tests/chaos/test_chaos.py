@@ -46,13 +46,20 @@ def _verdict(result: RunResult, options: ChaosOptions, tmp_path: Path, name: str
 
 
 async def test_chaos_sqlite(chaos_options: ChaosOptions, tmp_path: Path) -> None:
-    """One coordinator on SQLite, killed and restarted on the same file."""
+    """One coordinator on SQLite, killed and restarted on the same file; jobs over five
+    keys, one with a deep backlog, under a per-key limit and a queue limit."""
     settings = Settings(
         engine="sqlite",
         database_url=f"sqlite:///{tmp_path / 'runwick.db'}",
         workdir=tmp_path / "run",
         seed=chaos_options.seed_for("sqlite"),
         fault_seconds=chaos_options.fault_seconds,
+        # 12 slots (3 workers x 4): the queue limit leaves some idle, and k0's 40% of
+        # the jobs wait on its 3 slots (longest when a stopped worker holds them) while
+        # the other keys take turns. Tighter limits lengthen the quiet period's drain.
+        concurrency_keys=5,
+        key_limit=3,
+        queue_limit=10,
     )
     _verdict(await run_chaos(settings), chaos_options, tmp_path, "test_chaos_sqlite")
 
@@ -61,8 +68,9 @@ async def test_chaos_sqlite(chaos_options: ChaosOptions, tmp_path: Path) -> None
 async def test_chaos_postgres_two_replicas(
     chaos_options: ChaosOptions, postgres_url: str, tmp_path: Path
 ) -> None:
-    """Two replicas over the run's PostgreSQL database, sharing a queue rate: one at a
-    time is killed, and their backends are terminated."""
+    """Two replicas over the run's PostgreSQL database, sharing a queue rate and a
+    per-key limit over five keys: one at a time is killed, and their backends are
+    terminated."""
     _truncate(postgres_url)
     settings = Settings(
         engine="postgres",
@@ -71,8 +79,11 @@ async def test_chaos_postgres_two_replicas(
         seed=chaos_options.seed_for("postgres"),
         fault_seconds=chaos_options.fault_seconds,
         replicas=2,
-        # Both replicas claim and start under one rate, while either is killed.
+        # Both replicas claim and start under one rate and one per-key limit, while
+        # either is killed.
         queue_rate=(8, 1_000),
+        concurrency_keys=5,
+        key_limit=2,
     )
     _verdict(await run_chaos(settings), chaos_options, tmp_path, "test_chaos_postgres_two_replicas")
 
