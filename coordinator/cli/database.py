@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from coordinator.cli.serve import database_url, redacted_url
+from coordinator.cli.database_flags import database_url, redacted_url
 
 EXIT_DATABASE = 2
 """Bad input: the database URL or the database it names."""

@@ -16,15 +16,23 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from coordinator.cli.bounds import add_bounds_flags, bounds_from_options
+from coordinator.cli.database_flags import (
+    database_flag,
+    database_timeout_flags,
+    database_timeouts_config,
+    database_url,
+    redacted_url,
+    seconds,
+)
 from coordinator.cli.ingress import add_ingress_flags, ingress_config
 from coordinator.cli.logs import add_logging_flags, quiet_libraries
 from coordinator.cli.metrics_flags import add_metrics_flags, metrics_config
 from coordinator.cli.ports import busy_port
 from coordinator.cli.retention import add_retention_flags, retention_from_options
+from coordinator.cli.security_flags import security_config, security_flags
 from worker_sdk import configure_logging
 from worker_sdk._logging import JsonFormatter
 
@@ -35,8 +43,6 @@ BOOTSTRAP_BANNER = "runwick bootstrap admin token (shown once; store it now):"
 READY_LINE = "runwick coordinator listening on "
 """Tests and scripts read the line starting so to learn the port (with ``--port 0``);
 with ``--log-format json`` it is the ``message`` of a JSON line that also has ``target``."""
-DATABASE_URL_ENV = "RUNWICK_DATABASE_URL"
-BOOTSTRAP_TOKEN_ENV = "RUNWICK_BOOTSTRAP_TOKEN"
 
 
 _HOST_NAME = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)$")
@@ -49,7 +55,7 @@ def _env(name: str, default: str) -> str:
 def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds ``serve`` (with its security, logging and bounds flags) and ``migrate``."""
     serve = commands.add_parser("serve", help="run the coordinator")
-    _database_flag(serve)
+    database_flag(serve)
     serve.add_argument(
         "--host", default=_env("RUNWICK_HOST", "127.0.0.1"), help="listen address [RUNWICK_HOST]"
     )
@@ -147,17 +153,17 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "coordinator uses N cores; auto: one per usable core (1 on SQLite) [RUNWICK_PROCESSES]",
     )
     add_metrics_flags(serve)
-    _database_timeout_flags(serve)
+    database_timeout_flags(serve)
     add_logging_flags(serve)
-    _security_flags(serve)
+    security_flags(serve)
     add_bounds_flags(serve)
     add_retention_flags(serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
-    _database_flag(migrate)
+    database_flag(migrate)
     migrate.add_argument(
         "--lock-timeout",
-        type=_seconds,
+        type=seconds,
         default=_env("RUNWICK_MIGRATE_LOCK_TIMEOUT_S", "600"),
         metavar="S",
         help="PostgreSQL: seconds to wait while another migration runs, 0 = forever "
@@ -173,135 +179,6 @@ def _processes(text: str) -> int | None:
         return parse_processes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _database_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database-url",
-        default=None,
-        help="sqlite:///path or postgresql://user@host/db (default sqlite:///runwick.db) "
-        f"[{DATABASE_URL_ENV}, or {DATABASE_URL_ENV}_FILE: a file holding it]",
-    )
-
-
-def database_url(options: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
-    """The database URL: the flag, else ``RUNWICK_DATABASE_URL`` or the file
-    ``RUNWICK_DATABASE_URL_FILE`` names (a mounted Secret), else the SQLite default.
-    Raises ConfigError for both variables set or an unreadable file."""
-    from coordinator.config import DEFAULT_DATABASE_URL, env_or_file
-
-    if options.database_url:
-        return str(options.database_url)
-    found = env_or_file(os.environ if environ is None else environ, DATABASE_URL_ENV)
-    return found[0] if found else DEFAULT_DATABASE_URL
-
-
-def bootstrap_token(options: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str | None:
-    """The operator's first admin token: ``--bootstrap-token-file``, else
-    ``RUNWICK_BOOTSTRAP_TOKEN`` or the file ``RUNWICK_BOOTSTRAP_TOKEN_FILE`` names."""
-    from coordinator.config import env_or_file, read_setting_file
-
-    environ = os.environ if environ is None else environ
-    named = options.bootstrap_token_file or environ.get(f"{BOOTSTRAP_TOKEN_ENV}_FILE")
-    if named and not os.path.exists(named):
-        # Read only while no token exists: the Secret that holds it may be gone once the
-        # first install made its token (the Kubernetes volume is optional).
-        logging.getLogger("runwick").warning(
-            "the bootstrap token file %s does not exist: no first admin token from it "
-            "(needed only while the database has no token)",
-            named,
-        )
-        return None
-    if options.bootstrap_token_file:
-        return read_setting_file(options.bootstrap_token_file, "--bootstrap-token-file")
-    found = env_or_file(environ, BOOTSTRAP_TOKEN_ENV)
-    return found[0] if found else None
-
-
-DATABASE_TIMEOUTS = (
-    # (flag and config field stem, default seconds, what it bounds)
-    ("pg_idle_in_transaction_timeout", "10", "PostgreSQL: end a session idle this long inside a transaction"),
-    ("pg_lock_timeout", "5", "PostgreSQL: fail a statement waiting this long for a lock"),
-    ("pg_statement_timeout", "30", "PostgreSQL: cancel a statement running this long"),
-    ("sqlite_busy_timeout", "30", "SQLite: fail a transaction waiting this long for the write lock"),
-)
-"""Every transaction the coordinator opens is bounded; each flag is in seconds, 0 = off."""
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value <= 2_000_000:  # PostgreSQL takes at most 2**31 - 1 ms
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 (off) to 2000000 seconds")
-    return value
-
-
-def _database_timeout_flags(serve: argparse.ArgumentParser) -> None:
-    group = serve.add_argument_group("database timeouts", "seconds; 0 turns one off")
-    for stem, default, what in DATABASE_TIMEOUTS:
-        env = f"RUNWICK_{stem.upper()}_S"
-        group.add_argument(
-            "--" + stem.replace("_", "-"),
-            dest=stem,
-            type=_seconds,
-            default=_env(env, default),  # a string default goes through ``type`` too
-            metavar="S",
-            help=f"{what} (default {default}) [{env}]",
-        )
-
-
-def database_timeouts_config(options: argparse.Namespace) -> dict[str, Any]:
-    """The CoordinatorConfig fields the database timeout flags set, in milliseconds."""
-    return {f"{stem}_ms": round(getattr(options, stem) * 1000) for stem, _, _ in DATABASE_TIMEOUTS}
-
-
-def _security_flags(serve: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    serve.add_argument(
-        "--insecure",
-        action="store_true",
-        default=env("RUNWICK_INSECURE", "") not in ("", "0", "false"),
-        help="turn authentication off (refused unless --host is a loopback address) [RUNWICK_INSECURE=1]",
-    )
-    serve.add_argument(
-        "--admin-token-file",
-        default=env("RUNWICK_ADMIN_TOKEN_FILE"),
-        help="write a bootstrap admin token the coordinator makes here (mode 0600); it is shown "
-        "only on a terminal, never logged [RUNWICK_ADMIN_TOKEN_FILE]",
-    )
-    serve.add_argument(
-        "--bootstrap-token-file",
-        default=None,
-        metavar="PATH",
-        help="a file holding the first admin token (rwk_...), used when no token exists yet "
-        f"[{BOOTSTRAP_TOKEN_ENV}, or {BOOTSTRAP_TOKEN_ENV}_FILE]",
-    )
-    serve.add_argument(
-        "--tls-cert", default=env("RUNWICK_TLS_CERT"), help="PEM server certificate [RUNWICK_TLS_CERT]"
-    )
-    serve.add_argument("--tls-key", default=env("RUNWICK_TLS_KEY"), help="PEM server key [RUNWICK_TLS_KEY]")
-    serve.add_argument(
-        "--tls-client-ca",
-        default=env("RUNWICK_TLS_CLIENT_CA"),
-        help="PEM CA: require client certificates it signed (mutual TLS) [RUNWICK_TLS_CLIENT_CA]",
-    )
-
-
-def _security_config(options: argparse.Namespace, *, terminal: bool) -> dict[str, Any]:
-    """The CoordinatorConfig fields the security flags set: auth is on by default. A
-    token the coordinator makes must reach someone: shown on a ``terminal`` or written
-    to ``--admin-token-file``; with neither, none is made."""
-    return {
-        "auth_enabled": not options.insecure,
-        "admin_token_file": options.admin_token_file,
-        "bootstrap_token": bootstrap_token(options),
-        "generate_bootstrap_token": terminal or bool(options.admin_token_file),
-        "tls_cert_file": options.tls_cert,
-        "tls_key_file": options.tls_key,
-        "tls_client_ca_file": options.tls_client_ca,
-    }
 
 
 def _host_names(names: list[str]) -> tuple[str, ...]:
@@ -340,7 +217,7 @@ def run_serve(options: argparse.Namespace) -> int:
         config = CoordinatorConfig(
             bounds=bounds,
             **retention,
-            **_security_config(options, terminal=terminal),
+            **security_config(options, terminal=terminal),
             **database_timeouts_config(options),
             **ingress_config(options),
             **metrics_config(options),
@@ -522,15 +399,6 @@ def run_migrate(options: argparse.Namespace) -> int:
         said = f"the database schema is already up to date (revision {after}) in {where}; nothing changed"
     _say(said, options.log_format == "json", revision_before=before, revision=after)
     return 0
-
-
-def redacted_url(url: str) -> str:
-    """The database URL without its password, to print."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in credentials:
-        return url
-    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
 
 
 def migrate_schema(

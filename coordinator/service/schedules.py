@@ -94,6 +94,72 @@ def _not_found(name: str) -> NotFound:
     )
 
 
+def _exists(name: str) -> AlreadyExists:
+    return AlreadyExists(
+        f"schedule {quote(name)} exists already; delete it first or choose another name",
+        reason="SCHEDULE_EXISTS",
+        metadata={"name": name},
+    )
+
+
+def _check_payload_size(spec: NewScheduleSpec, max_payload_bytes: int) -> None:
+    """InvalidArgument when the payload each tick's job would carry is over the limit."""
+    if len(spec.payload) > max_payload_bytes:
+        raise InvalidArgument(
+            "payload",
+            f"the {spec.wire_name} payload is {len(spec.payload)} bytes, over the limit of "
+            f"{max_payload_bytes} bytes (max_payload_bytes); store the data elsewhere "
+            "and put a reference to it in the payload",
+            reason="PAYLOAD_TOO_LARGE",
+            metadata={
+                "wire_name": spec.wire_name,
+                "size_bytes": len(spec.payload),
+                "limit_bytes": max_payload_bytes,
+            },
+        )
+
+
+def _first_tick(cron: Cron, spec: NewScheduleSpec, now_ms: int) -> int:
+    """The schedule's first tick after ``now_ms``; InvalidArgument when the expression
+    matches no time that exists in its zone (``Cron.next_after`` found none)."""
+    next_tick = cron.next_after(now_ms)
+    if next_tick is None:
+        raise InvalidArgument(
+            "cron",
+            f"{quote(spec.cron)} matches no time that exists in {spec.timezone} in the next 50 years",
+            reason="CRON_INVALID",
+            metadata={"cron": spec.cron[:64]},
+        )
+    return next_tick
+
+
+def _new_record(spec: NewScheduleSpec, expression: str, now_ms: int, next_tick_ms: int) -> ScheduleRecord:
+    """The row of a schedule created at ``now_ms``: unpaused, never fired."""
+    return ScheduleRecord(
+        name=spec.name,
+        cron=expression,
+        timezone=spec.timezone,
+        wire_name=spec.wire_name,
+        payload=spec.payload,
+        queue=spec.queue,
+        catch_up=spec.catch_up,
+        paused=False,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+        next_tick_ms=next_tick_ms,
+        last_tick_ms=None,
+        last_job_id=None,
+    )
+
+
+def _creation_detail(record: ScheduleRecord) -> str:
+    """The audit event's detail of a creation: the schedule's settings but its payload."""
+    return (
+        f"cron={record.cron} timezone={record.timezone} wire_name={record.wire_name} "
+        f"queue={record.queue} catch_up={record.catch_up.value}"
+    )
+
+
 class SchedulesService:
     def __init__(self, store: Store, clock: Clock, config: CoordinatorConfig, jobs: JobsService) -> None:
         self.store = store
@@ -109,67 +175,34 @@ class SchedulesService:
         Raises InvalidArgument for a bad name, expression, zone, wire name, queue or
         payload, and AlreadyExists when the name is taken; nothing is created then.
         """
+        expression, cron = self._checked_spec(spec)
+
+        def create(tx: Tx) -> ScheduleRecord:
+            if tx.schedules.get(spec.name) is not None:
+                raise _exists(spec.name)
+            now = self.clock.now_ms()
+            record = _new_record(spec, expression, now, _first_tick(cron, spec, now))
+            # A create racing on the same name fails this insert; the retry finds it.
+            tx.schedules.insert(record)
+            tx.insert_audit_event(
+                audit.event(actor, audit.SCHEDULE_CREATE, spec.name, now, _creation_detail(record))
+            )
+            return record
+
+        return self._view(self.store.transact(create, what="a schedule creation"), ())
+
+    def _checked_spec(self, spec: NewScheduleSpec) -> tuple[str, Cron]:
+        """The normalized expression and its ``Cron`` in the schedule's zone, once every
+        field of ``spec`` is within the store's bounds (InvalidArgument for the first
+        that is not, checked in the order of the fields)."""
         bounds = self.store.bounds
         check_name("name", spec.name)
         expression = parse_cron(spec.cron)
         cron = Cron(expression, load_zone(spec.timezone))
         check_name("wire_name", spec.wire_name, max_length=bounds.max_wire_name_length)
         check_name("queue", spec.queue)
-        if len(spec.payload) > bounds.max_payload_bytes:
-            raise InvalidArgument(
-                "payload",
-                f"the {spec.wire_name} payload is {len(spec.payload)} bytes, over the limit of "
-                f"{bounds.max_payload_bytes} bytes (max_payload_bytes); store the data elsewhere "
-                "and put a reference to it in the payload",
-                reason="PAYLOAD_TOO_LARGE",
-                metadata={
-                    "wire_name": spec.wire_name,
-                    "size_bytes": len(spec.payload),
-                    "limit_bytes": bounds.max_payload_bytes,
-                },
-            )
-
-        def create(tx: Tx) -> ScheduleRecord:
-            if tx.schedules.get(spec.name) is not None:
-                raise AlreadyExists(
-                    f"schedule {quote(spec.name)} exists already; delete it first or choose another name",
-                    reason="SCHEDULE_EXISTS",
-                    metadata={"name": spec.name},
-                )
-            now = self.clock.now_ms()
-            next_tick = cron.next_after(now)
-            if next_tick is None:
-                raise InvalidArgument(
-                    "cron",
-                    f"{quote(spec.cron)} matches no time that exists in {spec.timezone} in the next 50 years",
-                    reason="CRON_INVALID",
-                    metadata={"cron": spec.cron[:64]},
-                )
-            record = ScheduleRecord(
-                name=spec.name,
-                cron=expression,
-                timezone=spec.timezone,
-                wire_name=spec.wire_name,
-                payload=spec.payload,
-                queue=spec.queue,
-                catch_up=spec.catch_up,
-                paused=False,
-                created_at_ms=now,
-                updated_at_ms=now,
-                next_tick_ms=next_tick,
-                last_tick_ms=None,
-                last_job_id=None,
-            )
-            # A create racing on the same name fails this insert; the retry finds it.
-            tx.schedules.insert(record)
-            detail = (
-                f"cron={expression} timezone={spec.timezone} wire_name={spec.wire_name} "
-                f"queue={spec.queue} catch_up={spec.catch_up.value}"
-            )
-            tx.insert_audit_event(audit.event(actor, audit.SCHEDULE_CREATE, spec.name, now, detail))
-            return record
-
-        return self._view(self.store.transact(create, what="a schedule creation"), ())
+        _check_payload_size(spec, bounds.max_payload_bytes)
+        return expression, cron
 
     def pause(self, name: str, actor: Actor) -> ScheduleView:
         """Stops enqueueing its ticks (audited); pausing a paused schedule changes nothing."""

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import build_parser
+from coordinator.cli.database_flags import database_url
 from coordinator.cli.metrics_flags import metrics_config
-from coordinator.cli.serve import bootstrap_token, database_url
+from coordinator.cli.security_flags import bootstrap_token
 from coordinator.config import (
     DEFAULT_DATABASE_URL,
     ConfigError,

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from coordinator.cli import build_parser
-from coordinator.cli.serve import DATABASE_TIMEOUTS, database_timeouts_config
+from coordinator.cli.database_flags import DATABASE_TIMEOUTS, database_timeouts_config
 from coordinator.config import CoordinatorConfig
 
 FIELDS = [f"{stem}_ms" for stem, _, _ in DATABASE_TIMEOUTS]

@@ -1,0 +1,73 @@
+"""What a driver error means to the store: the one place that turns SQLAlchemy's
+``DBAPIError`` (psycopg's and sqlite3's errors inside it) into ``StoreError``.
+
+A try the database rolled back (deadlock, serialization failure) is a ``WriteConflict``;
+a connection that failed before the commit is ``ConnectionLost``: ``Store.transact``
+runs the body again on both. Anything else is a plain ``StoreError``, whose message
+tells clients only that the database is unavailable; the log gets what the driver said,
+cut to its first line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from coordinator.store.errors import ConnectionLost, StoreError, WriteConflict
+
+log = logging.getLogger(__name__)
+
+CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
+"""PostgreSQL errors that end the session (admin shutdown, crash shutdown, cannot connect
+now, idle-in-transaction timeout), besides class 08 (connection exception)."""
+ROLLED_BACK_SQLSTATES = frozenset({"40001", "40P01"})
+"""Serialization failure and deadlock: the server rolled the transaction back, so the
+body may run again like after any write conflict."""
+MAX_DETAIL_CHARS = 500
+"""The longest driver message the log keeps (a first line can quote a whole statement)."""
+
+
+def store_error(exc: DBAPIError, what: str, *, before_commit: bool) -> StoreError:
+    """The client-facing error for a driver error, which is logged here at WARNING.
+
+    Clients get a clean message (``StoreError``'s default): the driver's text names
+    servers and ports. The log gets it, cut to its first line: PostgreSQL's DETAIL can
+    quote a row's values, and statement parameters are hidden (``engine``).
+    """
+    log.warning("database error in %s: %s", what, driver_detail(exc))
+    if sqlstate(exc) in ROLLED_BACK_SQLSTATES:
+        return WriteConflict("the database rolled the transaction back (it conflicted with another)")
+    if before_commit and connection_lost(exc):
+        return ConnectionLost()
+    return StoreError()
+
+
+def sqlstate(exc: DBAPIError) -> str | None:
+    """The PostgreSQL SQLSTATE of a psycopg error; None for a client-side one (the
+    connection failed or closed) and for SQLite, which has none."""
+    value = getattr(exc.orig, "sqlstate", None)
+    return value if isinstance(value, str) else None
+
+
+def connection_lost(exc: DBAPIError) -> bool:
+    """Whether the connection itself failed: SQLAlchemy saw a disconnect, psycopg failed
+    on the client side (no SQLSTATE: a refused or broken connection), or the server ended
+    the session."""
+    if exc.connection_invalidated:
+        return True
+    state = sqlstate(exc)
+    if state is None:
+        return isinstance(exc, OperationalError) and hasattr(exc.orig, "sqlstate")
+    return state.startswith("08") or state in CONNECTION_SQLSTATES
+
+
+def driver_detail(exc: DBAPIError) -> str:
+    """The driver's error for the log: its type, SQLSTATE and first line."""
+    orig = exc.orig
+    lines = str(orig).strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > MAX_DETAIL_CHARS:
+        first = first[:MAX_DETAIL_CHARS] + "…"
+    state = sqlstate(exc)
+    return f"{type(orig).__name__}{f' [{state}]' if state else ''}: {first}"
