@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator.domain.clock import OffsetClock, SystemClock
+from coordinator.domain.clock import OffsetClock, offset_from_samples
 from coordinator.scheduler.loop import every
 from coordinator.service.executors import Executors
 from coordinator.store import Store
 
+CLOCK_SAMPLES = 5
+"""Readings of the database clock per measure: the one with the shortest round trip
+counts, so one delayed reading (a descheduled thread) does not move the offset."""
+
 
 def database_offset_ms(store: Store) -> int:
     """How far the database's clock is ahead of ours (0 on SQLite)."""
-    db_now = store.database_time_ms()
-    return 0 if db_now is None else db_now - SystemClock().now_ms()
+    samples = store.database_clock_samples(CLOCK_SAMPLES)
+    return offset_from_samples(samples) if samples else 0
 
 
 class DatabaseClock:

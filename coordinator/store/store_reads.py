@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from coordinator.domain.clock import ClockSample
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.graph import Neighbourhood
 from coordinator.domain.rates import QueueRate
@@ -40,6 +42,9 @@ from coordinator.store.driver_errors import store_error
 log = logging.getLogger(__name__)
 
 
+_DATABASE_NOW_MS = text("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+
+
 class StoreReads:
     """The read methods of ``Store``, over the read engine ``Store`` opens."""
 
@@ -56,14 +61,28 @@ class StoreReads:
         except DBAPIError as exc:
             raise store_error(exc, "a read", before_commit=False) from exc
 
+    def database_clock_samples(self, count: int) -> list[ClockSample]:
+        """``count`` readings of the database server's clock (PostgreSQL; none on
+        SQLite), each bracketed by the host's clock, on one connection so that only the
+        first pays for getting it (``domain.clock.offset_from_samples``)."""
+        if not self.postgres:
+            return []
+        samples: list[ClockSample] = []
+        with self._reading() as conn:
+            for _ in range(count):
+                sent_ms = time.time_ns() // 1_000_000
+                remote = conn.execute(_DATABASE_NOW_MS).scalar()
+                received_ms = time.time_ns() // 1_000_000
+                if remote is not None:
+                    samples.append(ClockSample(sent_ms, int(remote), received_ms))
+        return samples
+
     def database_time_ms(self) -> int | None:
         """The database server's clock (PostgreSQL), to anchor every replica (R-13)."""
         if not self.postgres:
             return None
         with self._reading() as conn:
-            value = conn.execute(
-                text("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
-            ).scalar()
+            value = conn.execute(_DATABASE_NOW_MS).scalar()
         return int(value) if value is not None else None
 
     def get_job(self, job_id: str) -> JobRecord | None:

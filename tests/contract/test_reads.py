@@ -216,3 +216,17 @@ def test_reads_of_an_unreachable_database_are_unavailable_not_internal() -> None
             service.get_job("0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f")
     finally:
         unreachable.close()
+
+
+def test_r13_database_clock_samples_bracket_the_database_clock(harness: Harness) -> None:
+    samples = harness.store.database_clock_samples(3)
+
+    if not harness.store.postgres:
+        assert samples == []  # SQLite: the host's clock is the only one
+        return
+    assert len(samples) == 3
+    for sample in samples:
+        assert sample.sent_ms <= sample.received_ms
+        # One host: the database's clock agrees with ours within the round trip (plus
+        # a millisecond of rounding), whatever the load.
+        assert sample.sent_ms - 1 <= sample.remote_ms <= sample.received_ms + 1

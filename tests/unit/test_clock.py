@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from coordinator.domain.clock import Clock, FakeClock, OffsetClock, SystemClock
+from coordinator.domain.clock import (
+    Clock,
+    ClockSample,
+    FakeClock,
+    OffsetClock,
+    SystemClock,
+    offset_from_samples,
+)
 
 
 def _wall_ms() -> int:
@@ -101,3 +108,26 @@ def test_r13_every_clock_satisfies_the_protocol() -> None:
 
     clocks: list[Clock] = [SystemClock(), OffsetClock(0), FakeClock()]
     assert all(isinstance(read(clock), int) for clock in clocks)
+
+
+def test_r13_offset_is_taken_from_the_shortest_round_trip_at_its_middle() -> None:
+    samples = [
+        ClockSample(sent_ms=1_000, remote_ms=5_900, received_ms=3_000),  # a 2 s stall
+        ClockSample(sent_ms=4_000, remote_ms=9_005, received_ms=4_010),  # the best: 10 ms
+        ClockSample(sent_ms=5_000, remote_ms=10_000, received_ms=5_400),
+    ]
+    # The middle of the 10 ms round trip is 4,005: the other clock is 5,000 ahead.
+    assert offset_from_samples(samples) == 5_000
+
+
+def test_r13_a_late_answer_does_not_put_the_clock_behind() -> None:
+    # Same clocks (true offset 0); the answer waited 1.5 s on our side before it was read.
+    late = ClockSample(sent_ms=10_000, remote_ms=10_002, received_ms=11_500)
+    quick = ClockSample(sent_ms=12_000, remote_ms=12_002, received_ms=12_004)
+    assert offset_from_samples([late]) == 10_002 - 10_750  # at most half the round trip off
+    assert offset_from_samples([late, quick]) == 0
+
+
+def test_r13_offset_needs_a_sample() -> None:
+    with pytest.raises(ValueError, match="no clock samples"):
+        offset_from_samples([])
