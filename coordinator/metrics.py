@@ -37,6 +37,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from coordinator.domain.flow import WaitingReason
 from coordinator.domain.states import TERMINAL_STATES, JobState, Outcome
 from coordinator.service.effects import Effects
 
@@ -231,15 +232,15 @@ class CoordinatorMetrics:
         self.queue_desired_slots = Gauge(
             "runwick_queue_desired_slots",
             "Worker slots a queue wants: its reserved and running jobs plus its available ones "
-            "(none while paused), per queue with jobs like the depth gauges; what an HPA scales "
-            "workers by (docs/autoscaling.md).",
+            "that no control holds back (none while paused), per queue with jobs like the depth "
+            "gauges; what an HPA scales workers by (docs/autoscaling.md).",
             ["queue"],
             registry=r,
         )
         self.queue_held_back = Gauge(
             "runwick_queue_held_back_jobs",
-            'Available jobs a limit holds back now, per queue and kind of limit (kind="rate": '
-            "the queue's rate has no room in its window); never a series per key.",
+            "Available jobs a queue's controls hold back now, per queue and kind of control "
+            "(queue_paused, queue_limit, key_limit, rate; docs/metrics.md); never a series per key.",
             ["queue", "kind"],
             registry=r,
         )
@@ -378,11 +379,15 @@ class CoordinatorMetrics:
         oldest_due_ms: Mapping[str, int],
         now_ms: int,
         paused: frozenset[str] = frozenset(),
+        held: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         """Sets the queue gauges from one background read. A queue with jobs in any
         non-terminal state has a series per such state (0 where it has none); a queue
         without jobs has none, and one that had loses them. ``paused`` names the paused
-        queues: alerts on a queue's backlog leave those out."""
+        queues: alerts on a queue's backlog leave those out. ``held``: the available jobs
+        each kind of control holds back, per queue (``domain.backlog``)."""
+        held = held or {}
+        self.held_back(held)
         # Sorted, so the queues that get their own series do not depend on dict order.
         cap = self._stats_queues_cap
         for queue in sorted({queue for queue, _ in depths} | set(oldest_due_ms)):
@@ -408,7 +413,7 @@ class CoordinatorMetrics:
         for queue in {queue for queue, _ in depths} | set(oldest_due_ms):
             mapped = self._queue(cap, queue)
             all_paused[mapped] = all_paused.get(mapped, True) and queue in paused
-        slots = self._desired_slots(depths, paused, cap)
+        slots = self._desired_slots(depths, paused, held, cap)
         for queue in queues:
             self.oldest_available_age.labels(queue).set(ages_s.get(queue, 0.0))
             self.queue_paused.labels(queue).set(1 if all_paused.get(queue) else 0)
@@ -421,8 +426,8 @@ class CoordinatorMetrics:
         self.queue_stats_refreshed.set(time.time())
 
     def held_back(self, held: Mapping[tuple[str, str], int]) -> None:
-        """Sets the held-back gauge from the same background read as the queue gauges:
-        a series per rated queue (the queue label capped like theirs) and kind."""
+        """Sets the held-back gauge: a series per queue with a control and available jobs
+        (the queue label capped like the depth gauges') and kind of control it has."""
         cap = self._stats_queues_cap
         counts: dict[tuple[str, str], int] = {}
         for (queue, kind), count in held.items():
@@ -435,16 +440,28 @@ class CoordinatorMetrics:
         self._held_keys = set(counts)
 
     def _desired_slots(
-        self, depths: Mapping[tuple[str, str], int], paused: frozenset[str], cap: SeriesCap
+        self,
+        depths: Mapping[tuple[str, str], int],
+        paused: frozenset[str],
+        held: Mapping[tuple[str, str], int],
+        cap: SeriesCap,
     ) -> dict[str, int]:
         """The scaler's number with no horizon (``api.scaler``), from the same counts:
-        leased jobs always, available ones unless the queue is paused."""
-        wanted = {JobState.RESERVED.value, JobState.RUNNING.value}
+        leased jobs always, available ones unless the queue is paused, less those its
+        controls hold back now."""
+        leased = {JobState.RESERVED.value, JobState.RUNNING.value}
+        held_by_queue: dict[str, int] = {}
+        for (queue, kind), count in held.items():
+            if kind != WaitingReason.QUEUE_PAUSED.value:  # a paused queue's are left out below
+                held_by_queue[queue] = held_by_queue.get(queue, 0) + count
         slots: dict[str, int] = {}
         for (queue, state), count in depths.items():
-            if state in wanted or (state == JobState.AVAILABLE.value and queue not in paused):
+            wanted = count if state in leased else 0
+            if state == JobState.AVAILABLE.value and queue not in paused:
+                wanted = max(0, count - held_by_queue.get(queue, 0))
+            if wanted or state in leased or state == JobState.AVAILABLE.value:
                 mapped = self._queue(cap, queue)
-                slots[mapped] = slots.get(mapped, 0) + count
+                slots[mapped] = slots.get(mapped, 0) + wanted
         return slots
 
     @staticmethod

@@ -85,10 +85,11 @@ class QueueCalls(CoordinatorCore):
         oldest_due_ms: Mapping[str, int],
         now_ms: int,
         paused: frozenset[str] = frozenset(),
+        held: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         """One background read of the queue statistics: the gauges, and the depth series
         the dashboard draws (``app.depths``)."""
-        self.metrics.queue_stats(depths, oldest_due_ms, now_ms, paused)
+        self.metrics.queue_stats(depths, oldest_due_ms, now_ms, paused, held)
         self.depth_history.note(depths, now_ms, frozenset(oldest_due_ms) | paused)
 
     def queue_depths(self, queue: str) -> tuple[int | None, ...]:

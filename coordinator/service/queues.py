@@ -53,9 +53,10 @@ class QueueService:
         return self.store.job_totals()
 
     def demand(self, target: DemandTarget, cap: int) -> SlotDemand:
-        """The worker slots ``target`` wants now (its leased and due jobs, each counted up
-        to ``cap``)."""
-        return self.store.slot_demand(target, self.clock.now_ms(), cap)
+        """The worker slots ``target`` wants now (its leased jobs and the due ones its
+        controls let run now, each counted up to ``cap``)."""
+        scan = self.config.scaler.max_counted_jobs
+        return self.store.slot_demand(target, self.clock.now_ms(), cap, scan)
 
     def delete(self, name: str, actor: Actor) -> QueueRecord:
         """Deletes an empty queue and its controls (audited, ``queue.delete``); it is made

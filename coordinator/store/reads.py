@@ -8,20 +8,20 @@ from sqlalchemy import Connection, Select, func, literal, select, text, tuple_
 
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.naming import natural_key
-from coordinator.domain.rates import room
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
     FinishedMinute,
     JobRecord,
     LeaseHolder,
+    QueueRecord,
     QueueStats,
     Relatives,
     TokenRecord,
     Transition,
 )
 from coordinator.domain.states import LEASED_STATES, JobState
-from coordinator.store import claim_rates
+from coordinator.store import backlog
 from coordinator.store.rows import (
     attempt_from_row,
     attempts_from,
@@ -212,38 +212,49 @@ def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
         yield names[start : start + _IN_CHUNK]
 
 
-def slot_demand(conn: Connection, target: DemandTarget, now_ms: int, cap: int) -> SlotDemand:
-    """The queue's leased jobs and its jobs claimable by ``now_ms`` plus the horizon, each
-    counted up to ``cap`` (the count walks at most ``cap`` entries of the partial leased
-    and due indexes, whatever the backlog). The state tests are those indexes' own
-    predicates, as text, so that the planners use them."""
-    paused = bool(conn.execute(select(queues.c.paused).where(queues.c.name == target.queue)).scalar())
+def slot_demand(conn: Connection, target: DemandTarget, now_ms: int, cap: int, scan: int) -> SlotDemand:
+    """The queue's leased jobs and its jobs claimable by ``now_ms`` plus the horizon that
+    its controls let run now, each counted up to ``cap`` (the count walks at most ``cap``
+    entries of the partial leased and due indexes, whatever the backlog; a queue with a
+    per-key control walks up to ``scan`` due jobs, ``store.backlog``). The state tests are
+    those indexes' own predicates, as text, so that the planners use them."""
+    row = conn.execute(select(queues).where(queues.c.name == target.queue)).first()
+    queue = queue_from_row(row) if row is not None else None
+    paused = queue is not None and queue.paused
     leased = _capped_count(
         conn, select(jobs.c.id).where(jobs.c.queue == target.queue, text(LEASED_PREDICATE)), target, cap
     )
     due = 0
     if not paused:
+        until_ms = now_ms + target.horizon_ms
         claimable = select(jobs.c.id).where(
-            jobs.c.queue == target.queue,
-            text(CLAIMABLE_PREDICATE),
-            jobs.c.run_at_ms <= now_ms + target.horizon_ms,
+            jobs.c.queue == target.queue, text(CLAIMABLE_PREDICATE), jobs.c.run_at_ms <= until_ms
         )
         due = _capped_count(conn, claimable, target, cap)
-        due = min(due, _rate_room(conn, target.queue, now_ms, due))
+        if queue is not None and not queue.free and due:
+            active = _queue_active(conn, queue)
+            held = backlog.held_back(
+                conn,
+                queue,
+                due,
+                active,
+                now_ms,
+                due_until_ms=until_ms,
+                wire_names=target.wire_names,
+                scan=max(cap, scan),
+            )
+            due = min(held.runnable, cap)
     return SlotDemand(leased=leased, due=due, paused=paused)
 
 
-def _rate_room(conn: Connection, queue: str, now_ms: int, due: int) -> int:
-    """How many of ``due`` jobs the queue's rate lets start now (issue 41): a queue-wide
-    rate's room; a per-key rate's is each key's own, known only job by job, so it holds
-    back nothing here. All of them when there is no rate."""
-    if not due:
+def _queue_active(conn: Connection, queue: QueueRecord) -> int:
+    """The queue's reserved and running jobs of every wire name, counted up to its limit
+    (all its limit needs); 0 without one (nothing else uses it)."""
+    limit = queue.concurrency_limit
+    if limit is None:
         return 0
-    rate, used = claim_rates.rate_state(conn, queue, now_ms)
-    if rate is None:
-        return due
-    left = room(rate, used)
-    return due if left is None else left
+    leased = select(jobs.c.id).where(jobs.c.queue == queue.name, text(LEASED_PREDICATE)).limit(limit)
+    return int(conn.execute(select(func.count()).select_from(leased.subquery())).scalar_one())
 
 
 def _capped_count(conn: Connection, query: Select[tuple[str]], target: DemandTarget, cap: int) -> int:
