@@ -22,6 +22,8 @@ from coordinator.domain.records import QueueRecord
 
 HELD_BACK_KINDS = tuple(WaitingReason)
 """The kinds of control the gauge labels (its ``kind`` label's only values)."""
+KEYS_NAMED = 5
+"""The keys at their limit (or rate) a queue's listing names, at most; it counts them all."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Select, func, literal, select, text, tuple_
 
+from coordinator.domain.backlog import KEYS_NAMED
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.naming import natural_key
 from coordinator.domain.records import (
@@ -22,6 +24,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store import backlog
+from coordinator.store.claim_rates import counted_against_rate, rate_of
 from coordinator.store.rows import (
     attempt_from_row,
     attempts_from,
@@ -173,19 +176,35 @@ def queue_stats(
             .limit(1)
         ).scalar()
         by_state = counts.get(queue.name, {})
-        active = _active_by_key(conn, queue.name) if queue.key_limit is not None else None
         result.append(
             QueueStats(
                 queue=queue,
                 counts={state: by_state.get(state, 0) for state in JobState},
                 oldest_due_run_at_ms=int(oldest) if oldest is not None else None,
-                active_keys=len(active) if active is not None else None,
-                keys_at_limit=sum(n >= (queue.key_limit or 0) for n in active.values())
-                if active is not None
-                else None,
+                **_keys(conn, queue, now_ms),
             )
         )
     return result
+
+
+def _keys(conn: Connection, queue: QueueRecord, now_ms: int) -> dict[str, Any]:
+    """A queue with a per-key control: its active keys, and those at their limit or with
+    their rate's window full, counted and the first ``KEYS_NAMED`` named. Bounded reads:
+    the leased jobs per key (as many as the workers hold) and, for a per-key rate, its
+    counters in the window (at most eleven a key that started jobs in it)."""
+    if not backlog.keyed(queue):
+        return {}
+    active = _active_by_key(conn, queue.name)
+    found: dict[str, Any] = {"active_keys": len(active)}
+    if queue.key_limit is not None:
+        full = sorted(key for key, n in active.items() if n >= (queue.key_limit or 0))
+        found |= {"keys_at_limit": len(full), "first_keys_at_limit": tuple(full[:KEYS_NAMED])}
+    rate = rate_of(queue)
+    if rate is not None and rate.per_key:
+        used = counted_against_rate(conn, queue.name, rate, now_ms)
+        spent = sorted(key for key, n in used.items() if n >= rate.count)
+        found |= {"keys_at_rate": len(spent), "first_keys_at_rate": tuple(spent[:KEYS_NAMED])}
+    return found
 
 
 def job_totals(conn: Connection) -> tuple[int, dict[JobState, int]]:
