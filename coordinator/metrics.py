@@ -37,7 +37,6 @@ from prometheus_client import (
     ProcessCollector,
 )
 
-from coordinator.domain.flow import WaitingReason
 from coordinator.domain.states import TERMINAL_STATES, JobState, Outcome
 from coordinator.service.effects import Effects
 
@@ -380,14 +379,15 @@ class CoordinatorMetrics:
         now_ms: int,
         paused: frozenset[str] = frozenset(),
         held: Mapping[tuple[str, str], int] | None = None,
+        runnable: Mapping[str, int] | None = None,
     ) -> None:
         """Sets the queue gauges from one background read. A queue with jobs in any
         non-terminal state has a series per such state (0 where it has none); a queue
         without jobs has none, and one that had loses them. ``paused`` names the paused
         queues: alerts on a queue's backlog leave those out. ``held``: the available jobs
-        each kind of control holds back, per queue (``domain.backlog``)."""
-        held = held or {}
-        self.held_back(held)
+        each kind of control holds back, per queue; ``runnable``: of a queue with a
+        control, its due jobs the controls let run now (``domain.backlog``)."""
+        self.held_back(held or {})
         # Sorted, so the queues that get their own series do not depend on dict order.
         cap = self._stats_queues_cap
         for queue in sorted({queue for queue, _ in depths} | set(oldest_due_ms)):
@@ -413,7 +413,7 @@ class CoordinatorMetrics:
         for queue in {queue for queue, _ in depths} | set(oldest_due_ms):
             mapped = self._queue(cap, queue)
             all_paused[mapped] = all_paused.get(mapped, True) and queue in paused
-        slots = self._desired_slots(depths, paused, held, cap)
+        slots = self._desired_slots(depths, paused, runnable or {}, cap)
         for queue in queues:
             self.oldest_available_age.labels(queue).set(ages_s.get(queue, 0.0))
             self.queue_paused.labels(queue).set(1 if all_paused.get(queue) else 0)
@@ -443,25 +443,22 @@ class CoordinatorMetrics:
         self,
         depths: Mapping[tuple[str, str], int],
         paused: frozenset[str],
-        held: Mapping[tuple[str, str], int],
+        runnable: Mapping[str, int],
         cap: SeriesCap,
     ) -> dict[str, int]:
         """The scaler's number with no horizon (``api.scaler``), from the same counts:
-        leased jobs always, available ones unless the queue is paused, less those its
-        controls hold back now."""
-        leased = {JobState.RESERVED.value, JobState.RUNNING.value}
-        held_by_queue: dict[str, int] = {}
-        for (queue, kind), count in held.items():
-            if kind != WaitingReason.QUEUE_PAUSED.value:  # a paused queue's are left out below
-                held_by_queue[queue] = held_by_queue.get(queue, 0) + count
+        leased jobs always; available ones unless the queue is paused, and of a queue
+        with a control only those it lets run now (``runnable``)."""
         slots: dict[str, int] = {}
         for (queue, state), count in depths.items():
-            wanted = count if state in leased else 0
-            if state == JobState.AVAILABLE.value and queue not in paused:
-                wanted = max(0, count - held_by_queue.get(queue, 0))
-            if wanted or state in leased or state == JobState.AVAILABLE.value:
-                mapped = self._queue(cap, queue)
-                slots[mapped] = slots.get(mapped, 0) + wanted
+            if state in (JobState.RESERVED.value, JobState.RUNNING.value):
+                wanted = count
+            elif state == JobState.AVAILABLE.value:
+                wanted = 0 if queue in paused else runnable.get(queue, count)
+            else:
+                continue
+            mapped = self._queue(cap, queue)
+            slots[mapped] = slots.get(mapped, 0) + wanted
         return slots
 
     @staticmethod

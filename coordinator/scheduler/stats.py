@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from coordinator.config import ScalerLimits
+from coordinator.config import CoordinatorConfig
 from coordinator.domain.backlog import KeyedBacklog, hold_back
 from coordinator.domain.clock import Clock
 from coordinator.domain.states import LEASED_STATES, JobState
@@ -17,14 +17,20 @@ from coordinator.store import Store
 
 log = logging.getLogger(__name__)
 
-MAX_COUNTED_JOBS = ScalerLimits().max_counted_jobs
+MAX_WALKED_JOBS = CoordinatorConfig().held_back_walked_jobs
 """Due jobs walked per queue with a per-key control, unless the config says otherwise."""
 
 QueueStats = tuple[
-    dict[tuple[str, str], int], dict[str, int], int, frozenset[str], dict[tuple[str, str], int]
+    dict[tuple[str, str], int],
+    dict[str, int],
+    int,
+    frozenset[str],
+    dict[tuple[str, str], int],
+    dict[str, int],
 ]
 """Depth per (queue, state), oldest due run-at per queue, the time they were read, the
-paused queues, and the available jobs held back per (queue, kind of control)."""
+paused queues, the available jobs held back per (queue, kind of control), and the
+runnable ones of each queue with a control (``domain.backlog``)."""
 OnStats = Callable[
     [
         Mapping[tuple[str, str], int],
@@ -32,13 +38,14 @@ OnStats = Callable[
         int,
         frozenset[str],
         Mapping[tuple[str, str], int],
+        Mapping[str, int],
     ],
     None,
 ]
 OnChecked = Callable[[bool], Awaitable[None]]
 
 
-def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_COUNTED_JOBS) -> QueueStats:
+def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_WALKED_JOBS) -> QueueStats:
     """The gauges' values, from the same bounded counts ``runwick queues list`` shows;
     for each queue with a control and available jobs, what its controls hold back
     (``store.backlog``: no read for a paused queue, one or two for a limited or rated
@@ -48,6 +55,7 @@ def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_COUNTED_JOBS) -
     oldest: dict[str, int] = {}
     paused: set[str] = set()
     held: dict[tuple[str, str], int] = {}
+    runnable: dict[str, int] = {}
     for stats in store.queue_stats(now_ms):
         name = stats.queue.name
         available = stats.counts.get(JobState.AVAILABLE, 0)
@@ -58,6 +66,7 @@ def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_COUNTED_JOBS) -
             else:
                 found = store.held_back(stats.queue, available, leased, now_ms, scan)
             held.update(((name, kind.value), count) for kind, count in found.held.items())
+            runnable[name] = found.runnable
         if stats.queue.paused:
             paused.add(name)
         depths.update(
@@ -67,7 +76,7 @@ def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_COUNTED_JOBS) -
         )
         if stats.oldest_due_run_at_ms is not None:
             oldest[name] = stats.oldest_due_run_at_ms
-    return depths, oldest, now_ms, frozenset(paused), held
+    return depths, oldest, now_ms, frozenset(paused), held, runnable
 
 
 class QueueStatistics:
@@ -79,7 +88,7 @@ class QueueStatistics:
         timeout_s: float,
         on_stats: OnStats,
         on_checked: OnChecked,
-        max_counted_jobs: int = MAX_COUNTED_JOBS,
+        max_walked_jobs: int = MAX_WALKED_JOBS,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -87,7 +96,7 @@ class QueueStatistics:
         self.timeout_s = timeout_s
         self.on_stats = on_stats
         self.on_checked = on_checked
-        self.max_counted_jobs = max_counted_jobs
+        self.max_walked_jobs = max_walked_jobs
         # Its own thread: a check hanging on a dead database must not hold up reads.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="runwick-check")
         self._check: asyncio.Future[QueueStats] | None = None
@@ -106,9 +115,9 @@ class QueueStatistics:
             if self._check is not None and not self._check.done():
                 raise TimeoutError  # still hanging after a timeout's wait: no second read
             self._check = loop.run_in_executor(
-                self._executor, read_queue_stats, self.store, self.clock, self.max_counted_jobs
+                self._executor, read_queue_stats, self.store, self.clock, self.max_walked_jobs
             )
-            depths, oldest, now_ms, paused, held = await asyncio.wait_for(
+            depths, oldest, now_ms, paused, held, runnable = await asyncio.wait_for(
                 asyncio.shield(self._check), self.timeout_s
             )
         except TimeoutError:
@@ -118,7 +127,7 @@ class QueueStatistics:
             log.debug("database check failure", exc_info=exc)
         else:
             ok = True
-            self.on_stats(depths, oldest, now_ms, paused, held)
+            self.on_stats(depths, oldest, now_ms, paused, held, runnable)
         await self.on_checked(ok)
         return ok
 

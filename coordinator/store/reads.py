@@ -231,39 +231,64 @@ def _chunks(names: Sequence[str]) -> Iterator[Sequence[str]]:
         yield names[start : start + _IN_CHUNK]
 
 
-def slot_demand(conn: Connection, target: DemandTarget, now_ms: int, cap: int, scan: int) -> SlotDemand:
+def slot_demand(
+    conn: Connection, target: DemandTarget, now_ms: int, cap: int, scan: int, *, leased_enough: bool = False
+) -> SlotDemand:
     """The queue's leased jobs and its jobs claimable by ``now_ms`` plus the horizon that
     its controls let run now, each counted up to ``cap`` (the count walks at most ``cap``
     entries of the partial leased and due indexes, whatever the backlog; a queue with a
-    per-key control walks up to ``scan`` due jobs, ``store.backlog``). The state tests are
-    those indexes' own predicates, as text, so that the planners use them."""
+    per-key control walks more due jobs, ``_runnable``). The state tests are those
+    indexes' own predicates, as text, so that the planners use them. ``leased_enough``:
+    the caller asks only whether the slots reach ``cap`` (KEDA's IsActive), so once the
+    leased jobs do, the due ones are not read (due 0)."""
     row = conn.execute(select(queues).where(queues.c.name == target.queue)).first()
     queue = queue_from_row(row) if row is not None else None
     paused = queue is not None and queue.paused
     leased = _capped_count(
         conn, select(jobs.c.id).where(jobs.c.queue == target.queue, text(LEASED_PREDICATE)), target, cap
     )
-    due = 0
-    if not paused:
-        until_ms = now_ms + target.horizon_ms
-        claimable = select(jobs.c.id).where(
-            jobs.c.queue == target.queue, text(CLAIMABLE_PREDICATE), jobs.c.run_at_ms <= until_ms
-        )
-        due = _capped_count(conn, claimable, target, cap)
-        if queue is not None and not queue.free and due:
-            active = _queue_active(conn, queue)
-            held = backlog.held_back(
-                conn,
-                queue,
-                due,
-                active,
-                now_ms,
-                due_until_ms=until_ms,
-                wire_names=target.wire_names,
-                scan=max(cap, scan),
-            )
-            due = min(held.runnable, cap)
+    if paused or (leased_enough and leased >= cap):
+        return SlotDemand(leased=leased, due=0, paused=paused)
+    until_ms = now_ms + target.horizon_ms
+    claimable = select(jobs.c.id).where(
+        jobs.c.queue == target.queue, text(CLAIMABLE_PREDICATE), jobs.c.run_at_ms <= until_ms
+    )
+    due = _capped_count(conn, claimable, target, cap)
+    if queue is not None and not queue.free and due:
+        due = _runnable(conn, queue, target, due, now_ms, cap, scan)
     return SlotDemand(leased=leased, due=due, paused=paused)
+
+
+FIRST_WALK = 1_000
+"""Due jobs a queue with a per-key control is first walked for, at least ``cap``."""
+
+
+def _runnable(
+    conn: Connection, queue: QueueRecord, target: DemandTarget, due: int, now_ms: int, cap: int, scan: int
+) -> int:
+    """Of ``due`` jobs (counted up to ``cap``), those the queue's controls let run now, up
+    to ``cap``. A queue with a per-key control is walked for ``FIRST_WALK`` due jobs first,
+    and for ``scan`` only when those were not all and left fewer than ``cap`` runnable:
+    the runnable jobs of part of the backlog are never more than the whole's, so
+    ``cap`` of them answer already (an IsActive of a deep backlog reads a thousand jobs,
+    not a hundred thousand)."""
+    active = _queue_active(conn, queue)
+    walk = min(max(cap, FIRST_WALK), max(cap, scan))
+    while True:
+        found = backlog.held_back(
+            conn,
+            queue,
+            due,
+            active,
+            now_ms,
+            due_until_ms=now_ms + target.horizon_ms,
+            wire_names=target.wire_names,
+            scan=walk,
+        )
+        walked = found.runnable + sum(found.held.values())
+        if found.runnable >= cap or walked < walk or walk >= max(cap, scan) or not backlog.keyed(queue):
+            return min(found.runnable, cap)
+        walk = max(cap, scan)
 
 
 def _queue_active(conn: Connection, queue: QueueRecord) -> int:

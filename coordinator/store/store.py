@@ -409,11 +409,13 @@ class Store:
         with self._reading() as conn:
             return reads.job_totals(conn)
 
-    def slot_demand(self, target: DemandTarget, now_ms: int, cap: int, scan: int = 0) -> SlotDemand:
+    def slot_demand(
+        self, target: DemandTarget, now_ms: int, cap: int, scan: int = 0, *, leased_enough: bool = False
+    ) -> SlotDemand:
         """``target``'s leased and runnable due jobs, each counted up to ``cap``; at most
         ``scan`` due jobs (or ``cap``, if more) walked for per-key controls (``reads``)."""
         with self._reading() as conn:
-            return reads.slot_demand(conn, target, now_ms, cap, scan)
+            return reads.slot_demand(conn, target, now_ms, cap, scan, leased_enough=leased_enough)
 
     def finished_since(self, since_ms: int) -> list[FinishedMinute]:
         """Jobs that ended per minute, queue and terminal state, from the minute holding

@@ -16,6 +16,7 @@ from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import Outcome
 from coordinator.scheduler.stats import read_queue_stats
 from coordinator.service.queues import QueueService
+from coordinator.store import reads
 
 from .harness import OPERATOR, OTHER_WIRE, QUEUE, WIRE, Harness, sent_statements
 from .test_query_plans import assert_uses_index, job_selects, mostly_finished, postgres_plan, sqlite_plan  # noqa: F401 (fixture)
@@ -132,6 +133,9 @@ def test_a_per_key_limit_holds_back_each_key_past_its_room(harness: Harness) -> 
     assert demand(harness) == SlotDemand(leased=3, due=2, paused=False)
     assert _held(harness) == {"key_limit": 4}
     assert demand(harness, cap=1).due == 1  # the first due job walked may be a's: still 1
+    now_ms = harness.clock.now_ms()
+    asked = harness.store.slot_demand(DemandTarget(QUEUE), now_ms, 1, CAP, leased_enough=True)
+    assert asked == SlotDemand(leased=1, due=0, paused=False)  # IsActive: a lease answers
     assert demand(harness, wire_names=(OTHER_WIRE,)).due == 0
     # The queue's limit comes first: at it, every job is the limit's.
     _queues(harness).set_limit(QUEUE, 3, OPERATOR)
@@ -188,3 +192,21 @@ def test_the_keys_read_is_one_statement_over_partial_indexes_and_stops_at_its_bo
     assert [n for n in plan if "leased" in n and "ix_jobs_" in n], plan
     assert found.runnable == 0 and found.held == {WaitingReason.KEY_LIMIT: 3}  # 3 of 5 walked
     assert _held(harness, scan=4) == {"key_limit": 4}
+
+
+def test_a_first_walk_with_nothing_runnable_walks_on_to_the_bound(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "FIRST_WALK", 2)
+    now = harness.clock.now_ms()
+    _enqueue_keys(harness, {"a": 1})
+    _queues(harness).set_key_limit(QUEUE, 1, OPERATOR)
+    harness.claim(1)  # a at its limit
+    for n in range(4):  # a's backlog comes first in the due index
+        harness.enqueue(concurrency_key="a", run_at_ms=now - 10_000 + n)
+    harness.enqueue(concurrency_key="b")
+    with sent_statements() as sent:
+        assert demand(harness, cap=1).due == 1  # b's, past the first walk of a's two
+    # Both engines walk a's older jobs first (by run-at, or by key): two walks.
+    assert len([sql for sql, _ in sent if "GROUP BY" in sql and "due_jobs" in sql]) == 2, sent
+    assert demand(harness, cap=1, wire_names=(OTHER_WIRE,)).due == 0

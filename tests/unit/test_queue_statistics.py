@@ -49,6 +49,7 @@ class Handed:
         at: int,
         paused: frozenset[str],
         held: Mapping[tuple[str, str], int],
+        runnable: Mapping[str, int],
     ) -> None:
         self.depths.append(depths[("q", JobState.AVAILABLE.value)])
 
