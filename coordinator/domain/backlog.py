@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from coordinator.domain.flow import WaitingReason
 from coordinator.domain.records import QueueRecord
 
-HELD_BACK_KINDS = tuple(WaitingReason)
-"""The kinds of control the gauge labels (its ``kind`` label's only values)."""
 KEYS_NAMED = 5
 """The keys at their limit (or rate) a queue's listing names, at most; it counts them all."""
 
@@ -53,7 +51,8 @@ class HeldBack:
     """Jobs a claim could take now: the due ones no control holds back."""
     held: dict[WaitingReason, int]
     """Jobs held back per kind of control, for each control the queue has (0 included);
-    empty for a queue with no control."""
+    empty for a queue with no control. The kinds are ``WaitingReason``'s: the gauge's
+    ``kind`` label takes no other value."""
 
 
 def hold_back(
