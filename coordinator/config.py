@@ -295,6 +295,12 @@ class CoordinatorConfig:
     counts per queue and state (R-17, ``scheduler.counts``)."""
     health_check_timeout_s: float = 5.0
     """A database check slower than this makes the coordinator not ready."""
+    held_back_walked_jobs: int = 10_000
+    """Due jobs the background read walks per queue with a per-key limit or rate, for the
+    held-back gauge and the desired slots (one grouped statement, ``store.backlog``):
+    beyond them a backlog is neither weighed nor counted runnable. A walk of 100,000
+    took 0.5 s on PostgreSQL and 1.3 s on SQLite on a loaded machine (benchmarks/LOG.md,
+    2026-12-06), too much of the check's ``health_check_timeout_s`` every 5 s."""
     drain_reserve_s: float = 2.0
     """Workers are told to drain this much sooner than ``drain_timeout_s`` (at most half
     of it), so results of runs they interrupt are still written before the server stops."""

@@ -231,15 +231,15 @@ class CoordinatorMetrics:
         self.queue_desired_slots = Gauge(
             "runwick_queue_desired_slots",
             "Worker slots a queue wants: its reserved and running jobs plus its available ones "
-            "(none while paused), per queue with jobs like the depth gauges; what an HPA scales "
-            "workers by (docs/autoscaling.md).",
+            "that no control holds back (none while paused), per queue with jobs like the depth "
+            "gauges; what an HPA scales workers by (docs/autoscaling.md).",
             ["queue"],
             registry=r,
         )
         self.queue_held_back = Gauge(
             "runwick_queue_held_back_jobs",
-            'Available jobs a limit holds back now, per queue and kind of limit (kind="rate": '
-            "the queue's rate has no room in its window); never a series per key.",
+            "Available jobs a queue's controls hold back now, per queue and kind of control "
+            "(queue_paused, queue_limit, key_limit, rate; docs/metrics.md); never a series per key.",
             ["queue", "kind"],
             registry=r,
         )
@@ -378,11 +378,16 @@ class CoordinatorMetrics:
         oldest_due_ms: Mapping[str, int],
         now_ms: int,
         paused: frozenset[str] = frozenset(),
+        held: Mapping[tuple[str, str], int] | None = None,
+        runnable: Mapping[str, int] | None = None,
     ) -> None:
         """Sets the queue gauges from one background read. A queue with jobs in any
         non-terminal state has a series per such state (0 where it has none); a queue
         without jobs has none, and one that had loses them. ``paused`` names the paused
-        queues: alerts on a queue's backlog leave those out."""
+        queues: alerts on a queue's backlog leave those out. ``held``: the available jobs
+        each kind of control holds back, per queue; ``runnable``: of a queue with a
+        control, its due jobs the controls let run now (``domain.backlog``)."""
+        self.held_back(held or {})
         # Sorted, so the queues that get their own series do not depend on dict order.
         cap = self._stats_queues_cap
         for queue in sorted({queue for queue, _ in depths} | set(oldest_due_ms)):
@@ -408,7 +413,7 @@ class CoordinatorMetrics:
         for queue in {queue for queue, _ in depths} | set(oldest_due_ms):
             mapped = self._queue(cap, queue)
             all_paused[mapped] = all_paused.get(mapped, True) and queue in paused
-        slots = self._desired_slots(depths, paused, cap)
+        slots = self._desired_slots(depths, paused, runnable or {}, cap)
         for queue in queues:
             self.oldest_available_age.labels(queue).set(ages_s.get(queue, 0.0))
             self.queue_paused.labels(queue).set(1 if all_paused.get(queue) else 0)
@@ -421,8 +426,8 @@ class CoordinatorMetrics:
         self.queue_stats_refreshed.set(time.time())
 
     def held_back(self, held: Mapping[tuple[str, str], int]) -> None:
-        """Sets the held-back gauge from the same background read as the queue gauges:
-        a series per rated queue (the queue label capped like theirs) and kind."""
+        """Sets the held-back gauge: a series per queue with a control and available jobs
+        (the queue label capped like the depth gauges') and kind of control it has."""
         cap = self._stats_queues_cap
         counts: dict[tuple[str, str], int] = {}
         for (queue, kind), count in held.items():
@@ -435,16 +440,25 @@ class CoordinatorMetrics:
         self._held_keys = set(counts)
 
     def _desired_slots(
-        self, depths: Mapping[tuple[str, str], int], paused: frozenset[str], cap: SeriesCap
+        self,
+        depths: Mapping[tuple[str, str], int],
+        paused: frozenset[str],
+        runnable: Mapping[str, int],
+        cap: SeriesCap,
     ) -> dict[str, int]:
         """The scaler's number with no horizon (``api.scaler``), from the same counts:
-        leased jobs always, available ones unless the queue is paused."""
-        wanted = {JobState.RESERVED.value, JobState.RUNNING.value}
+        leased jobs always; available ones unless the queue is paused, and of a queue
+        with a control only those it lets run now (``runnable``)."""
         slots: dict[str, int] = {}
         for (queue, state), count in depths.items():
-            if state in wanted or (state == JobState.AVAILABLE.value and queue not in paused):
-                mapped = self._queue(cap, queue)
-                slots[mapped] = slots.get(mapped, 0) + count
+            if state in (JobState.RESERVED.value, JobState.RUNNING.value):
+                wanted = count
+            elif state == JobState.AVAILABLE.value:
+                wanted = 0 if queue in paused else runnable.get(queue, count)
+            else:
+                continue
+            mapped = self._queue(cap, queue)
+            slots[mapped] = slots.get(mapped, 0) + wanted
         return slots
 
     @staticmethod

@@ -33,11 +33,18 @@ class QueueInfo:
     """Most jobs of one concurrency key reserved or running at once, across every
     worker; None: no per-key limit (docs/flow-control.md)."""
     active_keys: int | None = None
-    """``list_queues`` only, with a per-key limit: keys with jobs reserved or running."""
+    """``list_queues`` only, with a per-key limit or rate: keys with jobs reserved or
+    running."""
     keys_at_limit: int | None = None
     """``list_queues`` only, with a per-key limit: those of them at the limit."""
     rate: QueueRateInfo | None = None
     """At most so many starts of its jobs per period; None: no rate."""
+    keys_at_rate: int | None = None
+    """``list_queues`` only, with a per-key rate: keys whose window is full now."""
+    first_keys_at_limit: tuple[str, ...] = ()
+    """``list_queues`` only: the first keys at the limit (at most 5, in order)."""
+    first_keys_at_rate: tuple[str, ...] = ()
+    """``list_queues`` only: the first keys whose rate window is full (at most 5)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,21 @@ def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
     rate = None
     if message.HasField("rate"):
         rate = QueueRateInfo(message.rate.count, message.rate.period.ToTimedelta(), message.rate.per_key)
-    return QueueInfo(message.name, message.paused, limit, counts, age, key_limit, active, at_limit, rate)
+    at_rate = message.keys_at_rate if message.HasField("keys_at_rate") else None
+    return QueueInfo(
+        message.name,
+        message.paused,
+        limit,
+        counts,
+        age,
+        key_limit,
+        active,
+        at_limit,
+        rate,
+        keys_at_rate=at_rate,
+        first_keys_at_limit=tuple(message.first_keys_at_limit),
+        first_keys_at_rate=tuple(message.first_keys_at_rate),
+    )
 
 
 def _name(name: object) -> str:

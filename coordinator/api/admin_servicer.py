@@ -241,6 +241,10 @@ def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
         message.active_keys = stats.active_keys
     if stats.keys_at_limit is not None:
         message.keys_at_limit = stats.keys_at_limit
+    if stats.keys_at_rate is not None:
+        message.keys_at_rate = stats.keys_at_rate
+    message.first_keys_at_limit.extend(stats.first_keys_at_limit)
+    message.first_keys_at_rate.extend(stats.first_keys_at_rate)
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
     return message

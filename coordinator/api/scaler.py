@@ -113,10 +113,11 @@ class ScalerServicer(pb_grpc.ExternalScalerServicer):
         return parse_trigger(ref.scalerMetadata, self.limits, self.app.bounds.max_wire_name_length)
 
     async def _active(self, target: DemandTarget) -> bool:
-        # Whether any job counts is a count capped at 1: an index probe per part.
-        return (await self.app.slot_demand(target, cap=1)).slots > 0
+        # Whether any job counts is a count capped at 1: an index probe per part, and a
+        # leased job answers alone (no weighing of the due ones against the controls).
+        return (await self.app.slot_demand(target, cap=1, leased_enough=True)).slots > 0
 
-    async def _bounded_read(self, target: DemandTarget, cap: int) -> int:
+    async def _bounded_read(self, target: DemandTarget, cap: int, leased_enough: bool = False) -> int:
         """A unary call's read, refused past ``max_concurrent_reads`` at once."""
         if self.reads >= self.limits.max_concurrent_reads:
             raise ResourceExhausted(
@@ -127,12 +128,12 @@ class ScalerServicer(pb_grpc.ExternalScalerServicer):
             )
         self.reads += 1
         try:
-            return (await self.app.slot_demand(target, cap=cap)).slots
+            return (await self.app.slot_demand(target, cap=cap, leased_enough=leased_enough)).slots
         finally:
             self.reads -= 1
 
     async def IsActive(self, request: pb.ScaledObjectRef, context: Any) -> pb.IsActiveResponse:
-        slots = await self._bounded_read(self._trigger(request).target, cap=1)
+        slots = await self._bounded_read(self._trigger(request).target, cap=1, leased_enough=True)
         return pb.IsActiveResponse(result=slots > 0)
 
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: Any) -> pb.GetMetricSpecResponse:

@@ -140,7 +140,7 @@ class Coordinator(JobCalls, QueueCalls, ScheduleCalls, AccessCalls, WorkerCalls,
             config.health_check_timeout_s,
             self._queue_stats_read,
             self._database_checked,
-            on_held_back=self.metrics.held_back,
+            max_walked_jobs=config.held_back_walked_jobs,
         )
         self.schedule_ticks = ScheduleTicks(
             self.schedules, self.executors, self._schedule_fired, config.schedule_interval_s

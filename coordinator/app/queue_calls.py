@@ -24,10 +24,11 @@ class QueueCalls(CoordinatorCore):
         """How many queues are known, and the jobs of all of them per state."""
         return await self.executors.read(self.queues.totals)
 
-    async def slot_demand(self, target: DemandTarget, cap: int) -> SlotDemand:
+    async def slot_demand(self, target: DemandTarget, cap: int, leased_enough: bool = False) -> SlotDemand:
         """The worker slots ``target`` wants now, each count capped at ``cap``, read from
-        the database (every replica answers the same; docs/autoscaling.md)."""
-        return await self.executors.read(self.queues.demand, target, cap)
+        the database (every replica answers the same; docs/autoscaling.md). With
+        ``leased_enough``, the due jobs are not read once the leased ones reach ``cap``."""
+        return await self.executors.read(self.queues.demand, target, cap, leased_enough)
 
     async def delete_queue(self, name: str, actor: Actor) -> QueueRecord:
         """Audited; refused (nothing changes) while the queue holds jobs."""
@@ -85,10 +86,12 @@ class QueueCalls(CoordinatorCore):
         oldest_due_ms: Mapping[str, int],
         now_ms: int,
         paused: frozenset[str] = frozenset(),
+        held: Mapping[tuple[str, str], int] | None = None,
+        runnable: Mapping[str, int] | None = None,
     ) -> None:
         """One background read of the queue statistics: the gauges, and the depth series
         the dashboard draws (``app.depths``)."""
-        self.metrics.queue_stats(depths, oldest_due_ms, now_ms, paused)
+        self.metrics.queue_stats(depths, oldest_due_ms, now_ms, paused, held, runnable)
         self.depth_history.note(depths, now_ms, frozenset(oldest_due_ms) | paused)
 
     def queue_depths(self, queue: str) -> tuple[int | None, ...]:

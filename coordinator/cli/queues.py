@@ -133,7 +133,8 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 "paused" if queue.paused else "-",
                 str(queue.concurrency_limit) if queue.concurrency_limit is not None else "-",
                 str(queue.key_limit) if queue.key_limit is not None else "-",
-                f"{queue.active_keys}/{queue.keys_at_limit}" if queue.active_keys is not None else "-",
+                _keys_text(queue),
+                _held_keys_text(queue),
                 _rate_text(queue),
                 *counts,
                 f"{age.total_seconds():.1f}s" if age is not None else "-",
@@ -145,6 +146,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
         Column("limit"),
         Column("key limit"),
         Column("keys active/full", wide_only=True),
+        Column("keys held", wide_only=True),
         Column("rate"),
     ]
     columns += [Column(s.value) for s in _SHOWN_STATES]
@@ -152,6 +154,28 @@ def _list(client: Client, options: argparse.Namespace) -> int:
     if token:
         print(f"more queues: add --page-token {token} for the next page, or --all", file=sys.stderr)
     return 0
+
+
+def _keys_text(queue: QueueInfo) -> str:
+    """``active/full`` for a queue with a per-key control (``-`` for a count it lacks)."""
+    if queue.active_keys is None:
+        return "-"
+    full = queue.keys_at_limit if queue.keys_at_limit is not None else "-"
+    return f"{queue.active_keys}/{full}"
+
+
+def _held_keys_text(queue: QueueInfo) -> str:
+    """The keys that hold their jobs back, the first few named: ``full a,b +3; at rate c``."""
+    parts = []
+    for what, first, count in (
+        ("full", queue.first_keys_at_limit, queue.keys_at_limit),
+        ("at rate", queue.first_keys_at_rate, queue.keys_at_rate),
+    ):
+        if count:
+            more = f" +{count - len(first)}" if count > len(first) else ""
+            names = ",".join(key or "''" for key in first)  # '' is the implicit key
+            parts.append(f"{what} {names}{more}")
+    return "; ".join(parts) or "-"
 
 
 def _deleted(queue: QueueInfo, options: argparse.Namespace) -> int:

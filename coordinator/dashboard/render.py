@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.domain.rates import format_period
-from coordinator.domain.records import QueueRecord
+from coordinator.domain.records import QueueRecord, QueueStats
 from worker_sdk.trace_rules import trace_id_of
 
 HERE = Path(__file__).parent
@@ -158,7 +158,9 @@ def build_environment() -> Environment:
         class_name=class_name,
         trace_id=trace_id_of,
     )
-    env.globals.update(between=between, preview=preview, sparkline=sparkline, rate_text=rate_text)
+    env.globals.update(
+        between=between, preview=preview, sparkline=sparkline, rate_text=rate_text, keys_text=keys_text
+    )
     return env
 
 
@@ -223,3 +225,20 @@ def rate_text(queue: QueueRecord) -> str:
         return "none"
     per_key = " per key" if queue.rate_per_key else ""
     return f"{queue.rate_count}/{format_period(queue.rate_period_ms)}{per_key}"
+
+
+def keys_text(stats: QueueStats) -> str:
+    """A queue's keys under its per-key controls: ``4 active · 2 full: a, b · 1 at rate:
+    c`` (the first few named, ``+N`` for the rest), or "none" without such a control."""
+    if stats.active_keys is None:
+        return "none"
+    parts = [f"{stats.active_keys} active"]
+    for what, first, count in (
+        ("full", stats.first_keys_at_limit, stats.keys_at_limit),
+        ("at rate", stats.first_keys_at_rate, stats.keys_at_rate),
+    ):
+        if count:
+            names = ", ".join(key or "(no key)" for key in first)  # '' is the implicit key
+            more = f" +{count - len(first)}" if count > len(first) else ""
+            parts.append(f"{count} {what}: {names}{more}")
+    return " · ".join(parts)

@@ -224,9 +224,17 @@ class QueueStats:
     oldest_due_run_at_ms: int | None
     """The run-at of the queue's oldest claimable job that is due; None when none is."""
     active_keys: int | None = None
-    """A queue with a per-key limit: its concurrency keys with reserved or running jobs."""
+    """A queue with a per-key limit or rate: its concurrency keys with reserved or running
+    jobs."""
     keys_at_limit: int | None = None
     """A queue with a per-key limit: those of its keys at the limit."""
+    first_keys_at_limit: tuple[str, ...] = ()
+    """The first of those (``KEYS_NAMED``, in order of the keys)."""
+    keys_at_rate: int | None = None
+    """A queue with a per-key rate: its keys whose window is full now (their starts in
+    the window and reserved jobs reach the count)."""
+    first_keys_at_rate: tuple[str, ...] = ()
+    """The first of those (``KEYS_NAMED``, in order of the keys)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,40 +8,65 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from coordinator.config import CoordinatorConfig
+from coordinator.domain.backlog import KeyedBacklog, hold_back
 from coordinator.domain.clock import Clock
-from coordinator.domain.rates import held_back
-from coordinator.domain.states import JobState
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.scheduler.loop import sleep_or_stop
 from coordinator.store import Store
 
 log = logging.getLogger(__name__)
 
+MAX_WALKED_JOBS = CoordinatorConfig().held_back_walked_jobs
+"""Due jobs walked per queue with a per-key control, unless the config says otherwise."""
+
 QueueStats = tuple[
-    dict[tuple[str, str], int], dict[str, int], int, frozenset[str], dict[tuple[str, str], int]
+    dict[tuple[str, str], int],
+    dict[str, int],
+    int,
+    frozenset[str],
+    dict[tuple[str, str], int],
+    dict[str, int],
 ]
 """Depth per (queue, state), oldest due run-at per queue, the time they were read, the
-paused queues, and the available jobs held back per (queue, kind of limit)."""
-OnStats = Callable[[Mapping[tuple[str, str], int], Mapping[str, int], int, frozenset[str]], None]
+paused queues, the available jobs held back per (queue, kind of control), and the
+runnable ones of each queue with a control (``domain.backlog``)."""
+OnStats = Callable[
+    [
+        Mapping[tuple[str, str], int],
+        Mapping[str, int],
+        int,
+        frozenset[str],
+        Mapping[tuple[str, str], int],
+        Mapping[str, int],
+    ],
+    None,
+]
 OnChecked = Callable[[bool], Awaitable[None]]
-OnHeldBack = Callable[[Mapping[tuple[str, str], int]], None]
-RATE = "rate"
-"""The kind of limit a rate is, as the held-back gauge labels it."""
 
 
-def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
-    """The gauges' values, from the same bounded counts ``runwick queues list`` shows."""
+def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_WALKED_JOBS) -> QueueStats:
+    """The gauges' values, from the same bounded counts ``runwick queues list`` shows;
+    for each queue with a control and available jobs, what its controls hold back
+    (``store.backlog``: no read for a paused queue, one or two for a limited or rated
+    one, at most ``scan`` due jobs walked)."""
     now_ms = clock.now_ms()
     depths: dict[tuple[str, str], int] = {}
     oldest: dict[str, int] = {}
     paused: set[str] = set()
     held: dict[tuple[str, str], int] = {}
+    runnable: dict[str, int] = {}
     for stats in store.queue_stats(now_ms):
         name = stats.queue.name
         available = stats.counts.get(JobState.AVAILABLE, 0)
-        if stats.queue.rate_count is not None and available:  # one more read, rated queues only
-            rate, used = store.rate_state(name, now_ms)
-            if rate is not None:
-                held[(name, RATE)] = held_back(rate, used, available)
+        if not stats.queue.free and available:
+            leased = sum(stats.counts.get(state, 0) for state in LEASED_STATES)
+            if stats.queue.paused:  # every available job: nothing to read
+                found = hold_back(stats.queue, KeyedBacklog.unkeyed(available), leased, None)
+            else:
+                found = store.held_back(stats.queue, available, leased, now_ms, scan)
+            held.update(((name, kind.value), count) for kind, count in found.held.items())
+            runnable[name] = found.runnable
         if stats.queue.paused:
             paused.add(name)
         depths.update(
@@ -51,7 +76,7 @@ def read_queue_stats(store: Store, clock: Clock) -> QueueStats:
         )
         if stats.oldest_due_run_at_ms is not None:
             oldest[name] = stats.oldest_due_run_at_ms
-    return depths, oldest, now_ms, frozenset(paused), held
+    return depths, oldest, now_ms, frozenset(paused), held, runnable
 
 
 class QueueStatistics:
@@ -63,7 +88,7 @@ class QueueStatistics:
         timeout_s: float,
         on_stats: OnStats,
         on_checked: OnChecked,
-        on_held_back: OnHeldBack | None = None,
+        max_walked_jobs: int = MAX_WALKED_JOBS,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -71,7 +96,7 @@ class QueueStatistics:
         self.timeout_s = timeout_s
         self.on_stats = on_stats
         self.on_checked = on_checked
-        self.on_held_back = on_held_back
+        self.max_walked_jobs = max_walked_jobs
         # Its own thread: a check hanging on a dead database must not hold up reads.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="runwick-check")
         self._check: asyncio.Future[QueueStats] | None = None
@@ -89,8 +114,10 @@ class QueueStatistics:
         try:
             if self._check is not None and not self._check.done():
                 raise TimeoutError  # still hanging after a timeout's wait: no second read
-            self._check = loop.run_in_executor(self._executor, read_queue_stats, self.store, self.clock)
-            depths, oldest, now_ms, paused, held = await asyncio.wait_for(
+            self._check = loop.run_in_executor(
+                self._executor, read_queue_stats, self.store, self.clock, self.max_walked_jobs
+            )
+            depths, oldest, now_ms, paused, held, runnable = await asyncio.wait_for(
                 asyncio.shield(self._check), self.timeout_s
             )
         except TimeoutError:
@@ -100,9 +127,7 @@ class QueueStatistics:
             log.debug("database check failure", exc_info=exc)
         else:
             ok = True
-            self.on_stats(depths, oldest, now_ms, paused)
-            if self.on_held_back is not None:
-                self.on_held_back(held)
+            self.on_stats(depths, oldest, now_ms, paused, held, runnable)
         await self.on_checked(ok)
         return ok
 

@@ -52,10 +52,13 @@ class QueueService:
         """How many queues are known, and the jobs of all of them per state."""
         return self.store.job_totals()
 
-    def demand(self, target: DemandTarget, cap: int) -> SlotDemand:
-        """The worker slots ``target`` wants now (its leased and due jobs, each counted up
-        to ``cap``)."""
-        return self.store.slot_demand(target, self.clock.now_ms(), cap)
+    def demand(self, target: DemandTarget, cap: int, leased_enough: bool = False) -> SlotDemand:
+        """The worker slots ``target`` wants now (its leased jobs and the due ones its
+        controls let run now, each counted up to ``cap``; with ``leased_enough``, due is
+        not read once the leased jobs reach ``cap``)."""
+        scan = self.config.scaler.max_counted_jobs
+        now_ms = self.clock.now_ms()
+        return self.store.slot_demand(target, now_ms, cap, scan, leased_enough=leased_enough)
 
     def delete(self, name: str, actor: Actor) -> QueueRecord:
         """Deletes an empty queue and its controls (audited, ``queue.delete``); it is made

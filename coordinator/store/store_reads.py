@@ -15,16 +15,17 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from coordinator.domain.backlog import HeldBack
 from coordinator.domain.clock import ClockSample
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.graph import Neighbourhood
-from coordinator.domain.rates import QueueRate
 from coordinator.domain.records import (
     AttemptRecord,
     AuditEvent,
     FinishedMinute,
     JobRecord,
     LeaseHolder,
+    QueueRecord,
     QueueStats,
     Relatives,
     TokenRecord,
@@ -33,7 +34,7 @@ from coordinator.domain.records import (
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.search import JobSearch
 from coordinator.domain.states import JobState
-from coordinator.store import claim_rates, dashboard_sessions, planner, reads, waiting
+from coordinator.store import backlog, dashboard_sessions, planner, reads, waiting
 from coordinator.store import graph as job_graph
 from coordinator.store import schedules as schedule_reads
 from coordinator.store import search as job_search
@@ -89,10 +90,10 @@ class StoreReads:
         with self._reading() as conn:
             return reads.get_job(conn, job_id)
 
-    def rate_state(self, queue: str, now_ms: int) -> tuple[QueueRate | None, dict[str, int]]:
-        """``queue``'s rate and what counts against it per key now (issue 41)."""
+    def held_back(self, queue: QueueRecord, due: int, queue_active: int, now_ms: int, scan: int) -> HeldBack:
+        """What ``queue``'s controls make of its ``due`` jobs now (``store.backlog``)."""
         with self._reading() as conn:
-            return claim_rates.rate_state(conn, queue, now_ms)
+            return backlog.held_back(conn, queue, due, queue_active, now_ms, scan=scan)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._reading() as conn:
@@ -187,10 +188,13 @@ class StoreReads:
         with self._reading() as conn:
             return reads.job_totals(conn)
 
-    def slot_demand(self, target: DemandTarget, now_ms: int, cap: int) -> SlotDemand:
-        """``target``'s leased and due jobs, each counted up to ``cap`` (``reads``)."""
+    def slot_demand(
+        self, target: DemandTarget, now_ms: int, cap: int, scan: int = 0, *, leased_enough: bool = False
+    ) -> SlotDemand:
+        """``target``'s leased and runnable due jobs, each counted up to ``cap``; at most
+        ``scan`` due jobs (or ``cap``, if more) walked for per-key controls (``reads``)."""
         with self._reading() as conn:
-            return reads.slot_demand(conn, target, now_ms, cap)
+            return reads.slot_demand(conn, target, now_ms, cap, scan, leased_enough=leased_enough)
 
     def finished_since(self, since_ms: int) -> list[FinishedMinute]:
         """Jobs that ended per minute, queue and terminal state, from the minute holding

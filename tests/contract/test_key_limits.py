@@ -92,12 +92,15 @@ def test_a_per_key_limit_caps_each_key_while_other_keys_run(harness: Harness) ->
     assert _active_by_key(harness) == {"a": 2, "b": 2, "": 2}
     listed = _queues(harness).page(page_size=0, page_token="")[0][0]
     assert (listed.active_keys, listed.keys_at_limit) == (3, 3)
+    assert listed.first_keys_at_limit == ("", "a", "b")  # in order of the keys
+    assert (listed.keys_at_rate, listed.first_keys_at_rate) == (None, ())
     assert harness.claim(5, queues=("q",), worker_id="w9") == []
     done = next(c for c in claimed if c.job.concurrency_key == "b")
     assert harness.start(done.attempt_id).granted
     assert harness.report(done.attempt_id, Outcome.SUCCEEDED).accepted
     listed = _queues(harness).page(page_size=0, page_token="")[0][0]
     assert (listed.active_keys, listed.keys_at_limit) == (3, 2)  # b has one running
+    assert listed.first_keys_at_limit == ("", "a")
     again = harness.claim(5, queues=("q",), worker_id="w9")
     assert [c.job.concurrency_key for c in again] == ["b"]  # the slot that came free
     _queues(harness).set_key_limit("q", None, OPERATOR)

@@ -57,9 +57,14 @@ def test_a_per_key_rate_holds_for_each_key_of_real_keyed_jobs(harness: Harness) 
     assert sorted(c.job.concurrency_key for c in first) == ["tenant:a", "tenant:a", "tenant:b", "tenant:b"]
     held = next(j for j in harness.all_jobs() if j.state.value == "available")
     assert harness.jobs.waiting_reason(held) is WaitingReason.RATE
+    listed = _queues(harness).page(page_size=0, page_token="")[0][0]
+    assert (listed.active_keys, listed.keys_at_rate, listed.keys_at_limit) == (2, 2, None)
+    assert listed.first_keys_at_rate == ("tenant:a", "tenant:b")
     for claimed in first:
         assert harness.start(claimed.attempt_id).granted
         assert harness.report(claimed.attempt_id, Outcome.SUCCEEDED).accepted
+    listed = _queues(harness).page(page_size=0, page_token="")[0][0]
+    assert (listed.active_keys, listed.keys_at_rate) == (0, 2)  # started: still in the window
 
     started = _run_for(harness, steps=16)  # 4 s more: each key gets its 2 per second
     for key in ("tenant:a", "tenant:b"):

@@ -9,6 +9,7 @@ import pytest
 
 from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
+from tests.integration.rawstream import RawWorker
 
 pytestmark = pytest.mark.slow
 
@@ -167,3 +168,27 @@ async def test_queues_rate_sets_shows_and_removes_a_rate(coordinator: Coordinato
 
     removed = await runwick("queues", "rate", "geocode", "off", *target)
     assert removed.stdout.strip() == "geocode  running, limit none, per-key limit none"
+
+
+async def test_queues_list_names_the_keys_at_their_limit_or_rate(coordinator: Coordinator) -> None:
+    """docs/flow-control.md: the wide table and the JSON count a queue's active keys and
+    those at their limit or rate, naming the first few."""
+    target = ("--target", coordinator.target)
+    for _ in range(3):
+        await runwick(
+            "jobs", "enqueue", "tests.echo", "--queue", "tenants", "--concurrency-key", "tenant:1", *target
+        )
+    await runwick("queues", "limit", "tenants", "1", "--per-key", *target)
+    await runwick("queues", "rate", "tenants", "1/1h", "--per-key", *target)
+    worker = RawWorker(coordinator.target, "keyed", ["tests.echo"], queues=["tenants"])
+    try:
+        await worker.claim()  # tenant:1 at its limit, and its window full (the claim counts)
+        wide = (await runwick("queues", "list", "--output", "wide", *target)).stdout.splitlines()
+        assert "keys held" in wide[0]
+        assert "full tenant:1; at rate tenant:1" in wide[1]
+        assert wide[1].split()[:2] == ["tenants", "-"] and " 1/1 " in wide[1]  # keys active/full
+        (listed,) = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
+        assert (listed["active_keys"], listed["keys_at_limit"], listed["keys_at_rate"]) == (1, 1, 1)
+        assert listed["first_keys_at_limit"] == listed["first_keys_at_rate"] == ["tenant:1"]
+    finally:
+        await worker.close()

@@ -16,6 +16,7 @@ from coordinator.domain.access import SYSTEM_ACTOR
 from coordinator.domain.records import NewJobSpec
 from coordinator.process import RunningCoordinator, start_coordinator
 from tests.contract.harness import OPERATOR
+from tests.integration.rawstream import RawWorker
 from tests.integration.test_dashboard_http import Session
 
 QUEUES = PAGE_SIZE + 5
@@ -98,5 +99,19 @@ async def test_the_queues_page_shows_the_per_key_limit_and_the_job_page_its_key(
     queues = await session.get("/queues")
     assert '<td class="num" data-key-limit>3</td>' in queues.body
     assert queues.body.count('<td class="num" data-key-limit>none</td>') == PAGE_SIZE - 1
+    assert queues.body.count("<td data-keys>none</td>") == PAGE_SIZE - 1
+    assert "<td data-keys>0 active</td>" in queues.body
+    await running.app.set_queue_key_limit("q00", 1, SYSTEM_ACTOR)
+    await running.app.set_queue_rate("q00", 1, 60_000, True, SYSTEM_ACTOR)
+    await running.app.enqueue([NewJobSpec("tests.echo", b"{}", queue="q00", concurrency_key="tenant:7")])
+    worker = RawWorker(running.target, "keyed", ["tests.echo"], queues=["q00"], capacity=2)
+    try:
+        for _ in range(2):  # one of each key: at its limit of 1, its window full (reserved)
+            await worker.claim()
+        queues = await session.get("/queues")
+        shown = "2 active · 2 full: (no key), tenant:7 · 2 at rate: (no key), tenant:7"
+        assert f"<td data-keys>{shown}</td>" in queues.body
+    finally:
+        await worker.close()
     job = await session.get(f"/jobs/{made.job_id}")
     assert '<dd class="mono" data-concurrency-key>tenant:7</dd>' in job.body

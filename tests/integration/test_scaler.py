@@ -123,6 +123,44 @@ async def test_busy_running_jobs_count_and_keep_the_number_up_while_paused(
         await worker.close()
 
 
+async def test_work_a_per_key_limit_or_rate_holds_back_is_left_out_and_leased_work_still_counts(
+    running: RunningCoordinator, scaler: Scaler, client: AsyncClient
+) -> None:
+    """Keys a (3 jobs) and b (2) under a per-key limit of 1: one of each is runnable; once
+    a worker holds one of each, the queue wants those 2 slots, not 2 + the 3 held back,
+    and the held-back gauge says why. A per-key rate that counts the 2 reserved jobs
+    holds the same 3 back."""
+    for key, count in (("a", 3), ("b", 2)):
+        for n in range(count):
+            await client.enqueue(Echo(f"{key}{n}"), queue=QUEUE, concurrency_key=key)
+    assert await scaler.slots() == 5
+    await client.set_queue_key_limit(QUEUE, 1)
+    assert await scaler.slots() == 2
+    worker = RawWorker(running.target, "keyed-worker", ["tests.echo"], queues=[QUEUE], capacity=2)
+    app = running.app
+    held = {"queue": QUEUE, "kind": "key_limit"}
+    try:
+        claimed = [await worker.claim() for _ in range(2)]
+        assert (await worker.start(claimed[0].attempt_id)).granted  # one running, one reserved
+        assert await scaler.slots() == 2
+        assert await scaler.active()
+        await app.queue_statistics.run_once()
+        assert app.metrics.registry.get_sample_value("runwick_queue_held_back_jobs", held) == 3
+        assert app.metrics.registry.get_sample_value("runwick_queue_desired_slots", {"queue": QUEUE}) == 2
+
+        await client.set_queue_key_limit(QUEUE, None)
+        # The reserved job fills its key's window; the started one's key has an empty one
+        # (it started before the rate was set): 1 of its jobs is runnable, the other 2 wait.
+        await client.set_queue_rate(QUEUE, 1, 3600, per_key=True)
+        assert await scaler.slots() == 3
+        await app.queue_statistics.run_once()
+        rated = {"queue": QUEUE, "kind": "rate"}
+        assert app.metrics.registry.get_sample_value("runwick_queue_held_back_jobs", rated) == 2
+        assert app.metrics.registry.get_sample_value("runwick_queue_held_back_jobs", held) is None
+    finally:
+        await worker.close()
+
+
 async def test_idle_is_zero_and_inactive_once_every_job_has_ended(
     running: RunningCoordinator, scaler: Scaler, client: AsyncClient
 ) -> None:

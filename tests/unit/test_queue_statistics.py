@@ -48,6 +48,8 @@ class Handed:
         oldest: Mapping[str, int],
         at: int,
         paused: frozenset[str],
+        held: Mapping[tuple[str, str], int],
+        runnable: Mapping[str, int],
     ) -> None:
         self.depths.append(depths[("q", JobState.AVAILABLE.value)])
 

@@ -34,6 +34,22 @@ def test_the_desired_slots_gauge_counts_leased_jobs_always_and_available_ones_un
     assert slots(metrics, "held") is None
 
 
+def test_the_desired_slots_gauge_leaves_out_what_the_controls_hold_back() -> None:
+    metrics = CoordinatorMetrics()
+    depths = {("keyed", "available"): 9, ("keyed", "running"): 2, ("held", "available"): 4}
+    held = {("keyed", "key_limit"): 5, ("keyed", "rate"): 1, ("held", "queue_paused"): 4}
+    runnable = {"keyed": 3, "held": 0}
+    metrics.queue_stats(depths, {}, now_ms=1_000, paused=frozenset({"held"}), held=held, runnable=runnable)
+    assert slots(metrics, "keyed") == 5  # 2 running, 3 runnable of 9
+    assert slots(metrics, "held") == 0
+    gauge = "runwick_queue_held_back_jobs"
+    assert metrics.registry.get_sample_value(gauge, {"queue": "keyed", "kind": "key_limit"}) == 5
+    assert metrics.registry.get_sample_value(gauge, {"queue": "held", "kind": "queue_paused"}) == 4
+    metrics.queue_stats({("keyed", "running"): 2}, {}, now_ms=2_000, held={}, runnable={})  # the backlog ran
+    assert slots(metrics, "keyed") == 2
+    assert metrics.registry.get_sample_value(gauge, {"queue": "keyed", "kind": "key_limit"}) is None
+
+
 def test_the_desired_slots_gauge_stays_within_the_queue_series_cap() -> None:
     metrics = CoordinatorMetrics(max_label_values=2)
     metrics.queue_stats({(f"q{n}", "available"): 1 for n in range(20)}, {}, now_ms=1_000)

@@ -19,7 +19,7 @@ class QueueStateCount(_message.Message):
     def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit", "rate")
+    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit", "rate", "keys_at_rate", "first_keys_at_limit", "first_keys_at_rate")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,9 @@ class Queue(_message.Message):
     ACTIVE_KEYS_FIELD_NUMBER: _ClassVar[int]
     KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     RATE_FIELD_NUMBER: _ClassVar[int]
+    KEYS_AT_RATE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_KEYS_AT_RATE_FIELD_NUMBER: _ClassVar[int]
     name: str
     paused: bool
     concurrency_limit: int
@@ -38,7 +41,10 @@ class Queue(_message.Message):
     active_keys: int
     keys_at_limit: int
     rate: QueueRate
-    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., rate: _Optional[_Union[QueueRate, _Mapping]] = ...) -> None: ...
+    keys_at_rate: int
+    first_keys_at_limit: _containers.RepeatedScalarFieldContainer[str]
+    first_keys_at_rate: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., rate: _Optional[_Union[QueueRate, _Mapping]] = ..., keys_at_rate: _Optional[int] = ..., first_keys_at_limit: _Optional[_Iterable[str]] = ..., first_keys_at_rate: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueueRate(_message.Message):
     __slots__ = ("count", "period", "per_key")
