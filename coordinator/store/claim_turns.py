@@ -10,9 +10,9 @@ around to the first key), and gives each of them a turn: its next jobs, the same
 for each, in key order. What is left of the claim is filled in claim order. Priority comes
 first: only keys with jobs at the best priority get turns.
 
-The key last served is remembered per queue in this process (``_LAST_SERVED``): replicas
-each keep their own, and a restart starts again from the first key; both only move where
-the turns start, never which jobs are claimable.
+The key last served is remembered per queue by the store (``turn_memory.LastServed``):
+each store, so each replica, keeps its own, and a restart starts again from the first
+key; both only move where the turns start, never which jobs are claimable.
 """
 
 from __future__ import annotations
@@ -30,10 +30,6 @@ from coordinator.store.prepared import Prepared
 from coordinator.store.rows import jobs_from
 from coordinator.store.schema import CLAIMABLE_PREDICATE, JOB_COLUMNS
 from coordinator.store.tx_base import TxBase
-
-MAX_REMEMBERED_QUEUES = 10_000
-"""Queues whose last served key is remembered; past it the memory starts afresh."""
-_LAST_SERVED: dict[str, str] = {}
 
 
 def _next_keys(inclusive: bool) -> Prepared:
@@ -116,7 +112,7 @@ class ClaimTurnOps(TxBase):
             for key in keys:
                 if turn < len(heads.get(key, ())) and len(chosen) < len(in_order):
                     chosen.append(heads[key][turn])
-                    self._remember(queue, key)
+                    self.last_served.remember(queue, key)
         picked = {job.id for job in chosen}
         chosen += [job for job in in_order if job.id not in picked][: len(in_order) - len(chosen)]
         return chosen
@@ -125,7 +121,7 @@ class ClaimTurnOps(TxBase):
         """Up to ``count`` keys with claimable jobs at ``priority``: those after the key
         last served, then from the first key on."""
         params: dict[str, Any] = {"queue": queue, "priority": priority, "count": count}
-        last = _LAST_SERVED.get(queue)
+        last = self.last_served.get(queue)
         keys: list[str] = []
         if last is not None:
             keys = list(_KEYS_AFTER.execute(self._conn, {**params, "after": last}).scalars())
@@ -159,9 +155,3 @@ class ClaimTurnOps(TxBase):
         for job in found:
             heads.setdefault(job.concurrency_key, []).append(job)
         return heads
-
-    @staticmethod
-    def _remember(queue: str, key: str) -> None:
-        if len(_LAST_SERVED) >= MAX_REMEMBERED_QUEUES and queue not in _LAST_SERVED:
-            _LAST_SERVED.clear()
-        _LAST_SERVED[queue] = key

@@ -56,6 +56,7 @@ from coordinator.store.engine import (
 )
 from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
 from coordinator.store.rate_cache import UnratedQueues
+from coordinator.store.turn_memory import LastServed
 from coordinator.store.tx import Tx
 from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
 
@@ -106,6 +107,7 @@ class Store:
         self._known_queues: set[str] = set()
         self._known_queues_at = time.monotonic()
         self._unrated_queues = UnratedQueues(self.bounds.max_queues)
+        self._last_served = LastServed(self.bounds.max_queues)
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at: dict[str, int] = {}
         """The rows each table had when this store last refreshed its planner statistics."""
@@ -231,13 +233,20 @@ class Store:
             with conn.begin():
                 self._expire_known_queues()
                 tx = Tx(
-                    conn, self.postgres, self.bounds, self._known_queues, self.origin, self._unrated_queues
+                    conn,
+                    self.postgres,
+                    self.bounds,
+                    self._known_queues,
+                    self.origin,
+                    self._unrated_queues,
+                    self._last_served,
                 )
                 yield tx
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
             self._known_queues.difference_update(tx.forgotten_queues)  # and these do not
+            self._last_served.forget(tx.forgotten_queues)
             self._unrated_queues.learn(tx.rates_seen)
         except DBAPIError as exc:
             # The driver failed: the connection goes back to the pool (or, lost, is
