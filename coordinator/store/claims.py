@@ -117,7 +117,7 @@ class _Call:
     the call that ask for no other name skip the queue (at a light load every session
     with credit claims in the same transaction, and the first takes all there is)."""
     key_rooms: dict[str, KeyRoom] = field(default_factory=dict)
-    """Per-key limited queues: their keys' reserved and running jobs (``store.claim_keys``)."""
+    """Queues with a per-key limit or rate: their keys' room (``store.claim_keys``)."""
     rate_used: dict[str, dict[str, int]] = field(default_factory=dict)
     """Rated queues: per key, starts in the window and reserved jobs, read once and
     counted up as jobs go."""
@@ -263,20 +263,29 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
     def _limited_candidates(
         self, call: _Call, queue: str, wire_names: Sequence[str], names: frozenset[str], limit: int
     ) -> list[JobRecord]:
-        """A limited queue's candidates; with a per-key limit, read again past the keys
-        that reached it (``store.claim_keys``), at most ``MAX_KEY_ROUNDS`` times."""
-        key_limit = call.controls[queue].key_limit
-        if key_limit is None:
+        """A limited queue's candidates; with a per-key limit or rate, read again past the
+        keys that reached it (``store.claim_keys``), at most ``MAX_KEY_ROUNDS`` times."""
+        keys = self._key_room(call, call.controls[queue])
+        if keys is None:
             return self._candidates(call, (queue,), wire_names, names, limit)
-        if queue not in call.key_rooms:
-            call.key_rooms[queue] = self.key_room(queue, key_limit)
-        keys = call.key_rooms[queue]
         found: list[JobRecord] = []
         for _ in range(MAX_KEY_ROUNDS):
             found += self._candidates(call, (queue,), wire_names, names, limit - len(found), keys)
             if not keys.dropped or len(found) >= limit:
                 break
         return found
+
+    def _key_room(self, call: _Call, queue: QueueRecord) -> KeyRoom | None:
+        """The queue's keys' room for the call, when it has a per-key limit or rate."""
+        rate = rate_of(queue)
+        per_key_rate = rate if rate is not None and rate.per_key else None
+        if queue.key_limit is None and per_key_rate is None:
+            return None
+        if queue.name not in call.key_rooms:
+            used = self._rate_used(call, queue.name, per_key_rate) if per_key_rate is not None else {}
+            rate_count = None if per_key_rate is None else per_key_rate.count
+            call.key_rooms[queue.name] = self.key_room(queue.name, queue.key_limit, rate_count, used)
+        return call.key_rooms[queue.name]
 
     def _candidates(
         self,
@@ -334,7 +343,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         read = CLAIMABLE_IN_QUEUE
         taken = call.taken_from.get(queue)
         if keys is not None:
-            read, past = self.key_limited_read(keys, taken or [])
+            read, past = self.key_limited_read(keys, taken or [], limit)
             params.update(past)
         elif taken:
             read, past = claimable_past(self._postgres, taken)
@@ -344,7 +353,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         if control is None or not control.keyed:
             return found
         full = frozenset(keys.full()) if keys is not None else frozenset()
-        return self.take_turns(queue, found, wire_names, taken or [], full, call.now_ms)
+        return self.take_turns(queue, found, limit, wire_names, taken or [], full, call.now_ms)
 
     def _unsent_claimable(
         self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int, keys: KeyRoom | None
