@@ -89,16 +89,23 @@ TURN_PRIORITY_LEVELS = 4
 _HEADS_WHERE = f"jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND {DUE} "
 _HEADS_SQLITE = Prepared(
     text(
-        "SELECT * FROM jobs INDEXED BY ix_jobs_claim_turns WHERE "
-        + _HEADS_WHERE
-        + "AND jobs.concurrency_key = :key AND jobs.wire_name IN (SELECT value FROM json_each(:wire_names)) "
+        "SELECT "
+        + ", ".join(f"h.{column}" for column in JOB_COLUMNS)
+        + " FROM json_each(:keys) AS k JOIN jobs AS h ON h.id IN (SELECT jobs.id FROM jobs "
+        "INDEXED BY ix_jobs_claim_turns WHERE " + _HEADS_WHERE + "AND jobs.concurrency_key = k.value "
+        "AND jobs.wire_name IN (SELECT value FROM json_each(:wire_names)) "
         "AND jobs.id NOT IN (SELECT value FROM json_each(:taken)) "
-        "ORDER BY jobs.run_at_ms, jobs.id LIMIT :per"
+        "ORDER BY jobs.run_at_ms, jobs.id LIMIT :per) "
+        "ORDER BY h.concurrency_key, h.run_at_ms, h.id"
     )
     .bindparams(bindparam("per", type_=Integer), bindparam("now_ms", type_=BigInteger))
     .columns(*(literal_column(name) for name in JOB_COLUMNS))
 )
-"""SQLite: one key's next jobs (one statement a key; SQLite has no LATERAL)."""
+"""SQLite: every key's next jobs in one statement (SQLite has no LATERAL: a correlated
+``IN`` a key, each probing ix_jobs_claim_turns, then the rows by primary key). It was one
+statement a key, up to 64 a claim: one cut the store path's CPU per job of a keyed queue
+with a per-key limit from 0.70x to 0.83x of a queue without keys (benchmarks/key_claims.py,
+SQLite, 3 alternating runs a side, medians, load 6-9; benchmarks/LOG.md, 2026-12-06)."""
 _HEADS_POSTGRES = Prepared(
     text(
         "SELECT "
@@ -208,9 +215,10 @@ class ClaimTurnOps(TxBase):
             params.update(keys=keys, wire_names=list(wire_names), taken=taken)
             found = list(jobs_from(_HEADS_POSTGRES.execute(self._conn, params)))
         else:
-            params.update(wire_names=json.dumps(list(wire_names)), taken=json.dumps(taken))
-            for key in keys:
-                found += jobs_from(_HEADS_SQLITE.execute(self._conn, {**params, "key": key}))
+            params.update(
+                keys=json.dumps(keys), wire_names=json.dumps(list(wire_names)), taken=json.dumps(taken)
+            )
+            found = list(jobs_from(_HEADS_SQLITE.execute(self._conn, params)))
         heads: dict[str, list[JobRecord]] = {}
         for job in found:
             heads.setdefault(job.concurrency_key, []).append(job)
