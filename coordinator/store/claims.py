@@ -64,6 +64,7 @@ from coordinator.store.claim_reads import (
 )
 from coordinator.store.claim_turns import ClaimTurnOps
 from coordinator.store.prepared import DriverRows
+from coordinator.store.rate_locks import RateLockOps
 from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import jobs
 
@@ -125,7 +126,7 @@ class _Call:
     """A rate held jobs back: the start of its next slot, when it may have room."""
 
 
-class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
+class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
     def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
         """The jobs to claim for each of ``wanted``, earlier requests served first, no
         job twice. Every job found is the caller's: it must claim each of them in this
@@ -136,6 +137,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             self._read_controls_with_jobs(call, call.named[0], asking[0])
         else:
             call.controls = self.queue_controls(call.named)
+            self.lock_for_claims(call.controls.values())
         for name in call.named:  # read afresh: what starts of their jobs must count
             controls = call.controls.get(name)
             self.rates_seen[name] = controls is not None and controls.rate_count is not None
@@ -179,8 +181,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
         if record is not None:  # no row: no controls
             call.controls[queue] = record
-            if not record.free and not record.paused:
-                self.lock_queues([queue])  # before its active jobs are counted (``_room``)
+            self.lock_for_claims([record])  # before its active jobs are counted (``_room``)
 
     def _eligible(self, call: _Call, names: Iterable[str]) -> tuple[tuple[str, ...], dict[str, int]]:
         """The queues a claim may take from: those without a limit, and for each limited
@@ -203,14 +204,20 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             limit = queue.concurrency_limit
             room = _NO_LIMIT if limit is None else limit - self.active_jobs(queue.name, limit)
             rate = rate_of(queue)
-            if rate is not None:
-                used = self._rate_used(call, queue.name, rate)
-                rate_room = rates.room(rate, used)
-                if rate_room is not None:
-                    room = min(room, rate_room)
-                    self._note_rate_held(call, rate, rate_room == 0)
+            if rate is not None and not rate.per_key:
+                room = min(room, self._queue_rate_room(call, queue, rate))
             call.room[queue.name] = room
         return call.room[queue.name]
+
+    def _queue_rate_room(self, call: _Call, queue: QueueRecord, rate: rates.QueueRate) -> int:
+        """A queue-wide rate's room for this call, as the queue's row is held
+        (``store.rate_locks``)."""
+        used = self._rate_used(call, queue.name, rate)
+        room, again = self.rate_lock_room(queue, used.get("", 0), rates.room(rate, used) or 0)
+        self._note_rate_held(call, rate, room == 0)
+        if again:  # a shared hold found less room than there may be: the next claim is exclusive
+            call.wake_at_ms = call.now_ms if call.wake_at_ms is None else min(call.wake_at_ms, call.now_ms)
+        return room
 
     # -- 4. rates -------------------------------------------------------------------------
 
