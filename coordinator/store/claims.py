@@ -124,6 +124,8 @@ class _Call:
     counted up as jobs go."""
     wake_at_ms: int | None = None
     """A rate held jobs back: the start of its next slot, when it may have room."""
+    rate_held: set[str] = field(default_factory=set)
+    """Queues whose rate held jobs back (or may have: a shared hold with less room)."""
 
 
 class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
@@ -157,10 +159,22 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
             if len(found) < limit and room > 0:
                 more = min(room, limit - len(found))
                 found += self._limited_candidates(call, queue, wanted.wire_names, names, more)
-        # A paused queue or a limit may hold jobs back that a later claim gets, and a
-        # claim that took all it could may have left more.
-        drained = len(free) == len(wanted.queues) and len(found) < limit
+        # A paused queue, or a limit or rate that held jobs back, may leave jobs a later
+        # claim gets, and a claim that took all it could may have left more. A limited or
+        # rated queue that held nothing back and ran out is drained like a free one: its
+        # workers then wait to hear of new work instead of claiming after every result
+        # (which kept their credit set aside from an enqueue's own claims).
+        held = any(self._held_back(call, queue) for queue in limited)
+        drained = len(free) + len(limited) == len(wanted.queues) and not held and len(found) < limit
         return ClaimFound(found, drained, call.wake_at_ms)
+
+    @staticmethod
+    def _held_back(call: _Call, queue: str) -> bool:
+        """Whether a control of ``queue`` may have held claimable jobs back in this call:
+        its room ran out, a rate had no room, or keys had no room."""
+        keys = call.key_rooms.get(queue)
+        key_held = keys is not None and (keys.dropped or bool(keys.full()))
+        return call.room.get(queue, 0) <= 0 or queue in call.rate_held or key_held
 
     # -- 1. eligible queues ---------------------------------------------------------------
 
@@ -215,6 +229,8 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
         used = self._rate_used(call, queue.name, rate)
         room, again = self.rate_lock_room(queue, used.get("", 0), rates.room(rate, used) or 0)
         self._note_rate_held(call, rate, room == 0)
+        if room == 0 or again:
+            call.rate_held.add(queue.name)
         if again:  # a shared hold found less room than there may be: the next claim is exclusive
             call.wake_at_ms = call.now_ms if call.wake_at_ms is None else min(call.wake_at_ms, call.now_ms)
         return room
@@ -251,6 +267,8 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
                 used[key] = used.get(key, 0) + n
             at_rate = len(taken) < len(candidates) or any(n >= rate.count for n in used.values())
             self._note_rate_held(call, rate, at_rate)
+            if at_rate:
+                call.rate_held.add(queue)
         return [job for job in found if job.id in admitted][:limit]
 
     # -- 2. queues with work --------------------------------------------------------------
