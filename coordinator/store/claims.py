@@ -64,7 +64,6 @@ from coordinator.store.claim_reads import (
 )
 from coordinator.store.claim_turns import ClaimTurnOps
 from coordinator.store.prepared import DriverRows
-from coordinator.store.rate_locks import RateLockOps
 from coordinator.store.rows import job_from_mapping, jobs_from
 from coordinator.store.schema import jobs
 
@@ -125,10 +124,10 @@ class _Call:
     wake_at_ms: int | None = None
     """A rate held jobs back: the start of its next slot, when it may have room."""
     rate_held: set[str] = field(default_factory=set)
-    """Queues whose rate held jobs back (or may have: a shared hold with less room)."""
+    """Queues whose rate held jobs back."""
 
 
-class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
+class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
     def claim(self, wanted: Sequence[ClaimWanted], now_ms: int) -> list[ClaimFound]:
         """The jobs to claim for each of ``wanted``, earlier requests served first, no
         job twice. Every job found is the caller's: it must claim each of them in this
@@ -139,7 +138,6 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
             self._read_controls_with_jobs(call, call.named[0], asking[0])
         else:
             call.controls = self.queue_controls(call.named)
-            self.lock_for_claims(call.controls.values())
         for name in call.named:  # read afresh: what starts of their jobs must count
             controls = call.controls.get(name)
             self.rates_seen[name] = controls is not None and controls.rate_count is not None
@@ -195,7 +193,8 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
         if record is not None:  # no row: no controls
             call.controls[queue] = record
-            self.lock_for_claims([record])  # before its active jobs are counted (``_room``)
+            if not record.free and not record.paused:
+                self.lock_queues([record.name])  # before its active jobs are counted (``_room``)
 
     def _eligible(self, call: _Call, names: Iterable[str]) -> tuple[tuple[str, ...], dict[str, int]]:
         """The queues a claim may take from: those without a limit, and for each limited
@@ -224,15 +223,11 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps, RateLockOps):
         return call.room[queue.name]
 
     def _queue_rate_room(self, call: _Call, queue: QueueRecord, rate: rates.QueueRate) -> int:
-        """A queue-wide rate's room for this call, as the queue's row is held
-        (``store.rate_locks``)."""
-        used = self._rate_used(call, queue.name, rate)
-        room, again = self.rate_lock_room(queue, used.get("", 0), rates.room(rate, used) or 0)
+        """A queue-wide rate's room for this call."""
+        room = rates.room(rate, self._rate_used(call, queue.name, rate)) or 0
         self._note_rate_held(call, rate, room == 0)
-        if room == 0 or again:
+        if room == 0:
             call.rate_held.add(queue.name)
-        if again:  # a shared hold found less room than there may be: the next claim is exclusive
-            call.wake_at_ms = call.now_ms if call.wake_at_ms is None else min(call.wake_at_ms, call.now_ms)
         return room
 
     # -- 4. rates -------------------------------------------------------------------------

@@ -56,7 +56,6 @@ from coordinator.store.engine import (
 )
 from coordinator.store.errors import ConnectionLost, DuplicateKey, StoreError, WriteConflict
 from coordinator.store.rate_cache import UnratedQueues
-from coordinator.store.rate_roomy import RoomyRates
 from coordinator.store.turn_memory import LastServed
 from coordinator.store.tx import Tx
 from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
@@ -109,7 +108,6 @@ class Store:
         self._known_queues_at = time.monotonic()
         self._unrated_queues = UnratedQueues(self.bounds.max_queues)
         self._last_served = LastServed(self.bounds.max_queues)
-        self._roomy_rates = RoomyRates(self.bounds.max_queues)
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at: dict[str, int] = {}
         """The rows each table had when this store last refreshed its planner statistics."""
@@ -242,7 +240,6 @@ class Store:
                     self.origin,
                     self._unrated_queues,
                     self._last_served,
-                    self._roomy_rates,
                 )
                 yield tx
                 tx.before_commit()

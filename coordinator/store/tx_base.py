@@ -17,7 +17,6 @@ from coordinator.store.errors import WriteConflict
 from coordinator.store.pg_held import HeldWrites
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.rate_cache import UnratedQueues
-from coordinator.store.rate_roomy import RoomyRates
 from coordinator.store.row_writes import RowUpdate, prepared_insert
 from coordinator.store.turn_memory import LastServed
 
@@ -53,15 +52,10 @@ class TxBase:
         origin: str = "",
         unrated_queues: UnratedQueues | None = None,
         last_served: LastServed | None = None,
-        roomy_rates: RoomyRates | None = None,
     ) -> None:
         self._connection = conn
         self.last_served = last_served if last_served is not None else LastServed(bounds.max_queues)
         """Per queue, the key the store's claims served last: where fair turns start."""
-        self.roomy_rates = roomy_rates if roomy_rates is not None else RoomyRates(bounds.max_queues)
-        """Per queue, whether the store's last claim found its rate roomy (``store.rate_locks``)."""
-        self.shared_rate_locks: set[str] = set()
-        """Queues whose rows this transaction holds in share mode (``store.rate_locks``)."""
         self._unrated_queues = unrated_queues
         """Queues the store lately saw without a rate (``store.rate_cache``)."""
         self.rates_seen: dict[str, bool] = {}

@@ -54,28 +54,30 @@ class QueueOps(QueueLifecycleOps):
     # -- queues (R-17) ------------------------------------------------------------------
 
     def queue_controls(self, names: Iterable[str]) -> dict[str, QueueRecord]:
-        """The known queues among ``names``, not locked (a claim locks the rows of the
-        limited and rated ones next: ``RateLockOps.lock_for_claims``)."""
+        """The known queues among ``names``; the rows of those with a concurrency limit, a
+        per-key limit or a rate are locked (PostgreSQL), so claims of a limited or rated
+        queue are serialised across replicas."""
         wanted = sorted(set(names))
         if not wanted:
             return {}
-        return {
+        found = {
             record.name: record
             for record in queues_from(_QUEUES_BY_NAMES.execute(self._reader, {"names": wanted}))
         }
+        self.lock_queues(name for name, record in found.items() if not record.free and not record.paused)
+        return found
 
-    def lock_queues(self, names: Iterable[str], *, shared: bool = False) -> None:
+    def lock_queues(self, names: Iterable[str]) -> None:
         """Locks the rows of queues ``names`` (PostgreSQL; in name order, so two
         transactions never wait on each other's): a limited queue's claims are so
-        serialised across replicas, and its count of active jobs holds until the commit.
-        ``shared``: ``FOR SHARE`` (``store.rate_locks``)."""
+        serialised across replicas, and its count of active jobs holds until the commit."""
         wanted = sorted(set(names))
         if wanted and self._postgres:
             self._conn.execute(
                 select(queues.c.name)
                 .where(queues.c.name.in_(wanted))
                 .order_by(queues.c.name)
-                .with_for_update(read=shared)
+                .with_for_update()
             )
 
     def count_jobs(self, deltas: Mapping[tuple[str, str], int]) -> None:
