@@ -7,11 +7,23 @@ of each key's active jobs, read once a call after the lock (``ix_jobs_queue_key_
 holds until the commit: the limit is exact on PostgreSQL under concurrent claims, as on
 SQLite's single writer.
 
+A key at its per-key *rate* (``store.claim_rates``) has no room either: the same
+``KeyRoom`` keeps both, so a claim passes over such a key's jobs as over those of a key at
+its limit, instead of taking them and then dropping them at the rate's step.
+
 The jobs are read in claim order as for any queue, without the keys already at their
 limit (``KeyRoom.full``), and admitted in that order while their key has room. A read
 that hands a key its last slot and finds more of its jobs is read again without that key,
 at most ``MAX_KEY_ROUNDS`` times a request: a claim that meets that bound hands out
 fewer jobs than it could (never more than the limit), and the next claim goes on.
+
+Each read looks at no more than ``window_rows`` jobs in claim order, whatever their
+keys: a key without room whose backlog fills the front of the queue costs a claim that
+many rows, not its whole backlog (a claim used to walk all of it, each row read from the
+table to see its key). The keys behind such a backlog get their jobs by their turns
+(``store.claim_turns``: one index probe a key, passing over a key without room in one
+probe), so a claim's reads are bounded by its size and the number of keys without room,
+never by the depth of a backlog.
 """
 
 from __future__ import annotations
@@ -31,6 +43,14 @@ from coordinator.store.tx_queues import QueueOps
 
 MAX_KEY_ROUNDS = 8
 """Reads of one request's jobs of a per-key limited queue, at most (see the module)."""
+WINDOW_SLACK_ROWS = 32
+"""Rows a bounded read looks at beyond twice the jobs it wants (``window_rows``)."""
+
+
+def window_rows(wanted: int) -> int:
+    """Jobs a per-key limited read looks at, at most, to find ``wanted`` of keys with room."""
+    return 2 * wanted + WINDOW_SLACK_ROWS
+
 
 _ACTIVE_BY_KEY = Prepared(
     # The predicate as text, word for word, so the partial index of leased jobs serves it.
@@ -43,44 +63,73 @@ _ACTIVE_BY_KEY = Prepared(
 
 @dataclass(slots=True)
 class KeyRoom:
-    """One per-key limited queue's keys in one ``Tx.claim`` call: how many jobs of each
-    are reserved or running, with those the call handed out counted in."""
+    """One queue's keys in one ``Tx.claim`` call, for a per-key limit, a per-key rate or
+    both: how many jobs of each are reserved or running (with those the call handed out
+    counted in), and how many its rate counts against each (``rate_used``, the call's own
+    counts, which the rate's step adds to as it admits jobs)."""
 
-    limit: int
+    limit: int | None
     active: dict[str, int]
+    rate_count: int | None = None
+    """A per-key rate's count (None: no per-key rate)."""
+    rate_used: dict[str, int] = field(default_factory=dict)
     dropped: bool = field(default=False)
     """The last ``admit`` left out a job whose key had no room left."""
 
+    def _room(self, key: str, taking: int) -> bool:
+        """Whether ``key`` has room for one more job, beyond ``taking`` admitted now."""
+        if self.limit is not None and self.active.get(key, 0) + taking >= self.limit:
+            return False
+        return self.rate_count is None or self.rate_used.get(key, 0) + taking < self.rate_count
+
     def full(self) -> list[str]:
-        """The keys at their limit, in order (bound as one parameter)."""
-        return sorted(key for key, count in self.active.items() if count >= self.limit)
+        """The keys without room (at their limit or their rate), in order (bound as one
+        parameter)."""
+        keys = set(self.active) | set(self.rate_used)
+        return sorted(key for key in keys if not self._room(key, 0))
 
     def admit(self, jobs: list[JobRecord]) -> list[JobRecord]:
-        """``jobs`` in order, less those whose key has no room left; counts them in."""
+        """``jobs`` in order, less those whose key has no room left; counts them in
+        (against the limit; the rate's step counts what it admits itself)."""
         admitted: list[JobRecord] = []
+        taking: dict[str, int] = {}
         self.dropped = False
         for job in jobs:
-            count = self.active.get(job.concurrency_key, 0)
-            if count >= self.limit:
+            key = job.concurrency_key
+            if not self._room(key, taking.get(key, 0)):
                 self.dropped = True
                 continue
-            self.active[job.concurrency_key] = count + 1
+            taking[key] = taking.get(key, 0) + 1
             admitted.append(job)
+        if self.limit is not None:
+            for key, n in taking.items():
+                self.active[key] = self.active.get(key, 0) + n
         return admitted
 
 
 class ClaimKeyOps(QueueOps):
-    def key_room(self, queue: str, limit: int) -> KeyRoom:
-        """``queue``'s keys with reserved or running jobs, counted (after the queue's
-        row was locked: ``queue_controls``)."""
-        rows = _ACTIVE_BY_KEY.execute(self._conn, {"queue": queue})
-        return KeyRoom(limit, {str(key): int(count) for key, count in rows})
+    def key_room(
+        self, queue: str, limit: int | None, rate_count: int | None, rate_used: dict[str, int]
+    ) -> KeyRoom:
+        """``queue``'s keys: with a per-key ``limit``, those with reserved or running jobs,
+        counted (after the queue's row was locked: ``queue_controls``); with a per-key
+        rate, ``rate_used`` (the call's counts, shared)."""
+        active: dict[str, int] = {}
+        if limit is not None:
+            active = {
+                str(key): int(count) for key, count in _ACTIVE_BY_KEY.execute(self._conn, {"queue": queue})
+            }
+        return KeyRoom(limit, active, rate_count, rate_used)
 
-    def key_limited_read(self, room: KeyRoom, taken: list[str]) -> tuple[Lockable, dict[str, Any]]:
+    def key_limited_read(
+        self, room: KeyRoom, taken: list[str], wanted: int
+    ) -> tuple[Lockable, dict[str, Any]]:
         """The statement reading a per-key limited queue's claimable jobs past ``taken``
-        and without the keys at their limit, with its parameters."""
+        and without the keys with no room, looking at ``window_rows(wanted)`` jobs at
+        most, with its parameters."""
         full = room.full()
         read = claimable_past_keys(self._postgres)
+        bounds = {"window": window_rows(wanted)}
         if self._postgres:
-            return read, {"taken": taken, "full_keys": full}
-        return read, {"taken": json.dumps(taken), "full_keys": json.dumps(full)}
+            return read, {"taken": taken, "full_keys": full, **bounds}
+        return read, {"taken": json.dumps(taken), "full_keys": json.dumps(full), **bounds}

@@ -10,7 +10,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Integer, TextClause, bindparam, literal_column, select, text
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Integer,
+    Select,
+    TextClause,
+    bindparam,
+    literal_column,
+    select,
+    text,
+)
 
 from coordinator.store.prepared import Prepared
 from coordinator.store.schema import CLAIMABLE_PREDICATE, JOB_COLUMNS, jobs
@@ -51,23 +61,63 @@ in the database keeps a call with many claims of one queue from reading and deco
 each earlier claim's jobs again."""
 
 
-_PAST_TAKEN_AND_KEYS = {
-    False: _claimable_in_queue(
-        text("jobs.id NOT IN (SELECT value FROM json_each(:taken))"),
-        text("jobs.concurrency_key NOT IN (SELECT value FROM json_each(:full_keys))"),
+class _WindowRead(Lockable):
+    """A read whose lock is taken inside it (its window), not on its outer rows."""
+
+    def __init__(self, plain: Select[Any], locked: Select[Any]) -> None:
+        self.plain = Prepared(plain)
+        self.locked = Prepared(locked)
+
+
+def _window_past_keys(taken: str, without_keys: str) -> Lockable:
+    # The window is the plain claim walk (ix_jobs_claim in order, stopping at ``:window``
+    # rows), locked as it goes on PostgreSQL; the keys with no room are left out of what it
+    # yields. Rows are pulled only until ``:limit`` pass, so the walk locks the jobs it
+    # hands out and the no-room jobs in front of them, at most ``:window``.
+    def window(locked: bool) -> Select[Any]:
+        walk = (
+            select(jobs)
+            .where(
+                jobs.c.queue == bindparam("queue"),
+                text(CLAIMABLE_PREDICATE),
+                text(DUE).bindparams(bindparam("now_ms", type_=BigInteger)),
+                jobs.c.wire_name.in_(bindparam("wire_names", expanding=True)),
+                text(taken),
+            )
+            .order_by(jobs.c.priority.desc(), jobs.c.run_at_ms, jobs.c.id)
+            .limit(bindparam("window", type_=Integer))
+        )
+        walk = walk.with_for_update(skip_locked=True) if locked else walk
+        kept = walk.subquery("kept")
+        return (
+            select(kept)
+            .where(text(without_keys))
+            .order_by(kept.c.priority.desc(), kept.c.run_at_ms, kept.c.id)
+            .limit(bindparam("limit", type_=Integer))
+        )
+
+    return _WindowRead(window(locked=False), window(locked=True))
+
+
+_WINDOW_PAST_KEYS = {
+    False: _window_past_keys(
+        "jobs.id NOT IN (SELECT value FROM json_each(:taken))",
+        "kept.concurrency_key NOT IN (SELECT value FROM json_each(:full_keys))",
     ),
-    True: _claimable_in_queue(
-        text("jobs.id <> ALL(CAST(:taken AS text[]))"),
-        text("jobs.concurrency_key <> ALL(CAST(:full_keys AS text[]))"),
+    True: _window_past_keys(
+        "jobs.id <> ALL(CAST(:taken AS text[]))", "kept.concurrency_key <> ALL(CAST(:full_keys AS text[]))"
     ),
 }
-"""The same, also without the jobs of some concurrency keys (those at a queue's per-key
-limit, ``store.claim_keys``), bound as one value however many."""
+"""``CLAIMABLE_IN_QUEUE`` past the jobs ``:taken``, without those of some concurrency keys
+(those with no room, ``store.claim_keys``; both bound as one value however many), and
+reading at most ``:window`` jobs: however deep a backlog the keys without room hold in
+front, the read stops there (the keys behind it are found by their turns,
+``store.claim_turns``)."""
 
 
 def claimable_past_keys(postgres: bool) -> Lockable:
-    """``CLAIMABLE_IN_QUEUE`` without the jobs ``:taken`` and those of the keys ``:full_keys``."""
-    return _PAST_TAKEN_AND_KEYS[postgres]
+    """``_WINDOW_PAST_KEYS``: a bounded read past ``:taken`` and the keys ``:full_keys``."""
+    return _WINDOW_PAST_KEYS[postgres]
 
 
 def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict[str, Any]]:

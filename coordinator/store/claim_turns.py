@@ -10,9 +10,14 @@ around to the first key), and gives each of them a turn: its next jobs, the same
 for each, in key order. What is left of the claim is filled in claim order. Priority comes
 first: only keys with jobs at the best priority get turns.
 
-The key last served is remembered per queue in this process (``_LAST_SERVED``): replicas
-each keep their own, and a restart starts again from the first key; both only move where
-the turns start, never which jobs are claimable.
+Keys without room (at a per-key limit or rate, ``store.claim_keys``) get no turn, and the
+probes pass over each in one step, however deep its backlog. When the claim's bounded read
+found nothing (the front of the queue is all such keys' jobs), the best priority is
+probed, and the next ones down when its keys have no room (``TURN_PRIORITY_LEVELS``).
+
+The key last served is remembered per queue by the store (``turn_memory.LastServed``):
+each store, so each replica, keeps its own, and a restart starts again from the first
+key; both only move where the turns start, never which jobs are claimable.
 """
 
 from __future__ import annotations
@@ -31,47 +36,76 @@ from coordinator.store.rows import jobs_from
 from coordinator.store.schema import CLAIMABLE_PREDICATE, JOB_COLUMNS
 from coordinator.store.tx_base import TxBase
 
-MAX_REMEMBERED_QUEUES = 10_000
-"""Queues whose last served key is remembered; past it the memory starts afresh."""
-_LAST_SERVED: dict[str, str] = {}
 
-
-def _next_keys(inclusive: bool) -> Prepared:
-    # One index probe a key (ix_jobs_claim_turns: queue, priority, key), ``n`` counting
-    # them so the recursion stops at ``count`` on both engines.
+def _next_keys(inclusive: bool, postgres: bool) -> Prepared:
+    # One index probe a key (ix_jobs_claim_turns: queue, priority, key), passing over a key
+    # with no room (``:full_keys``) in its one probe; ``n`` counts the keys with room found
+    # before a row's, so the recursion stops at ``count`` of them on both engines, after
+    # ``count`` plus the keys without room probes at most.
     probe = (
         "(SELECT min(concurrency_key) FROM jobs WHERE jobs.queue = :queue AND "
         f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}})"
     )
+    full = (
+        "{} = ANY(CAST(:full_keys AS text[]))"
+        if postgres
+        else "{} IN (SELECT value FROM json_each(:full_keys))"
+    )
+    counts = f"(CASE WHEN {full.format('k.key')} THEN 0 ELSE 1 END)"
     first = probe.format(op=">=" if inclusive else ">", after=":after")
     return Prepared(
         text(
-            f"WITH RECURSIVE k(key, n) AS (SELECT {first}, 1 UNION ALL "
-            f"SELECT {probe.format(op='>', after='k.key')}, k.n + 1 FROM k "
-            "WHERE k.key IS NOT NULL AND k.n < :count) "
-            "SELECT key FROM k WHERE key IS NOT NULL"
+            f"WITH RECURSIVE k(key, n, s) AS (SELECT {first}, 0, 0 UNION ALL "
+            f"SELECT {probe.format(op='>', after='k.key')}, k.n + {counts}, k.s + 1 FROM k "
+            f"WHERE k.key IS NOT NULL AND k.n + {counts} < :count) "
+            f"SELECT key FROM k WHERE key IS NOT NULL AND NOT {full.format('key')} ORDER BY s"
         )
         .bindparams(bindparam("count", type_=Integer))
         .columns(literal_column("key"))
     )
 
 
-_KEYS_AFTER = _next_keys(inclusive=False)
-_KEYS_FROM_START = _next_keys(inclusive=True)
+_KEYS_AFTER = {postgres: _next_keys(False, postgres) for postgres in (False, True)}
+_KEYS_FROM_START = {postgres: _next_keys(True, postgres) for postgres in (False, True)}
+
+_PRIORITY_WHERE = f"jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND {{below}} AND {DUE}"
+_FIRST_PRIORITY, _PRIORITY_BELOW = (
+    Prepared(
+        text(
+            f"SELECT jobs.priority FROM jobs WHERE {_PRIORITY_WHERE.format(below=below)} "
+            "ORDER BY jobs.priority DESC, jobs.run_at_ms, jobs.id LIMIT 1"
+        )
+        .bindparams(bindparam("now_ms", type_=BigInteger))
+        .columns(literal_column("priority"))
+    )
+    for below in ("1 = 1", "jobs.priority < :priority")
+)
+"""The best priority of a queue's claimable jobs that are due (below ``:priority``): one
+probe of ix_jobs_claim each, the first entry in claim order."""
+TURN_PRIORITY_LEVELS = 4
+"""Priorities a claim looks at for keys with room, at most, when the best ones have none
+(every key with jobs there is at its limit or rate)."""
 
 _HEADS_WHERE = f"jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND {DUE} "
 _HEADS_SQLITE = Prepared(
     text(
-        "SELECT * FROM jobs INDEXED BY ix_jobs_claim_turns WHERE "
-        + _HEADS_WHERE
-        + "AND jobs.concurrency_key = :key AND jobs.wire_name IN (SELECT value FROM json_each(:wire_names)) "
+        "SELECT "
+        + ", ".join(f"h.{column}" for column in JOB_COLUMNS)
+        + " FROM json_each(:keys) AS k JOIN jobs AS h ON h.id IN (SELECT jobs.id FROM jobs "
+        "INDEXED BY ix_jobs_claim_turns WHERE " + _HEADS_WHERE + "AND jobs.concurrency_key = k.value "
+        "AND jobs.wire_name IN (SELECT value FROM json_each(:wire_names)) "
         "AND jobs.id NOT IN (SELECT value FROM json_each(:taken)) "
-        "ORDER BY jobs.run_at_ms, jobs.id LIMIT :per"
+        "ORDER BY jobs.run_at_ms, jobs.id LIMIT :per) "
+        "ORDER BY h.concurrency_key, h.run_at_ms, h.id"
     )
     .bindparams(bindparam("per", type_=Integer), bindparam("now_ms", type_=BigInteger))
     .columns(*(literal_column(name) for name in JOB_COLUMNS))
 )
-"""SQLite: one key's next jobs (one statement a key; SQLite has no LATERAL)."""
+"""SQLite: every key's next jobs in one statement (SQLite has no LATERAL: a correlated
+``IN`` a key, each probing ix_jobs_claim_turns, then the rows by primary key). It was one
+statement a key, up to 64 a claim: one cut the store path's CPU per job of a keyed queue
+with a per-key limit from 0.70x to 0.83x of a queue without keys (benchmarks/key_claims.py,
+SQLite, 3 alternating runs a side, medians, load 6-9; benchmarks/LOG.md, 2026-12-06)."""
 _HEADS_POSTGRES = Prepared(
     text(
         "SELECT "
@@ -93,44 +127,73 @@ class ClaimTurnOps(TxBase):
         self,
         queue: str,
         in_order: list[JobRecord],
+        limit: int,
         wire_names: Sequence[str],
         taken: Sequence[str],
         full_keys: frozenset[str],
         now_ms: int,
     ) -> list[JobRecord]:
-        """The jobs a claim takes from a keyed queue: ``in_order`` (the first jobs in claim
-        order, as many as the claim wants) rearranged so that the keys with jobs at the
-        best priority each get a turn (see the module)."""
-        if not in_order:
+        """The jobs a claim of ``limit`` takes from a keyed queue: ``in_order`` (its first
+        jobs in claim order, of keys with room; fewer than ``limit`` when a bounded read
+        stopped in front of keys without room) rearranged so that the keys with room and
+        jobs at the best priority each get a turn (see the module)."""
+        if not in_order and not full_keys:
+            return in_order  # nothing claimable: no key was passed over
+        found = self._turn_keys(queue, in_order, max(limit, 2), full_keys, now_ms)
+        if found is None:
             return in_order
-        priority = in_order[0].priority
-        # Two keys at least, so that a claim of one job can hand the turn on.
-        wanted = max(len(in_order), 2)
-        keys = [key for key in self._keys_in_turn(queue, priority, wanted) if key not in full_keys]
-        if len(keys) <= 1:
+        priority, keys = found
+        if len(keys) <= 1 and len(in_order) >= limit:
             return in_order
-        per = math.ceil(len(in_order) / len(keys))
+        per = math.ceil(limit / len(keys))
         heads = self._heads(queue, priority, keys, per, wire_names, list(taken), now_ms)
         chosen: list[JobRecord] = []
         for turn in range(per):
             for key in keys:
-                if turn < len(heads.get(key, ())) and len(chosen) < len(in_order):
+                if turn < len(heads.get(key, ())) and len(chosen) < limit:
                     chosen.append(heads[key][turn])
-                    self._remember(queue, key)
+                    self.last_served.remember(queue, key)
         picked = {job.id for job in chosen}
-        chosen += [job for job in in_order if job.id not in picked][: len(in_order) - len(chosen)]
+        chosen += [job for job in in_order if job.id not in picked][: limit - len(chosen)]
         return chosen
 
-    def _keys_in_turn(self, queue: str, priority: int, count: int) -> list[str]:
-        """Up to ``count`` keys with claimable jobs at ``priority``: those after the key
-        last served, then from the first key on."""
-        params: dict[str, Any] = {"queue": queue, "priority": priority, "count": count}
-        last = _LAST_SERVED.get(queue)
+    def _turn_keys(
+        self, queue: str, in_order: list[JobRecord], count: int, full_keys: frozenset[str], now_ms: int
+    ) -> tuple[int, list[str]] | None:
+        """The priority whose keys take turns and up to ``count`` of its keys with room:
+        the first job's priority or, with none read, the best priority of the queue that
+        has keys with room (``TURN_PRIORITY_LEVELS`` looked at, at most). None: no keys."""
+        params: dict[str, Any] = {"queue": queue, "now_ms": now_ms}
+        if in_order:
+            priority = in_order[0].priority
+            return priority, self._keys_in_turn(queue, priority, count, full_keys)
+        best = _FIRST_PRIORITY.execute(self._conn, params).scalars()
+        for _ in range(TURN_PRIORITY_LEVELS):
+            level = next(best, None)
+            if level is None:
+                return None
+            keys = self._keys_in_turn(queue, level, count, full_keys)
+            if keys:
+                return level, keys
+            best = _PRIORITY_BELOW.execute(self._conn, {**params, "priority": level}).scalars()
+        return None
+
+    def _keys_in_turn(self, queue: str, priority: int, count: int, full_keys: frozenset[str]) -> list[str]:
+        """Up to ``count`` keys with room and claimable jobs at ``priority``: those after
+        the key last served, then from the first key on."""
+        full = sorted(full_keys)
+        params: dict[str, Any] = {
+            "queue": queue,
+            "priority": priority,
+            "count": count,
+            "full_keys": full if self._postgres else json.dumps(full),
+        }
+        last = self.last_served.get(queue)
         keys: list[str] = []
         if last is not None:
-            keys = list(_KEYS_AFTER.execute(self._conn, {**params, "after": last}).scalars())
+            keys = list(_KEYS_AFTER[self._postgres].execute(self._conn, {**params, "after": last}).scalars())
         if len(keys) < count:
-            wrapped = _KEYS_FROM_START.execute(
+            wrapped = _KEYS_FROM_START[self._postgres].execute(
                 self._conn, {**params, "after": "", "count": count - len(keys)}
             )
             keys += [key for key in wrapped.scalars() if key not in keys]
@@ -152,16 +215,11 @@ class ClaimTurnOps(TxBase):
             params.update(keys=keys, wire_names=list(wire_names), taken=taken)
             found = list(jobs_from(_HEADS_POSTGRES.execute(self._conn, params)))
         else:
-            params.update(wire_names=json.dumps(list(wire_names)), taken=json.dumps(taken))
-            for key in keys:
-                found += jobs_from(_HEADS_SQLITE.execute(self._conn, {**params, "key": key}))
+            params.update(
+                keys=json.dumps(keys), wire_names=json.dumps(list(wire_names)), taken=json.dumps(taken)
+            )
+            found = list(jobs_from(_HEADS_SQLITE.execute(self._conn, params)))
         heads: dict[str, list[JobRecord]] = {}
         for job in found:
             heads.setdefault(job.concurrency_key, []).append(job)
         return heads
-
-    @staticmethod
-    def _remember(queue: str, key: str) -> None:
-        if len(_LAST_SERVED) >= MAX_REMEMBERED_QUEUES and queue not in _LAST_SERVED:
-            _LAST_SERVED.clear()
-        _LAST_SERVED[queue] = key

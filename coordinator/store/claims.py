@@ -117,12 +117,14 @@ class _Call:
     the call that ask for no other name skip the queue (at a light load every session
     with credit claims in the same transaction, and the first takes all there is)."""
     key_rooms: dict[str, KeyRoom] = field(default_factory=dict)
-    """Per-key limited queues: their keys' reserved and running jobs (``store.claim_keys``)."""
+    """Queues with a per-key limit or rate: their keys' room (``store.claim_keys``)."""
     rate_used: dict[str, dict[str, int]] = field(default_factory=dict)
     """Rated queues: per key, starts in the window and reserved jobs, read once and
     counted up as jobs go."""
     wake_at_ms: int | None = None
     """A rate held jobs back: the start of its next slot, when it may have room."""
+    rate_held: set[str] = field(default_factory=set)
+    """Queues whose rate held jobs back."""
 
 
 class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
@@ -155,10 +157,24 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             if len(found) < limit and room > 0:
                 more = min(room, limit - len(found))
                 found += self._limited_candidates(call, queue, wanted.wire_names, names, more)
-        # A paused queue or a limit may hold jobs back that a later claim gets, and a
-        # claim that took all it could may have left more.
-        drained = len(free) == len(wanted.queues) and len(found) < limit
+        # A paused queue, or a limit or rate that held jobs back, may leave jobs a later
+        # claim gets, and a claim that took all it could may have left more. A limited or
+        # rated queue that held nothing back and ran out is drained like a free one: its
+        # workers then wait to hear of new work instead of claiming after every result
+        # (which kept their credit set aside from an enqueue's own claims: a non-binding
+        # rate's p50 enqueue-to-start on PostgreSQL went 67 -> 56 ms and 81 -> 60 ms in two
+        # loaded sittings, benchmarks/LOG.md 2026-12-06).
+        held = any(self._held_back(call, queue) for queue in limited)
+        drained = len(free) + len(limited) == len(wanted.queues) and not held and len(found) < limit
         return ClaimFound(found, drained, call.wake_at_ms)
+
+    @staticmethod
+    def _held_back(call: _Call, queue: str) -> bool:
+        """Whether a control of ``queue`` may have held claimable jobs back in this call:
+        its room ran out, a rate had no room, or keys had no room."""
+        keys = call.key_rooms.get(queue)
+        key_held = keys is not None and (keys.dropped or bool(keys.full()))
+        return call.room.get(queue, 0) <= 0 or queue in call.rate_held or key_held
 
     # -- 1. eligible queues ---------------------------------------------------------------
 
@@ -180,7 +196,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         if record is not None:  # no row: no controls
             call.controls[queue] = record
             if not record.free and not record.paused:
-                self.lock_queues([queue])  # before its active jobs are counted (``_room``)
+                self.lock_queues([record.name])  # before its active jobs are counted (``_room``)
 
     def _eligible(self, call: _Call, names: Iterable[str]) -> tuple[tuple[str, ...], dict[str, int]]:
         """The queues a claim may take from: those without a limit, and for each limited
@@ -203,14 +219,18 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             limit = queue.concurrency_limit
             room = _NO_LIMIT if limit is None else limit - self.active_jobs(queue.name, limit)
             rate = rate_of(queue)
-            if rate is not None:
-                used = self._rate_used(call, queue.name, rate)
-                rate_room = rates.room(rate, used)
-                if rate_room is not None:
-                    room = min(room, rate_room)
-                    self._note_rate_held(call, rate, rate_room == 0)
+            if rate is not None and not rate.per_key:
+                room = min(room, self._queue_rate_room(call, queue, rate))
             call.room[queue.name] = room
         return call.room[queue.name]
+
+    def _queue_rate_room(self, call: _Call, queue: QueueRecord, rate: rates.QueueRate) -> int:
+        """A queue-wide rate's room for this call."""
+        room = rates.room(rate, self._rate_used(call, queue.name, rate)) or 0
+        self._note_rate_held(call, rate, room == 0)
+        if room == 0:
+            call.rate_held.add(queue.name)
+        return room
 
     # -- 4. rates -------------------------------------------------------------------------
 
@@ -244,6 +264,8 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
                 used[key] = used.get(key, 0) + n
             at_rate = len(taken) < len(candidates) or any(n >= rate.count for n in used.values())
             self._note_rate_held(call, rate, at_rate)
+            if at_rate:
+                call.rate_held.add(queue)
         return [job for job in found if job.id in admitted][:limit]
 
     # -- 2. queues with work --------------------------------------------------------------
@@ -263,20 +285,29 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
     def _limited_candidates(
         self, call: _Call, queue: str, wire_names: Sequence[str], names: frozenset[str], limit: int
     ) -> list[JobRecord]:
-        """A limited queue's candidates; with a per-key limit, read again past the keys
-        that reached it (``store.claim_keys``), at most ``MAX_KEY_ROUNDS`` times."""
-        key_limit = call.controls[queue].key_limit
-        if key_limit is None:
+        """A limited queue's candidates; with a per-key limit or rate, read again past the
+        keys that reached it (``store.claim_keys``), at most ``MAX_KEY_ROUNDS`` times."""
+        keys = self._key_room(call, call.controls[queue])
+        if keys is None:
             return self._candidates(call, (queue,), wire_names, names, limit)
-        if queue not in call.key_rooms:
-            call.key_rooms[queue] = self.key_room(queue, key_limit)
-        keys = call.key_rooms[queue]
         found: list[JobRecord] = []
         for _ in range(MAX_KEY_ROUNDS):
             found += self._candidates(call, (queue,), wire_names, names, limit - len(found), keys)
             if not keys.dropped or len(found) >= limit:
                 break
         return found
+
+    def _key_room(self, call: _Call, queue: QueueRecord) -> KeyRoom | None:
+        """The queue's keys' room for the call, when it has a per-key limit or rate."""
+        rate = rate_of(queue)
+        per_key_rate = rate if rate is not None and rate.per_key else None
+        if queue.key_limit is None and per_key_rate is None:
+            return None
+        if queue.name not in call.key_rooms:
+            used = self._rate_used(call, queue.name, per_key_rate) if per_key_rate is not None else {}
+            rate_count = None if per_key_rate is None else per_key_rate.count
+            call.key_rooms[queue.name] = self.key_room(queue.name, queue.key_limit, rate_count, used)
+        return call.key_rooms[queue.name]
 
     def _candidates(
         self,
@@ -334,7 +365,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         read = CLAIMABLE_IN_QUEUE
         taken = call.taken_from.get(queue)
         if keys is not None:
-            read, past = self.key_limited_read(keys, taken or [])
+            read, past = self.key_limited_read(keys, taken or [], limit)
             params.update(past)
         elif taken:
             read, past = claimable_past(self._postgres, taken)
@@ -344,7 +375,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         if control is None or not control.keyed:
             return found
         full = frozenset(keys.full()) if keys is not None else frozenset()
-        return self.take_turns(queue, found, wire_names, taken or [], full, call.now_ms)
+        return self.take_turns(queue, found, limit, wire_names, taken or [], full, call.now_ms)
 
     def _unsent_claimable(
         self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int, keys: KeyRoom | None

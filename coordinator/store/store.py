@@ -36,6 +36,7 @@ from coordinator.store.engine import (
 from coordinator.store.errors import ConnectionLost, DuplicateKey, WriteConflict
 from coordinator.store.rate_cache import UnratedQueues
 from coordinator.store.store_reads import StoreReads
+from coordinator.store.turn_memory import LastServed
 from coordinator.store.tx import Tx
 from coordinator.store.tx_queue_lifecycle import KNOWN_QUEUES_TTL_S
 
@@ -79,6 +80,7 @@ class Store(StoreReads):
         self._known_queues: set[str] = set()
         self._known_queues_at = time.monotonic()
         self._unrated_queues = UnratedQueues(self.bounds.max_queues)
+        self._last_served = LastServed(self.bounds.max_queues)
         """Queues whose rows this store saw committed: enqueues skip looking them up."""
         self._analyzed_at = {}
         self._idle_writers: list[Connection] = []
@@ -203,13 +205,20 @@ class Store(StoreReads):
             with conn.begin():
                 self._expire_known_queues()
                 tx = Tx(
-                    conn, self.postgres, self.bounds, self._known_queues, self.origin, self._unrated_queues
+                    conn,
+                    self.postgres,
+                    self.bounds,
+                    self._known_queues,
+                    self.origin,
+                    self._unrated_queues,
+                    self._last_served,
                 )
                 yield tx
                 tx.before_commit()
                 committing = True  # the block is done; leaving ``begin`` commits
             self._known_queues.update(tx.registered_queues)  # committed: they exist
             self._known_queues.difference_update(tx.forgotten_queues)  # and these do not
+            self._last_served.forget(tx.forgotten_queues)
             self._unrated_queues.learn(tx.rates_seen)
         except DBAPIError as exc:
             # The driver failed: the connection goes back to the pool (or, lost, is

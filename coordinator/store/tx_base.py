@@ -18,6 +18,7 @@ from coordinator.store.pg_held import HeldWrites
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.rate_cache import UnratedQueues
 from coordinator.store.row_writes import RowUpdate, prepared_insert
+from coordinator.store.turn_memory import LastServed
 
 IN_CHUNK = 1_000
 """Most values bound into one ``IN (...)``: both engines cap a statement's parameters."""
@@ -50,8 +51,11 @@ class TxBase:
         known_queues: AbstractSet[str] = frozenset(),
         origin: str = "",
         unrated_queues: UnratedQueues | None = None,
+        last_served: LastServed | None = None,
     ) -> None:
         self._connection = conn
+        self.last_served = last_served if last_served is not None else LastServed(bounds.max_queues)
+        """Per queue, the key the store's claims served last: where fair turns start."""
         self._unrated_queues = unrated_queues
         """Queues the store lately saw without a rate (``store.rate_cache``)."""
         self.rates_seen: dict[str, bool] = {}
