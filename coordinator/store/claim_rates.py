@@ -26,7 +26,7 @@ from sqlalchemy import BigInteger, Connection, bindparam, func, select, text
 from coordinator.domain.rates import SLOTS_PER_PERIOD, QueueRate
 from coordinator.domain.records import JobRecord, QueueRecord
 from coordinator.domain.states import JobState
-from coordinator.store.schema import LEASED_PREDICATE, jobs, queue_rate_slots, queues
+from coordinator.store.schema import LEASED_PREDICATE, jobs, queue_rate_slots
 from coordinator.store.tx_base import TxBase
 
 
@@ -85,20 +85,6 @@ def _reserved_by_key(conn: Connection, queue: str) -> dict[str, int]:
         .group_by(jobs.c.concurrency_key)
     )
     return {key: int(count) for key, count in rows if count}
-
-
-def rate_state(conn: Connection, queue: str, now_ms: int) -> tuple[QueueRate | None, dict[str, int]]:
-    """``queue``'s rate and what counts against it now (a read: nothing is deleted);
-    (None, {}) when it has no rate."""
-    row = conn.execute(
-        select(queues.c.rate_count, queues.c.rate_period_ms, queues.c.rate_per_key).where(
-            queues.c.name == queue
-        )
-    ).first()
-    if row is None or row[0] is None or row[1] is None:
-        return None, {}
-    rate = QueueRate(int(row[0]), int(row[1]), bool(row[2]))
-    return rate, counted_against_rate(conn, queue, rate, now_ms)
 
 
 class RateOps(TxBase):
