@@ -328,32 +328,6 @@ def test_runs_one_after_another_each_get_their_own_parent_whatever_the_last_one_
     assert got == contexts
 
 
-def test_a_run_from_any_queue_and_job_type_is_named_by_its_own_past_the_names_kept(
-    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_tracing, "MAX_RUN_SHAPES", 2)
-    pairs = [
-        ("emails", "emails.send"),
-        ("sms", "sms.send"),
-        ("emails", "emails.bounce"),
-        ("emails", "emails.send"),
-    ]
-    for queue, wire_name in pairs:
-        assignment = _assignment()
-        assignment.queue, assignment.wire_name = queue, wire_name
-        with _tracing.run_span(assignment, _run(assignment, 1)) as run:
-            run.finished(RunReport(Outcome.SUCCEEDED))
-    got = [
-        (
-            span.name,
-            (span.attributes or {})["messaging.destination.name"],
-            (span.attributes or {})["runwick.wire_name"],
-        )
-        for span in spans.get_finished_spans()
-    ]
-    assert got == [(f"process {queue}", queue, wire_name) for queue, wire_name in pairs]
-
-
 _EXERCISE = """
 import sys
 {prelude}
