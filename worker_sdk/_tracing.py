@@ -64,8 +64,7 @@ class _OTel:
         """The context of a trace context the coordinator handed on, as its span's
         parent; None when it cannot be read. The jobs of one enqueue call share their
         context and usually run one after another, so the last one is kept: reading
-        one again costs 3.3 µs, the comparison 0.2 (``otel.py path``: a run of the
-        jobs of one call 23.5 µs of tracing, of jobs of their own contexts 29.6)."""
+        one again costs 3.3 µs, the comparison 0.2."""
         traceparent, tracestate = carried.traceparent, carried.tracestate
         last = self._last_parent
         if last[0] == traceparent and last[1] == tracestate:
