@@ -15,6 +15,12 @@ side installs the TracerProvider first) and measures them with ``runwick bench -
 every measured job made one. It prints each run, each pair's ratio and the ratio of
 the medians.
 
+``python benchmarks/otel.py path`` times, in this process and without a coordinator,
+the worker's per-run tracing path alone (``worker_sdk._tracing.run_span`` entered around
+the run's log context, the outcome, the end) against the same without tracing, and the
+SDK's own floor for such a span (``start_span`` with the same attributes, the outcome,
+``end``), for a root span, a child of a context of its own, and children sharing one.
+
 Needs the ``otel`` and ``dev`` extras (opentelemetry-api and opentelemetry-sdk).
 """
 
@@ -30,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from coordinator.cli.bench import deployment
 from coordinator.cli.bench.sink import ready_pids
@@ -195,7 +202,139 @@ def main() -> None:
     )
 
 
+PATH_CASES = ("root", "child", "batch")
+"""A job enqueued without a context (a schedule's tick, ``runwick bench``'s), one with a
+context of its own, and the jobs of one enqueue call, which share one."""
+_TRACEPARENT = "00-{:032x}-{:016x}-01"
+
+
+def _assignments(case: str, count: int) -> list[tuple[Any, Any]]:
+    """``count`` runs of ``case``: each an assignment of its own and the run's context."""
+    from worker_sdk._context import JobContext
+    from worker_sdk.proto.runwick.v1 import worker_service_pb2 as worker_pb
+
+    runs = []
+    for n in range(count):
+        assignment = worker_pb.Assignment(
+            job_id=f"01900000-0000-7000-8000-{n:012x}",
+            attempt_id=f"01900000-0000-7000-9000-{n:012x}",
+            wire_name="runwick.bench.noop",
+            queue="otel-path",
+            execution_number=1,
+        )
+        if case != "root":
+            shared = case == "batch"
+            assignment.trace_context.traceparent = _TRACEPARENT.format(0xABC if shared else n + 1, 0xDEF)
+        ctx = JobContext(
+            job_id=assignment.job_id,
+            attempt_id=assignment.attempt_id,
+            wire_name=assignment.wire_name,
+            queue=assignment.queue,
+            execution_number=1,
+            max_executions=1,
+            generation=1,
+        )
+        runs.append((assignment, ctx))
+    return runs
+
+
+def _time_runs(runs: Sequence[tuple[Any, Any]], traced: bool) -> float:
+    """CPU µs a run of the worker's tracing path (``_engine.Engine._execute``'s calls
+    around the pipeline), or of the same without tracing; over ``runs``."""
+    from worker_sdk import _tracing
+    from worker_sdk._logging import job_log_context
+    from worker_sdk._pipeline import RunReport
+    from worker_sdk._results import Outcome
+
+    report = RunReport(Outcome.SUCCEEDED)
+    load = _tracing._otel
+    if not traced:  # what RUNWICK_OTEL=off leaves: run_span returns the span that does nothing
+        _tracing._otel = lambda: None  # type: ignore[assignment]
+    try:
+        started = time.process_time()
+        for assignment, ctx in runs:
+            with (
+                _tracing.run_span(assignment, ctx) as span,
+                job_log_context(
+                    span.log_fields,
+                    job_id=ctx.job_id,
+                    attempt_id=ctx.attempt_id,
+                    wire_name=ctx.wire_name,
+                    queue=ctx.queue,
+                ),
+            ):
+                span.finished(report)
+        return (time.process_time() - started) / len(runs) * 1e6
+    finally:
+        _tracing._otel = load
+
+
+def _time_sdk_floor(runs: Sequence[tuple[Any, Any]]) -> float:
+    """CPU µs of the SDK's own part of a root run span: ``start_span`` with the run's
+    eight attributes, the outcome, ``end``; what no code around it can save."""
+    from opentelemetry import context, trace
+
+    tracer, root, consumer = trace.get_tracer("otel-path"), context.Context(), trace.SpanKind.CONSUMER
+    started = time.process_time()
+    for _, ctx in runs:
+        attributes = {
+            "messaging.system": "runwick",
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.destination.name": ctx.queue,
+            "messaging.message.id": ctx.job_id,
+            "runwick.attempt_id": ctx.attempt_id,
+            "runwick.execution_number": ctx.execution_number,
+            "runwick.wire_name": ctx.wire_name,
+        }
+        span = tracer.start_span("process otel-path", context=root, kind=consumer, attributes=attributes)
+        span.set_attribute("runwick.outcome", "succeeded")
+        span.end()
+    return (time.process_time() - started) / len(runs) * 1e6
+
+
+def path_main(argv: Sequence[str]) -> int:
+    """``otel.py path [--runs N] [--count N]``: the per-run tracing path, in this process."""
+    parser = argparse.ArgumentParser(prog="otel.py path", description=path_main.__doc__)
+    parser.add_argument("--runs", type=int, default=7, help="rounds of every case, interleaved")
+    parser.add_argument("--count", type=int, default=20_000, help="runs timed in each round")
+    options = parser.parse_args(argv)
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+    from worker_sdk import _tracing
+
+    ended = [0]
+
+    class DroppingProcessor(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            ended[0] += 1
+
+    provider = TracerProvider()
+    provider.add_span_processor(DroppingProcessor())
+    trace.set_tracer_provider(provider)
+    if not _tracing.load():
+        raise SystemExit("tracing is off here (RUNWICK_OTEL?): nothing to measure")
+    work = {case: _assignments(case, options.count) for case in PATH_CASES}
+    timings: dict[str, list[float]] = {}
+    for _ in range(options.runs):
+        timings.setdefault("off", []).append(_time_runs(work["root"], traced=False))
+        for case in PATH_CASES:
+            timings.setdefault(case, []).append(_time_runs(work[case], traced=True))
+        timings.setdefault("sdk floor", []).append(_time_sdk_floor(work["root"]))
+    if ended[0] < options.runs * options.count * (len(PATH_CASES) + 1):
+        raise SystemExit(f"only {ended[0]} spans ended: not traced")
+    off = statistics.median(timings["off"])
+    print(f"{options.runs} rounds of {options.count:,} runs, CPU µs a run (median; min-max):")
+    for name, values in timings.items():
+        added = "" if name == "off" else f", +{statistics.median(values) - off:.1f} over off"
+        print(f"  {name:9}: {statistics.median(values):5.1f} ({min(values):.1f}-{max(values):.1f}){added}")
+    return 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         sys.exit(worker_main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] == "path":
+        sys.exit(path_main(sys.argv[2:]))
     main()

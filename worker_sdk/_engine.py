@@ -339,13 +339,13 @@ class Engine:
         # Every log line of the run (middleware, handler threads too) names its job, and
         # its span when the run is traced (the span is current for the handler too).
         with (
-            run_span(assignment, run.ctx.execution_number) as span,
+            run_span(assignment, run.ctx) as span,
             job_log_context(
+                span.log_fields,
                 job_id=assignment.job_id,
                 attempt_id=assignment.attempt_id,
                 wire_name=assignment.wire_name,
                 queue=assignment.queue,
-                **span.log_fields,
             ),
         ):
             try:

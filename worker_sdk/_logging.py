@@ -19,16 +19,24 @@ from datetime import UTC, datetime
 CONTEXT_FIELDS = ("job_id", "attempt_id", "wire_name", "queue", "worker_id", "trace_id", "span_id")
 """Record attributes (from ``extra`` or the run's context) copied into each JSON line."""
 
-_job_context: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+_NO_FIELDS: Mapping[str, str] = {}
+_Fields = tuple[Mapping[str, str], Mapping[str, str]]
+_job_context: contextvars.ContextVar[_Fields | None] = contextvars.ContextVar(
     "runwick_job_log_context", default=None
 )
+"""The run's fields, and its span's: a mapping read only when a line is formatted."""
 
 
 @contextlib.contextmanager
-def job_log_context(**fields: str) -> Iterator[None]:
-    """Adds ``fields`` to every log line formatted in this context (a run's task)."""
+def job_log_context(span_fields: Mapping[str, str] = _NO_FIELDS, /, **fields: str) -> Iterator[None]:
+    """Adds ``fields`` and ``span_fields`` to every log line formatted in this context (a
+    run's task). ``span_fields`` is read only when a line is formatted: a traced run's
+    span IDs are written out for the lines its run logs, not for every run."""
     outer = _job_context.get()
-    token = _job_context.set({**(outer or {}), **fields})
+    if outer is not None:
+        fields = {**outer[0], **fields}
+        span_fields = span_fields or outer[1]
+    token = _job_context.set((fields, span_fields))
     try:
         yield
     finally:
@@ -37,7 +45,11 @@ def job_log_context(**fields: str) -> Iterator[None]:
 
 def current_log_context() -> Mapping[str, str]:
     """The job fields of the running context; empty outside a run."""
-    return _job_context.get() or {}
+    context = _job_context.get()
+    if context is None:
+        return _NO_FIELDS
+    fields, span_fields = context
+    return {**fields, **span_fields} if span_fields else fields
 
 
 class JsonFormatter(logging.Formatter):

@@ -23,6 +23,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusC
 
 from tests.support import ROOT
 from worker_sdk import _tracing
+from worker_sdk._context import JobContext
 from worker_sdk._logging import JsonFormatter, job_log_context
 from worker_sdk._pipeline import RunReport
 from worker_sdk._results import Outcome
@@ -182,8 +183,23 @@ def _assignment(traceparent: str | None = TRACEPARENT, tracestate: str = "") -> 
     return assignment
 
 
+def _run(assignment: worker_pb.Assignment, execution_number: int) -> JobContext:
+    """The run's context, as the worker makes it from ``assignment``."""
+    return JobContext(
+        job_id=assignment.job_id,
+        attempt_id=assignment.attempt_id,
+        wire_name=assignment.wire_name,
+        queue=assignment.queue,
+        execution_number=execution_number,
+        max_executions=3,
+        generation=1,
+        parent_outputs={parent.job_id: parent.output for parent in assignment.parent_outputs},
+    )
+
+
 def test_a_run_is_a_consumer_span_child_of_the_enqueuers_context(spans: InMemorySpanExporter) -> None:
-    with _tracing.run_span(_assignment(tracestate="rojo=1"), 2) as run:
+    assignment = _assignment(tracestate="rojo=1")
+    with _tracing.run_span(assignment, _run(assignment, 2)) as run:
         assert trace.get_current_span().get_span_context().trace_id == TRACE_ID  # current for the handler
         run.finished(RunReport(Outcome.SUCCEEDED))
     span = _only(spans)
@@ -208,7 +224,8 @@ def test_a_job_without_a_context_runs_in_a_root_span_whatever_is_current(
     provider: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     loop_span = provider[0].get_tracer("tests").start_as_current_span("worker loop")
-    with loop_span, _tracing.run_span(_assignment(traceparent=None), 1) as run:
+    assignment = _assignment(traceparent=None)
+    with loop_span, _tracing.run_span(assignment, _run(assignment, 1)) as run:
         run.finished(RunReport(Outcome.SUCCEEDED))
     process = next(span for span in provider[1].get_finished_spans() if span.name == "process emails")
     assert process.parent is None
@@ -230,7 +247,8 @@ def test_a_job_without_a_context_runs_in_a_root_span_whatever_is_current(
 def test_a_run_that_did_not_succeed_is_an_error_span_with_its_code(
     spans: InMemorySpanExporter, report: RunReport | None, error_type: str | None, description: str
 ) -> None:
-    with _tracing.run_span(_assignment(), 1) as run:
+    assignment = _assignment()
+    with _tracing.run_span(assignment, _run(assignment, 1)) as run:
         run.finished(report)
     span = _only(spans)
     attributes = dict(span.attributes or {})
@@ -247,14 +265,16 @@ def test_a_childs_run_links_to_its_parents_contexts(spans: InMemorySpanExporter)
     traced = assignment.parent_outputs.add(job_id="01900000-0000-7000-8000-0000000000b1", output=b"")
     traced.trace_context.traceparent = PARENT_TRACEPARENT
     assignment.parent_outputs.add(job_id="01900000-0000-7000-8000-0000000000b2", output=b"")  # none
-    with _tracing.run_span(assignment, 1) as run:
+    with _tracing.run_span(assignment, _run(assignment, 1)) as run:
         run.finished(RunReport(Outcome.SUCCEEDED))
     [link] = _only(spans).links
     assert f"{link.context.trace_id:032x}" == PARENT_TRACEPARENT[3:35]
     assert dict(link.attributes or {}) == {"messaging.message.id": "01900000-0000-7000-8000-0000000000b1"}
 
 
-def test_a_runs_log_lines_carry_its_trace_and_span_ids(spans: InMemorySpanExporter) -> None:
+@pytest.fixture
+def json_lines() -> Iterator[list[dict[str, str]]]:
+    """The JSON lines logged to ``tests.tracing.handler`` meanwhile."""
     formatter, lines = JsonFormatter(), []
 
     class Collect(logging.Handler):
@@ -264,22 +284,55 @@ def test_a_runs_log_lines_carry_its_trace_and_span_ids(spans: InMemorySpanExport
     logger = logging.getLogger("tests.tracing.handler")
     handler = Collect()
     logger.addHandler(handler)
-    try:
-        with _tracing.run_span(_assignment(), 1) as run, job_log_context(job_id="j-1", **run.log_fields):
-            logger.warning("charging the card")
-            run.finished(RunReport(Outcome.SUCCEEDED))
-    finally:
-        logger.removeHandler(handler)
+    yield lines
+    logger.removeHandler(handler)
+
+
+def test_a_runs_log_lines_carry_its_trace_and_span_ids(
+    spans: InMemorySpanExporter, json_lines: list[dict[str, str]]
+) -> None:
+    logger = logging.getLogger("tests.tracing.handler")
+    assignment = _assignment()
+    run_span = _tracing.run_span(assignment, _run(assignment, 1))
+    with run_span as run, job_log_context(run.log_fields, job_id="j-1"):
+        logger.warning("charging the card")
+        with job_log_context(queue="emails"):  # a context inside the run's keeps its span's IDs
+            logger.warning("card charged")
+        run.finished(RunReport(Outcome.SUCCEEDED))
+    logger.warning("after the run")
     context = _only(spans).get_span_context()
-    [line] = lines
-    assert (line["job_id"], line["trace_id"]) == ("j-1", f"{context.trace_id:032x}")
-    assert line["span_id"] == f"{context.span_id:016x}"
+    ids = {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+    first, nested, after = json_lines
+    assert (first["job_id"], first["trace_id"], first["span_id"]) == ("j-1", ids["trace_id"], ids["span_id"])
+    assert (nested["job_id"], nested["queue"], nested["span_id"]) == ("j-1", "emails", ids["span_id"])
+    assert "trace_id" not in after and "job_id" not in after
+    assert dict(run.log_fields) == ids  # as written out for the lines, for any other reader
+
+
+def test_runs_one_after_another_each_get_their_own_parent_whatever_the_last_one_had(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The last parent is kept for the jobs of one enqueue call: a run of another
+    context, or of none, must not get it."""
+    other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    contexts = [TRACEPARENT, TRACEPARENT, other, None, TRACEPARENT]
+    for traceparent in contexts:
+        assignment = _assignment(traceparent=traceparent)
+        with _tracing.run_span(assignment, _run(assignment, 1)) as run:
+            run.finished(RunReport(Outcome.SUCCEEDED))
+    parents = [span.parent for span in spans.get_finished_spans()]
+    got = [
+        None if parent is None else f"00-{parent.trace_id:032x}-{parent.span_id:016x}-01"
+        for parent in parents
+    ]
+    assert got == contexts
 
 
 _EXERCISE = """
 import sys
 {prelude}
 from worker_sdk import _tracing
+from worker_sdk._context import JobContext
 from worker_sdk._pipeline import RunReport
 from worker_sdk._results import Outcome
 from worker_sdk.proto.runwick.v1 import job_service_pb2, worker_service_pb2
@@ -292,7 +345,10 @@ with _tracing.send_span(request) as span:
     span.enqueued(["id"])
 assignment = worker_service_pb2.Assignment(job_id="j", attempt_id="a", wire_name="w", queue="q")
 assignment.trace_context.traceparent = "{traceparent}"
-with _tracing.run_span(assignment, 1) as run:
+ctx = JobContext(
+    job_id="j", attempt_id="a", wire_name="w", queue="q", execution_number=1, max_executions=1, generation=1
+)
+with _tracing.run_span(assignment, ctx) as run:
     run.finished(RunReport(Outcome.PERMANENT_FAILURE, error_code="x"))
 assert dict(run.log_fields) == {{}}
 assert not request.jobs[0].HasField("trace_context")
