@@ -114,7 +114,7 @@ class Coordinator(JobCalls, QueueCalls, ScheduleCalls, AccessCalls, WorkerCalls,
             store, clock, config.dashboard_session_ttl_s, config.dashboard_limits
         )
         self.jobs = JobsService(store, clock, config, rng)
-        self.ops = WorkerOps(store, clock, config, rng)
+        self.ops = WorkerOps(store, clock, config, rng, jobs=self.jobs)
         self.manage = ManagementService(store, clock)
         self.bulk = BulkService(self.manage)
         self.audit_log = AuditLog(store, config)

@@ -34,6 +34,7 @@ import contextlib
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import claims, heartbeats
@@ -48,7 +49,15 @@ from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
-from coordinator.service.work import NO_PROGRESS, BatchAnswers, ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import (
+    NO_PROGRESS,
+    BatchAnswers,
+    ClaimRequest,
+    EnqueueItem,
+    EnqueueOutcome,
+    ResultReport,
+    WorkBatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +120,8 @@ class Dispatcher:
         """One record per connected worker stream."""
         self._no_sessions = asyncio.Event()
         self.pending = PendingBatch()
+        self._enqueue_room = asyncio.Event()
+        """Set when a batch is taken: enqueue calls waiting for room try again."""
         self.wakeups = Wakeups(config, clock)
         self.turns = claims.Turns()
         self._retiring: list[WorkerSession] = []
@@ -229,6 +240,34 @@ class Dispatcher:
         if effects.next_run_at_ms is not None:
             self.wakeups.due(effects.next_run_at_ms)
 
+    # -- enqueue calls, items of the batch -------------------------------------------------
+
+    @property
+    def takes_enqueues(self) -> bool:
+        """Whether an enqueue call may join the batch: not once the loop is stopping (it
+        may have written its last batch); the caller then writes it on its own."""
+        return self.phase is not Phase.STOPPING
+
+    async def enqueue(self, item: EnqueueItem, due_queues: AbstractSet[str]) -> EnqueueOutcome:
+        """Adds an enqueue call to the next batch and returns what became of it once that
+        batch committed (or the error that failed it, or the whole batch). The batch
+        claims for the sessions waiting on ``due_queues`` (where the call makes jobs
+        claimable now) after writing it, in the same transaction. While the enqueue
+        items waiting hold ``max_pending_enqueue_jobs`` jobs, the call waits for the
+        next batch to be taken (one call alone is always taken, whatever its size)."""
+        wanted = len(item.specs)
+        while self.pending.enqueued_jobs and (
+            self.pending.enqueued_jobs + wanted > self.config.max_pending_enqueue_jobs
+        ):
+            self._enqueue_room.clear()
+            await self._enqueue_room.wait()
+        answered = self.pending.add_enqueue(item)
+        for queue in sorted(due_queues):
+            self.wakeups.wake(Wake.WORK, queue)
+        if not due_queues:
+            self.wakeups.wake(Wake.MESSAGE)
+        return await answered
+
     # -- claims made by an enqueue's own transaction ------------------------------------
 
     def reserve_claims(self, queues: Iterable[str] | None = None) -> ReservedClaims | None:
@@ -321,6 +360,8 @@ class Dispatcher:
     def _take(self) -> tuple[WorkBatch, Routes]:
         was_full = self.pending.items >= self.stream_bounds.max_pending_batch_items
         batch, routes = self.pending.take()
+        if batch.enqueues:
+            self._enqueue_room.set()
         if was_full:
             for session in self.sessions:
                 session.make_room()
@@ -367,17 +408,19 @@ class Dispatcher:
     async def _write(self, pending: asyncio.Future[BatchAnswers], batch: WorkBatch, routes: Routes) -> None:
         try:
             answers = await pending
-        except Exception:
+        except Exception as failure:
             # The store failed: nothing of the batch was written. Closing the streams
             # makes their workers reconnect and resend what is unacknowledged.
             log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
             for session in routes.sessions():
                 session.close()
+            _answer_enqueues(routes, failed=failure)
             self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
             self._launch_next()
             route_answers(answers, routes, batch)
+            _answer_enqueues(routes, answers.enqueued)
             if routes.claims:
                 self.claim_rounds += 1
             self.on_effects(answers)
@@ -445,3 +488,17 @@ class Dispatcher:
     def close_sessions(self) -> None:
         for session in list(self.sessions):
             session.close()
+
+
+def _answer_enqueues(
+    routes: Routes, outcomes: Sequence[EnqueueOutcome] = (), failed: BaseException | None = None
+) -> None:
+    """Tells each enqueue call of a written batch what became of it: its outcome, or
+    the error that failed the whole batch (nothing of it was written)."""
+    for at, answered in enumerate(routes.enqueues):
+        if answered.done():  # its caller gave up (the RPC was cancelled)
+            continue
+        if failed is not None:
+            answered.set_exception(failed)
+        else:
+            answered.set_result(outcomes[at])

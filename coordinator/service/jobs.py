@@ -70,7 +70,7 @@ class JobsService:
         docs/limits.md (``store.bounds``) is checked before anything is written.
         """
         now = self.clock.now_ms()
-        batch, order = self._checked_batch(specs, now, reachable)
+        batch, order = self.checked_batch(specs, now, reachable)
         # When another enqueue with the same idempotency key commits first, the insert
         # fails and the next pass finds that job and returns it instead (R-14).
         return self.store.transact(
@@ -84,14 +84,14 @@ class JobsService:
         workers waiting for work), both retried together on a conflict. What ``then``
         returns is the caller's to act on once the transaction committed."""
         now = self.clock.now_ms()
-        batch, order = self._checked_batch(specs, now, reachable)
+        batch, order = self.checked_batch(specs, now, reachable)
 
         def body(tx: Tx) -> tuple[list[Enqueued], T]:
             return insert_batch(tx, batch, order, now, reachable), then(tx)
 
         return self.store.transact(body, what="an enqueue")
 
-    def _checked_batch(
+    def checked_batch(
         self, specs: list[NewJobSpec], now: int, reachable: Collection[str] | None = None
     ) -> tuple[list[NewJob], list[int]]:
         """The new jobs of a whole enqueue call, every bound checked, in insertion order
