@@ -33,13 +33,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import claims, heartbeats
 from coordinator.dispatch.answers import CANCEL_REASON, route_answers
-from coordinator.dispatch.claims import ReservedClaims
 from coordinator.dispatch.collecting import PendingBatch, Routes
 from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
 from coordinator.dispatch.sessions import WorkerSession
@@ -137,7 +136,7 @@ class Dispatcher:
 
     @property
     def draining(self) -> bool:
-        """Shutting down: no new streams, no enqueue claims."""
+        """Shutting down: no new streams, no claims."""
         return self.phase is not Phase.SERVING
 
     # -- called by stream handlers -------------------------------------------------
@@ -268,54 +267,11 @@ class Dispatcher:
             self.wakeups.wake(Wake.MESSAGE)
         return await answered
 
-    # -- claims made by an enqueue's own transaction ------------------------------------
-
-    def reserve_claims(self, queues: Iterable[str] | None = None) -> ReservedClaims | None:
-        """The claims of every session with credit that takes from ``queues`` (those the
-        enqueue makes work in; None: any), that credit set aside, for an enqueue to make
-        in its own transaction: its jobs then go out with its commit instead of one
-        wake-up and one transaction later. Each claim reads only those of its queues: the
-        enqueue's cost does not grow with other sessions' queues. None when no session
-        has credit. Every reservation must end in ``settle_claims``, whatever happened."""
-        if self.phase is not Phase.SERVING:
-            return None
-        wanted = None if queues is None else frozenset(queues)
-        sessions = claims.with_credit(self.sessions)
-        if wanted is not None:
-            sessions = [s for s in sessions if not wanted.isdisjoint(s.queues)]
-        sessions = self.turns.order(sessions)
-        were_drained = [s.drained for s in sessions]  # before this news clears it
-        claims.hear_of_work(self.sessions, wanted)
-        if not sessions:
-            return None
-        requests = [claims.reserve(s, wanted) for s in sessions]
-        return ReservedClaims(sessions, requests, were_drained=were_drained)
-
-    def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
-        """Hands out what the enqueue claimed, once its transaction committed (``answers``:
-        its claims, one list per request; None when the transaction failed), and gives
-        back the credit it did not use."""
-        if answers is None:
-            answers = BatchAnswers(claims=[[] for _ in reserved.requests])
-            self.wakeups.wake(Wake.CREDIT)  # nothing was claimed: the loop tries again
-        self._hand_back(reserved.sessions, reserved.requests, answers, reserved.were_drained)
-        if any(session in self._retiring for session in reserved.sessions):
-            self.wakeups.wake(Wake.STREAM_ENDING)  # its stream waited for this delivery
-
     def _hand_back(
-        self,
-        sessions: list[WorkerSession],
-        requests: list[ClaimRequest],
-        answers: BatchAnswers,
-        were_drained: list[bool] | None = None,
+        self, sessions: list[WorkerSession], requests: list[ClaimRequest], answers: BatchAnswers
     ) -> None:
         refill = claims.hand_back(
-            sessions,
-            requests,
-            answers,
-            connected=self.sessions,
-            bounds=self.config.bounds,
-            were_drained=were_drained,
+            sessions, requests, answers, connected=self.sessions, bounds=self.config.bounds
         )
         if refill:
             self.wakeups.wake(Wake.CREDIT)

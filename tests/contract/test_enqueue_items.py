@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.records import Enqueued, NewJobSpec
+from coordinator.domain.records import NewJobSpec
 from coordinator.domain.states import JobState
 from coordinator.errors import AlreadyExists, InvalidArgument, NotFound
 from coordinator.service.work import ClaimRequest, EnqueueItem, WorkBatch
@@ -94,25 +94,26 @@ def test_an_item_that_fails_after_writing_rolls_back_to_its_savepoint(
     assert len(harness.all_jobs()) == before + 2
 
 
-def test_a_taken_key_is_tried_again_and_finds_the_job_that_took_it(
+def test_an_item_whose_key_was_taken_meanwhile_is_tried_again_under_a_new_savepoint(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """R-14 as a whole enqueue had it: the race's loser answers with the winner's job.
-    Here the winner commits between the item's first try and its second."""
+    """A key taken by a concurrent enqueue (PostgreSQL) fails the item's insert; it is
+    tried again, as a whole enqueue transaction was, and its second try reads the key
+    afresh (R-14: the job that took it, when that one committed; here nobody did)."""
     original = Tx.insert_jobs
-    raced: list[str] = []
+    raced: list[bool] = []
 
     def insert_jobs(tx: Tx, new_jobs: Any, now_ms: int, **kwargs: Any) -> None:
-        if not raced and any(job.idempotency_key == "raced" for job in new_jobs):
-            raced.append(harness.enqueue(queue=QUEUE, idempotency_key="raced"))  # another writer
-            raise DuplicateKey("a key taken by the test")
         original(tx, new_jobs, now_ms, **kwargs)
+        if not raced and any(job.idempotency_key == "raced" for job in new_jobs):
+            raced.append(True)
+            raise DuplicateKey("a key taken by the test")
 
-    if not harness.store.postgres:
-        pytest.skip("SQLite has one writer: the concurrent enqueue would wait for this transaction")
-    harness.enqueue(queue=QUEUE)  # the queue exists: the other writer waits for no lock of ours
     monkeypatch.setattr(Tx, "insert_jobs", insert_jobs)
-    outcomes = harness.ops.process(WorkBatch(enqueues=[_item(_spec(idempotency_key="raced")), _item(_spec())]))
-    first, second = outcomes.enqueued
-    assert first == [Enqueued(raced[0], JobState.AVAILABLE, existing=True)]
-    assert isinstance(second, list) and harness.job(second[0].job_id).state is JobState.AVAILABLE
+    before = harness.count_jobs()
+    items = [_item(_spec(idempotency_key="raced")), _item(_spec())]
+    first, second = harness.ops.process(WorkBatch(enqueues=items)).enqueued
+    assert raced == [True]
+    assert isinstance(first, list) and isinstance(second, list)
+    assert [job.existing for job in first + second] == [False, False]
+    assert harness.count_jobs() == before + 2  # the first try's job and counts were undone

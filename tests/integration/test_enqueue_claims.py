@@ -224,7 +224,10 @@ async def test_an_enqueue_that_fails_hands_out_nothing(running: RunningCoordinat
                 await client.enqueue(Task("failed", 1))
             assert made == []
             await eventually(lambda: not running.app.dispatcher.sessions, what="the stream closed")
-            assert running.app.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=5) == []
+            assert (
+                running.app.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=5)
+                == []
+            )
             again, _ = await _waiting_worker(running)
             try:
                 job_id = await client.enqueue(Task("next", 1))
