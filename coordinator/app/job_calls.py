@@ -52,7 +52,7 @@ class JobCalls(CoordinatorCore):
         item = EnqueueItem(list(specs), reachable)
         if self.dispatcher.takes_enqueues:
             outcome = await self.dispatcher.enqueue(item, due)
-        else:  # shutting down: the loop may have written its last batch
+        else:  # no loop to write it: not started, or stopping (it may have written its last batch)
             answers = await self.executors.write(self.ops.process, WorkBatch(enqueues=[item]))
             outcome = answers.enqueued[0]
         if isinstance(outcome, Exception):

@@ -119,6 +119,8 @@ class Dispatcher:
         """One record per connected worker stream."""
         self._no_sessions = asyncio.Event()
         self.pending = PendingBatch()
+        self._looping = False
+        """``run`` is running (enqueue calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
         """Set when a batch is taken: enqueue calls waiting for room try again."""
         self.wakeups = Wakeups(config, clock)
@@ -243,9 +245,10 @@ class Dispatcher:
 
     @property
     def takes_enqueues(self) -> bool:
-        """Whether an enqueue call may join the batch: not once the loop is stopping (it
-        may have written its last batch); the caller then writes it on its own."""
-        return self.phase is not Phase.STOPPING
+        """Whether an enqueue call may join the batch: while the loop runs, and not once
+        it is stopping (it may have written its last batch). Otherwise the caller writes
+        the call on its own."""
+        return self._looping and self.phase is not Phase.STOPPING
 
     async def enqueue(self, item: EnqueueItem, due_queues: AbstractSet[str]) -> EnqueueOutcome:
         """Adds an enqueue call to the next batch and returns what became of it once that
@@ -286,6 +289,7 @@ class Dispatcher:
     async def run(self) -> None:
         """Runs batches until ``stop()``; the batch pending then is still written, and
         every batch in flight."""
+        self._looping = True
         try:
             while True:
                 await self.wakeups.sleep()
@@ -311,6 +315,7 @@ class Dispatcher:
                     return
                 self._enter(LoopState.IDLE)
         finally:
+            self._looping = False
             await self.slots.settle()
 
     def _take(self) -> tuple[WorkBatch, Routes]:
