@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from coordinator.dispatch.sessions import WorkerSession
@@ -37,6 +38,11 @@ class Routes:
     releases: list[WorkerSession] = field(default_factory=list)
     enqueues: list[asyncio.Future[EnqueueOutcome]] = field(default_factory=list)
     """For each enqueue item, where its caller waits for what became of it."""
+    work_queues: set[str] = field(default_factory=set)
+    """Where the enqueue items make jobs claimable now."""
+    launch_number: int = 0
+    overlapped: bool = False
+    """Another batch was on the writer when this one was handed to it."""
     retiring: list[WorkerSession] = field(default_factory=list)
     """Sessions to close once this batch is delivered (it has no claims for them)."""
     lost_unread: list[set[str]] = field(default_factory=list)
@@ -83,11 +89,13 @@ class PendingBatch:
         self.routes.releases.append(session)
         self.items += 1
 
-    def add_enqueue(self, item: EnqueueItem) -> asyncio.Future[EnqueueOutcome]:
-        """Adds an enqueue call; the future resolves once its batch was written."""
+    def add_enqueue(self, item: EnqueueItem, due_queues: AbstractSet[str]) -> asyncio.Future[EnqueueOutcome]:
+        """Adds an enqueue call (making jobs claimable now in ``due_queues``); the future
+        resolves once its batch was written."""
         answered: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
         self.batch.enqueues.append(item)
         self.routes.enqueues.append(answered)
+        self.routes.work_queues.update(due_queues)
         self.enqueued_jobs += len(item.specs)
         return answered
 

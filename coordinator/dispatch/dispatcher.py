@@ -119,6 +119,8 @@ class Dispatcher:
         """One record per connected worker stream."""
         self._no_sessions = asyncio.Event()
         self.pending = PendingBatch()
+        self._launches = 0
+        """Batches handed to the writer so far."""
         self._looping = False
         """``run`` is running (enqueue calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
@@ -263,7 +265,7 @@ class Dispatcher:
         ):
             self._enqueue_room.clear()
             await self._enqueue_room.wait()
-        answered = self.pending.add_enqueue(item)
+        answered = self.pending.add_enqueue(item, due_queues)
         for queue in sorted(due_queues):
             self.wakeups.wake(Wake.WORK, queue)
         if not due_queues:
@@ -352,6 +354,8 @@ class Dispatcher:
 
     def _launch(self, batch: WorkBatch, routes: Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""
+        self._launches += 1
+        routes.launch_number, routes.overlapped = self._launches, self.slots.writing > 0
         pending = self.executors.submit_write(self.process, batch)
         return self.slots.launch(pending, lambda answered: self._write(answered, batch, routes))
 
@@ -379,6 +383,11 @@ class Dispatcher:
             self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
+            if routes.work_queues and (routes.overlapped or routes.launch_number != self._launches):
+                # Another batch was written at the same time (PostgreSQL): its claims may
+                # have read before this one's enqueues committed. News of them, again.
+                for queue in sorted(routes.work_queues):
+                    self.wakeups.wake(Wake.WORK, queue)
             self._launch_next()
             route_answers(answers, routes, batch)
             _answer_enqueues(routes, answers.enqueued)
