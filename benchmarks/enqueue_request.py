@@ -50,7 +50,7 @@ class CheckingApp:
     async def enqueue(
         self, specs: Sequence[NewJobSpec], reachable: frozenset[str] | None = None
     ) -> list[Enqueued]:
-        batch, _ = self.jobs._checked_batch(list(specs), self.clock.now_ms(), reachable)
+        batch, _ = self.jobs.checked_batch(list(specs), self.clock.now_ms(), reachable)
         return [Enqueued(new.record.id, new.record.state, False) for new in batch]
 
 

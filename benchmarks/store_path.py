@@ -1,8 +1,8 @@
 """CPU per job of the coordinator's store path alone: no gRPC, no streams, no workers.
 
-Runs the writes a job goes through in the coordinator (``JobsService.enqueue_then`` with
-the claim in the enqueue's transaction, then ``WorkerOps.process`` for the start and for
-the result with the next claim) on a scratch database, in two ways:
+Runs the writes a job goes through in the coordinator (``WorkerOps.process`` of a batch
+with the enqueue call as its item and the claim, then of the start, and of the result
+with the next claim) on a scratch database, in three ways:
 
 - **light**: one job at a time, one job per transaction, as at a light load (three write
   transactions a job);
@@ -41,7 +41,7 @@ from coordinator.domain.records import NewJobSpec, WorkerIdentity
 from coordinator.domain.states import Outcome
 from coordinator.service.batch import WorkerOps
 from coordinator.service.jobs import JobsService
-from coordinator.service.work import AttemptMessage, ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import AttemptMessage, ClaimRequest, EnqueueItem, ResultReport, WorkBatch
 from coordinator.store import Store
 from coordinator.store.schema import metadata
 
@@ -61,9 +61,8 @@ class StorePath:
 
     def light(self, jobs: int) -> None:
         for _ in range(jobs):
-            _, answers = self.jobs.enqueue_then(
-                [NewJobSpec(WIRE, b"{}", queue=QUEUE)], lambda tx: self.ops.claim_in(tx, [self._claim(1)])
-            )
+            item = EnqueueItem([NewJobSpec(WIRE, b"{}", queue=QUEUE)])
+            answers = self.ops.process(WorkBatch(enqueues=[item], claims=[self._claim(1)]))
             attempt_id = answers.claims[0][0].attempt_id
             self.ops.process(WorkBatch(starts=[AttemptMessage(attempt_id, WORKER)]))
             result = ResultReport(attempt_id, Report(Outcome.SUCCEEDED), None, WORKER)
@@ -82,7 +81,8 @@ class StorePath:
 
     def batched(self, jobs: int, batch: int) -> None:
         for _ in range(jobs // batch):
-            self.jobs.enqueue([NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(batch)])
+            item = EnqueueItem([NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(batch)])
+            self.ops.process(WorkBatch(enqueues=[item]))
             claimed = self.ops.process(WorkBatch(claims=[self._claim(batch)])).claims[0]
             self.ops.process(WorkBatch(starts=[AttemptMessage(c.attempt_id, WORKER) for c in claimed]))
             results = [ResultReport(c.attempt_id, Report(Outcome.SUCCEEDED), None, WORKER) for c in claimed]

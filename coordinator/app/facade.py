@@ -58,8 +58,9 @@ __all__ = ["DEFAULT_WAIT_MS", "MAX_WAIT_MS", "POSTGRES_BATCHES_IN_FLIGHT", "Coor
 
 POSTGRES_BATCHES_IN_FLIGHT = 2
 """Worker batches written at once on PostgreSQL: a batch is a dozen round trips, so the
-next one starts while the last commits; the writer's other threads (see
-``service.executors``) stay free for enqueues and maintenance."""
+next one starts while the last commits (enqueue calls are items of these batches); the
+writer's other threads (see ``service.executors``) stay free for management writes and
+maintenance."""
 
 
 class Coordinator(JobCalls, QueueCalls, ScheduleCalls, AccessCalls, WorkerCalls, Lifecycle):
@@ -114,7 +115,7 @@ class Coordinator(JobCalls, QueueCalls, ScheduleCalls, AccessCalls, WorkerCalls,
             store, clock, config.dashboard_session_ttl_s, config.dashboard_limits
         )
         self.jobs = JobsService(store, clock, config, rng)
-        self.ops = WorkerOps(store, clock, config, rng)
+        self.ops = WorkerOps(store, clock, config, rng, jobs=self.jobs)
         self.manage = ManagementService(store, clock)
         self.bulk = BulkService(self.manage)
         self.audit_log = AuditLog(store, config)

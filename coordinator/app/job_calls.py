@@ -28,7 +28,7 @@ from coordinator.service.bulk import (
 )
 from coordinator.service.retention import check_purge
 from coordinator.service.search import JobSearchService
-from coordinator.service.work import BatchAnswers
+from coordinator.service.work import EnqueueItem, WorkBatch
 from coordinator.validation import require_id
 
 DEFAULT_WAIT_MS = 30_000
@@ -42,27 +42,28 @@ class JobCalls(CoordinatorCore):
         self, specs: Sequence[NewJobSpec], reachable: frozenset[str] | None = None
     ) -> list[Enqueued]:
         """Enqueues all of ``specs`` or none (see ``JobsService.enqueue``; ``reachable``:
-        the caller's queue restriction, None: any). Workers of this
-        replica waiting for work get their claims in the same transaction, handed out
-        once it has committed."""
+        the caller's queue restriction, None: any). The call is an item of the writer's
+        next batch (``Dispatcher.enqueue``): committed together with the other calls and
+        worker messages pending then, under its own savepoint, and answered only once
+        committed. The same transaction claims the new jobs for this replica's waiting
+        workers, handed out once it has committed."""
         now = self.clock.now_ms()
         due = {spec.queue for spec in specs if spec.run_at_ms is None or spec.run_at_ms <= now}
-        # Only sessions taking from these queues claim, and only from them.
-        reserved = self.dispatcher.reserve_claims(due) if due else None
-        claims: BatchAnswers | None = None
-        try:
-            if reserved is None:
-                enqueued = await self.executors.write(self.jobs.enqueue, list(specs), reachable)
-            else:
-                requests = reserved.requests
-                enqueued, claims = await self.executors.write(
-                    self.jobs.enqueue_then, list(specs), lambda tx: self.ops.claim_in(tx, requests), reachable
-                )
-        finally:
-            if reserved is not None:
-                self.dispatcher.settle_claims(reserved, claims)
-        if claims is not None:
-            self._absorb(claims)
+        item = EnqueueItem(list(specs), reachable)
+        if self.dispatcher.takes_enqueues:
+            outcome = await self.dispatcher.enqueue(item, due)
+        else:  # no loop to write it: not started, or stopping (it may have written its last batch)
+            answers = await self.executors.write(self.ops.process, WorkBatch(enqueues=[item]))
+            outcome = answers.enqueued[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        self._after_enqueue(specs, outcome, now)
+        return outcome
+
+    def _after_enqueue(self, specs: Sequence[NewJobSpec], enqueued: list[Enqueued], now: int) -> None:
+        """An enqueue's follow-ups once it committed: metrics, the background loops and the
+        scaler's waiters woken, and a timer for each job due later. (Jobs due now were
+        claimed for the waiting workers in the enqueue's own batch.)"""
         self._wake_maintenance(leases=False, scheduled=any(spec.run_at_ms is not None for spec in specs))
         self.arrivals.signal()
         created = [(spec, item) for spec, item in zip(specs, enqueued, strict=True) if not item.existing]
@@ -70,10 +71,8 @@ class JobCalls(CoordinatorCore):
         for spec, item in created:
             if item.state.terminal:  # under a parent that failed already (R-15)
                 self.metrics.completed(spec.queue, spec.wire_name, item.state)
-            elif reserved is None or (spec.run_at_ms is not None and spec.run_at_ms > now):
-                # (Every session with credit has just claimed: no wake-up is needed.)
+            elif spec.run_at_ms is not None and spec.run_at_ms > now:
                 self.dispatcher.jobs_available(spec.run_at_ms, spec.queue)
-        return enqueued
 
     async def get_job(self, job_id: str) -> JobRecord:
         return await self.executors.read(self.jobs.get_job, job_id)

@@ -1,6 +1,5 @@
 """The hot path: worker sessions, credit, and the batch loop that pushes work."""
 
-from coordinator.dispatch.claims import ReservedClaims
 from coordinator.dispatch.deliveries import (
     Assignments,
     CancelNotice,
@@ -17,7 +16,6 @@ __all__ = [
     "Delivery",
     "Dispatcher",
     "DrainNotice",
-    "ReservedClaims",
     "WorkerHello",
     "WorkerSession",
 ]

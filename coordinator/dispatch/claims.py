@@ -1,7 +1,7 @@
 """A session's credit on its way through a claim, and back.
 
-Every claim, a worker batch's or an enqueue's, goes the same way through the fields of
-the session it is made for (``WorkerSession``):
+Every claim (made in a batch, with the enqueue calls that batch writes, if any) goes the
+same way through the fields of the session it is made for (``WorkerSession``):
 
 - credit arrives (``add_credit``): ``credit`` grows, never past the capacity less what
   is ``reserved``;
@@ -20,22 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 
 from coordinator.dispatch.sessions import WorkerSession
 from coordinator.domain.bounds import StoreBounds
 from coordinator.service.work import BatchAnswers, ClaimRequest
-
-
-@dataclass(slots=True)
-class ReservedClaims:
-    """Claims set aside for an enqueue's transaction: one request per session."""
-
-    sessions: list[WorkerSession]
-    requests: list[ClaimRequest]
-    were_drained: list[bool] | None = None
-    """Each session's ``drained`` before the claims were made: a claim of some of its
-    queues only says nothing about the others."""
 
 
 def add_credit(session: WorkerSession, count: int) -> None:
@@ -49,14 +37,12 @@ def with_credit(sessions: Iterable[WorkerSession]) -> list[WorkerSession]:
     return [s for s in sessions if s.credit > 0 and not s.draining and s.wire_names]
 
 
-def reserve(session: WorkerSession, only: AbstractSet[str] | None = None) -> ClaimRequest:
-    """A claim for all of ``session``'s credit (from those of its queues in ``only``, if
-    given), which is set aside (``reserved``) until the claim is answered
-    (``hand_back``): another claim must not spend it too."""
-    queues = session.queues if only is None else tuple(q for q in session.queues if q in only)
+def reserve(session: WorkerSession) -> ClaimRequest:
+    """A claim for all of ``session``'s credit, which is set aside (``reserved``) until
+    the claim is answered (``hand_back``): another claim must not spend it too."""
     request = ClaimRequest(
         session.worker_id,
-        queues,
+        session.queues,
         session.wire_names,
         session.credit,
         session.lease_ms,
@@ -88,7 +74,6 @@ def hand_back(
     *,
     connected: AbstractSet[WorkerSession],
     bounds: StoreBounds,
-    were_drained: Sequence[bool] | None = None,
 ) -> bool:
     """Hands each session (still ``connected``) the jobs claimed for it and gives back
     the credit not used. Returns whether another claim round is wanted at once: a
@@ -97,9 +82,7 @@ def hand_back(
     that work may have become claimable for while its claim was out."""
     refill = False
     drained = answers.drained or [False] * len(requests)
-    for at, (session, request, claimed, empty) in enumerate(
-        zip(sessions, requests, answers.claims, drained, strict=True)
-    ):
+    for session, request, claimed, empty in zip(sessions, requests, answers.claims, drained, strict=True):
         session.reserved -= request.count
         session.credit += request.count - len(claimed)
         if claimed and session in connected:
@@ -107,10 +90,7 @@ def hand_back(
         took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
         missed_work = session.claim_may_be_stale
         session.claim_may_be_stale = False
-        # A claim of some of its queues only leaves its other queues as they were.
-        partial = were_drained is not None and len(request.queues) < len(session.queues)
-        others_empty = were_drained[at] if were_drained is not None and partial else True
-        session.drained = empty and others_empty and not missed_work
+        session.drained = empty and not missed_work
         refill = refill or ((took_all_it_could or missed_work) and session.credit > 0)
     return refill
 

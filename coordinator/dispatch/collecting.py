@@ -2,18 +2,29 @@
 which session sent each item, until the loop takes it for the writer.
 
 It is bounded: ``items`` counts the starts, heartbeats, results and releases in it, and
-stream readers wait while it is at ``StreamBounds.max_pending_batch_items``. A session
+stream readers wait while it is at ``StreamBounds.max_pending_batch_items``; its enqueue
+calls are bounded apart, by the jobs they carry (``enqueued_jobs``, which
+``Dispatcher.enqueue`` keeps under ``max_pending_enqueue_jobs``). A session
 has at most one heartbeat in it: a later one takes the earlier one's place, since only
 the latest set of held attempts matters.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from coordinator.dispatch.sessions import WorkerSession
-from coordinator.service.work import AttemptMessage, HeartbeatRequest, ResultReport, WorkBatch
+from coordinator.service.work import (
+    AttemptMessage,
+    EnqueueItem,
+    EnqueueOutcome,
+    HeartbeatRequest,
+    ResultReport,
+    WorkBatch,
+)
 
 
 @dataclass(slots=True)
@@ -25,6 +36,13 @@ class Routes:
     results: list[WorkerSession] = field(default_factory=list)
     claims: list[WorkerSession] = field(default_factory=list)
     releases: list[WorkerSession] = field(default_factory=list)
+    enqueues: list[asyncio.Future[EnqueueOutcome]] = field(default_factory=list)
+    """For each enqueue item, where its caller waits for what became of it."""
+    work_queues: set[str] = field(default_factory=set)
+    """Where the enqueue items make jobs claimable now."""
+    launch_number: int = 0
+    overlapped: bool = False
+    """Another batch was on the writer when this one was handed to it."""
     retiring: list[WorkerSession] = field(default_factory=list)
     """Sessions to close once this batch is delivered (it has no claims for them)."""
     lost_unread: list[set[str]] = field(default_factory=list)
@@ -38,7 +56,7 @@ class Routes:
 class PendingBatch:
     """The worker messages waiting for the next batch, with their routes."""
 
-    __slots__ = ("_heartbeat_at", "batch", "items", "routes")
+    __slots__ = ("_heartbeat_at", "batch", "enqueued_jobs", "items", "routes")
 
     def __init__(self) -> None:
         self.batch = WorkBatch()
@@ -46,6 +64,8 @@ class PendingBatch:
         self.items = 0
         """Starts, results, releases and heartbeats in ``batch`` (claims are added only
         as the batch is taken, and are bounded by the sessions' credit)."""
+        self.enqueued_jobs = 0
+        """The jobs of the enqueue items in ``batch``."""
         self._heartbeat_at: dict[WorkerSession, int] = {}
         """Where each session's heartbeat is in ``batch.heartbeats``."""
 
@@ -68,6 +88,16 @@ class PendingBatch:
         self.batch.releases.append(AttemptMessage(attempt_id, session.identity))
         self.routes.releases.append(session)
         self.items += 1
+
+    def add_enqueue(self, item: EnqueueItem, due_queues: AbstractSet[str]) -> asyncio.Future[EnqueueOutcome]:
+        """Adds an enqueue call (making jobs claimable now in ``due_queues``); the future
+        resolves once its batch was written."""
+        answered: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
+        self.batch.enqueues.append(item)
+        self.routes.enqueues.append(answered)
+        self.routes.work_queues.update(due_queues)
+        self.enqueued_jobs += len(item.specs)
+        return answered
 
     def add_heartbeat(
         self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int, progress: Mapping[str, str]
@@ -94,4 +124,5 @@ class PendingBatch:
         """What was collected; collecting starts over."""
         batch, routes = self.batch, self.routes
         self.batch, self.routes, self.items, self._heartbeat_at = WorkBatch(), Routes(), 0, {}
+        self.enqueued_jobs = 0
         return batch, routes

@@ -33,12 +33,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import claims, heartbeats
 from coordinator.dispatch.answers import CANCEL_REASON, route_answers
-from coordinator.dispatch.claims import ReservedClaims
 from coordinator.dispatch.collecting import PendingBatch, Routes
 from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
 from coordinator.dispatch.sessions import WorkerSession
@@ -48,7 +48,15 @@ from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
-from coordinator.service.work import NO_PROGRESS, BatchAnswers, ClaimRequest, ResultReport, WorkBatch
+from coordinator.service.work import (
+    NO_PROGRESS,
+    BatchAnswers,
+    ClaimRequest,
+    EnqueueItem,
+    EnqueueOutcome,
+    ResultReport,
+    WorkBatch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +119,12 @@ class Dispatcher:
         """One record per connected worker stream."""
         self._no_sessions = asyncio.Event()
         self.pending = PendingBatch()
+        self._launches = 0
+        """Batches handed to the writer so far."""
+        self._looping = False
+        """``run`` is running (enqueue calls join its batches only then)."""
+        self._enqueue_room = asyncio.Event()
+        """Set when a batch is taken: enqueue calls waiting for room try again."""
         self.wakeups = Wakeups(config, clock)
         self.turns = claims.Turns()
         self._retiring: list[WorkerSession] = []
@@ -126,7 +140,7 @@ class Dispatcher:
 
     @property
     def draining(self) -> bool:
-        """Shutting down: no new streams, no enqueue claims."""
+        """Shutting down: no new streams, no claims."""
         return self.phase is not Phase.SERVING
 
     # -- called by stream handlers -------------------------------------------------
@@ -229,54 +243,40 @@ class Dispatcher:
         if effects.next_run_at_ms is not None:
             self.wakeups.due(effects.next_run_at_ms)
 
-    # -- claims made by an enqueue's own transaction ------------------------------------
+    # -- enqueue calls, items of the batch -------------------------------------------------
 
-    def reserve_claims(self, queues: Iterable[str] | None = None) -> ReservedClaims | None:
-        """The claims of every session with credit that takes from ``queues`` (those the
-        enqueue makes work in; None: any), that credit set aside, for an enqueue to make
-        in its own transaction: its jobs then go out with its commit instead of one
-        wake-up and one transaction later. Each claim reads only those of its queues: the
-        enqueue's cost does not grow with other sessions' queues. None when no session
-        has credit. Every reservation must end in ``settle_claims``, whatever happened."""
-        if self.phase is not Phase.SERVING:
-            return None
-        wanted = None if queues is None else frozenset(queues)
-        sessions = claims.with_credit(self.sessions)
-        if wanted is not None:
-            sessions = [s for s in sessions if not wanted.isdisjoint(s.queues)]
-        sessions = self.turns.order(sessions)
-        were_drained = [s.drained for s in sessions]  # before this news clears it
-        claims.hear_of_work(self.sessions, wanted)
-        if not sessions:
-            return None
-        requests = [claims.reserve(s, wanted) for s in sessions]
-        return ReservedClaims(sessions, requests, were_drained=were_drained)
+    @property
+    def takes_enqueues(self) -> bool:
+        """Whether an enqueue call may join the batch: while the loop runs, and not once
+        it is stopping (it may have written its last batch). Otherwise the caller writes
+        the call on its own."""
+        return self._looping and self.phase is not Phase.STOPPING
 
-    def settle_claims(self, reserved: ReservedClaims, answers: BatchAnswers | None) -> None:
-        """Hands out what the enqueue claimed, once its transaction committed (``answers``:
-        its claims, one list per request; None when the transaction failed), and gives
-        back the credit it did not use."""
-        if answers is None:
-            answers = BatchAnswers(claims=[[] for _ in reserved.requests])
-            self.wakeups.wake(Wake.CREDIT)  # nothing was claimed: the loop tries again
-        self._hand_back(reserved.sessions, reserved.requests, answers, reserved.were_drained)
-        if any(session in self._retiring for session in reserved.sessions):
-            self.wakeups.wake(Wake.STREAM_ENDING)  # its stream waited for this delivery
+    async def enqueue(self, item: EnqueueItem, due_queues: AbstractSet[str]) -> EnqueueOutcome:
+        """Adds an enqueue call to the next batch and returns what became of it once that
+        batch committed (or the error that failed it, or the whole batch). The batch
+        claims for the sessions waiting on ``due_queues`` (where the call makes jobs
+        claimable now) after writing it, in the same transaction. While the enqueue
+        items waiting hold ``max_pending_enqueue_jobs`` jobs, the call waits for the
+        next batch to be taken (one call alone is always taken, whatever its size)."""
+        wanted = len(item.specs)
+        while self.pending.enqueued_jobs and (
+            self.pending.enqueued_jobs + wanted > self.config.max_pending_enqueue_jobs
+        ):
+            self._enqueue_room.clear()
+            await self._enqueue_room.wait()
+        answered = self.pending.add_enqueue(item, due_queues)
+        for queue in sorted(due_queues):
+            self.wakeups.wake(Wake.WORK, queue)
+        if not due_queues:
+            self.wakeups.wake(Wake.MESSAGE)
+        return await answered
 
     def _hand_back(
-        self,
-        sessions: list[WorkerSession],
-        requests: list[ClaimRequest],
-        answers: BatchAnswers,
-        were_drained: list[bool] | None = None,
+        self, sessions: list[WorkerSession], requests: list[ClaimRequest], answers: BatchAnswers
     ) -> None:
         refill = claims.hand_back(
-            sessions,
-            requests,
-            answers,
-            connected=self.sessions,
-            bounds=self.config.bounds,
-            were_drained=were_drained,
+            sessions, requests, answers, connected=self.sessions, bounds=self.config.bounds
         )
         if refill:
             self.wakeups.wake(Wake.CREDIT)
@@ -291,6 +291,7 @@ class Dispatcher:
     async def run(self) -> None:
         """Runs batches until ``stop()``; the batch pending then is still written, and
         every batch in flight."""
+        self._looping = True
         try:
             while True:
                 await self.wakeups.sleep()
@@ -316,11 +317,14 @@ class Dispatcher:
                     return
                 self._enter(LoopState.IDLE)
         finally:
+            self._looping = False
             await self.slots.settle()
 
     def _take(self) -> tuple[WorkBatch, Routes]:
         was_full = self.pending.items >= self.stream_bounds.max_pending_batch_items
         batch, routes = self.pending.take()
+        if batch.enqueues:
+            self._enqueue_room.set()
         if was_full:
             for session in self.sessions:
                 session.make_room()
@@ -350,6 +354,8 @@ class Dispatcher:
 
     def _launch(self, batch: WorkBatch, routes: Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""
+        self._launches += 1
+        routes.launch_number, routes.overlapped = self._launches, self.slots.writing > 0
         pending = self.executors.submit_write(self.process, batch)
         return self.slots.launch(pending, lambda answered: self._write(answered, batch, routes))
 
@@ -367,17 +373,24 @@ class Dispatcher:
     async def _write(self, pending: asyncio.Future[BatchAnswers], batch: WorkBatch, routes: Routes) -> None:
         try:
             answers = await pending
-        except Exception:
+        except Exception as failure:
             # The store failed: nothing of the batch was written. Closing the streams
             # makes their workers reconnect and resend what is unacknowledged.
             log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
             for session in routes.sessions():
                 session.close()
+            _answer_enqueues(routes, failed=failure)
             self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
+            if routes.work_queues and (routes.overlapped or routes.launch_number != self._launches):
+                # Another batch was written at the same time (PostgreSQL): its claims may
+                # have read before this one's enqueues committed. News of them, again.
+                for queue in sorted(routes.work_queues):
+                    self.wakeups.wake(Wake.WORK, queue)
             self._launch_next()
             route_answers(answers, routes, batch)
+            _answer_enqueues(routes, answers.enqueued)
             if routes.claims:
                 self.claim_rounds += 1
             self.on_effects(answers)
@@ -445,3 +458,17 @@ class Dispatcher:
     def close_sessions(self) -> None:
         for session in list(self.sessions):
             session.close()
+
+
+def _answer_enqueues(
+    routes: Routes, outcomes: Sequence[EnqueueOutcome] = (), failed: BaseException | None = None
+) -> None:
+    """Tells each enqueue call of a written batch what became of it: its outcome, or
+    the error that failed the whole batch (nothing of it was written)."""
+    for at, answered in enumerate(routes.enqueues):
+        if answered.done():  # its caller gave up (the RPC was cancelled)
+            continue
+        if failed is not None:
+            answered.set_exception(failed)
+        else:
+            answered.set_result(outcomes[at])

@@ -33,6 +33,8 @@ from coordinator.errors import (
     PermissionDenied,
 )
 from coordinator.service.effects import RunStarted
+from coordinator.service.enqueue_items import CheckedItem, check_items, write_items
+from coordinator.service.jobs import JobsService
 from coordinator.service.work import (
     AttemptMessage,
     BatchAnswers,
@@ -56,18 +58,31 @@ log = logging.getLogger(__name__)
 
 class WorkerOps:
     def __init__(
-        self, store: Store, clock: Clock, config: CoordinatorConfig, rng: random.Random | None = None
+        self,
+        store: Store,
+        clock: Clock,
+        config: CoordinatorConfig,
+        rng: random.Random | None = None,
+        jobs: JobsService | None = None,
     ):
         self.store = store
         self.clock = clock
         self.config = config
         self.rng = rng or random.Random()
+        self.jobs = jobs or JobsService(store, clock, config, self.rng)
+        """Checks the batch's enqueue items (``service.enqueue_items``)."""
 
     def process(self, batch: WorkBatch) -> BatchAnswers:
-        """Carries out a whole batch in one transaction, retried whole on a conflict."""
-        return self.store.transact(
-            lambda tx: _BatchRun(tx, self, self.clock.now_ms()).run(batch), what="a worker batch"
-        )
+        """Carries out a whole batch in one transaction, retried whole on a conflict. Its
+        enqueue items are checked first, once: one that fails its checks is answered
+        with its error and never reaches the transaction."""
+        enqueued_at = self.clock.now_ms()
+        checked = check_items(self.jobs, batch.enqueues, enqueued_at) if batch.enqueues else []
+
+        def body(tx: Tx) -> BatchAnswers:
+            return _BatchRun(tx, self, self.clock.now_ms()).run(batch, checked, enqueued_at)
+
+        return self.store.transact(body, what="a worker batch")
 
     def claim_in(self, tx: Tx, claims: Sequence[ClaimRequest]) -> BatchAnswers:
         """These claims inside the caller's transaction (an enqueue's: its new jobs go
@@ -90,7 +105,9 @@ class _BatchRun:
         self._starts: list[tuple[str, str, int]] = []
         """The starts granted, (queue, key, when), not counted against rates yet."""
 
-    def run(self, batch: WorkBatch) -> BatchAnswers:
+    def run(
+        self, batch: WorkBatch, enqueues: Sequence[CheckedItem | CoordinatorError] = (), enqueued_at: int = 0
+    ) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
         self._attempts, self._jobs = self.tx.attempts_with_their_jobs(filter(_well_formed, ids))
         for release in batch.releases:
@@ -113,6 +130,11 @@ class _BatchRun:
                 )
             )
         self.answers.results = [self._result(r) for r in batch.results]
+        if enqueues:
+            # After the worker messages, so that each item's savepoint holds its own
+            # writes only; before the claims, which take its jobs.
+            self.writes.flush()
+            self.answers.enqueued = write_items(self.tx, enqueues, enqueued_at)
         if batch.claims:
             self.writes.flush()  # claims read the database: it must see this batch's releases
             self._claim(batch.claims)
@@ -182,50 +204,13 @@ class _BatchRun:
         attempt = self._attempts.get(attempt_id)
         if attempt is None:
             return _refused(attempt_id, _unknown_attempt("result.attempt_id", attempt_id))
-        if not self._held(attempt, result.sender):
-            return _refused(
-                attempt_id,
-                PermissionDenied(
-                    f"attempt {attempt_id} is held by another worker stream; only the worker "
-                    "and token that claimed it may report its result",
-                    reason="ATTEMPT_NOT_HELD",
-                    metadata={"attempt_id": attempt_id},
-                ),
-            )
-        if attempt.outcome is not None:
-            # R-14: a repeat gets the first answer and changes nothing. A release is
-            # reported too, but it was no result: a result after it is stale (R-11).
-            if attempt.reported and attempt.outcome is not Outcome.RELEASED:
-                return ResultAnswer(attempt_id, True, attempt.job_state_after, attempt.retry_delay_ms)
-            return ResultAnswer(attempt_id, False, reason=f"attempt already ended {attempt.outcome.value}")
         job = self._current(attempt_id)
-        if job is not None and job.state is JobState.RESERVED and attempt.started_at_ms is None:
-            # Not superseded: still the job's current claim, but its handler was never
-            # authorized. Nothing changes; the claim waits for its start or its lease.
-            return _refused(
-                attempt_id,
-                FailedPrecondition(
-                    f"attempt {attempt_id} was never started: send a StartRequest and report a "
-                    "result only after the start is granted (the claim stays reserved until then "
-                    "or until its lease lapses)",
-                    reason="ATTEMPT_NOT_STARTED",
-                    metadata={"attempt_id": attempt_id},
-                ),
-            )
-        if job is None or job.state is not JobState.RUNNING:
-            return ResultAnswer(attempt_id, False, reason="superseded attempt")  # R-11
-        bounds = self.tx.bounds
-        if (
-            result.report.outcome is Outcome.SUCCEEDED
-            and result.output is not None
-            and len(result.output) > bounds.max_output_bytes
-        ):
-            # docs/limits.md: rejected before anything is written; the worker then reports
-            # output_too_large as a permanent failure.
-            return _refused(
-                attempt_id, JobOutputTooLarge(job.id, len(result.output), bounds.max_output_bytes)
-            )
+        refusal = self._result_refusal(result, attempt, job)
+        if refusal is not None:
+            return refusal
+        assert job is not None  # a result for no running job was refused above
         report = _without_nul(result.report)
+        bounds = self.tx.bounds
         decision = decide_result(
             job,
             report,
@@ -248,6 +233,51 @@ class _BatchRun:
             reported=True,
         )
         return ResultAnswer(attempt_id, True, decision.job_state, decision.retry_delay_ms)
+
+    def _result_refusal(
+        self, result: ResultReport, attempt: AttemptRecord, job: JobRecord | None
+    ) -> ResultAnswer | None:
+        """The answer to a result that changes nothing: not the sender's attempt, a
+        repeat (R-14), a stale one (R-11), one never started, an output over its bound;
+        None for a result to decide."""
+        attempt_id = attempt.id
+        if not self._held(attempt, result.sender):
+            return _refused(
+                attempt_id,
+                PermissionDenied(
+                    f"attempt {attempt_id} is held by another worker stream; only the worker "
+                    "and token that claimed it may report its result",
+                    reason="ATTEMPT_NOT_HELD",
+                    metadata={"attempt_id": attempt_id},
+                ),
+            )
+        if attempt.outcome is not None:
+            # R-14: a repeat gets the first answer and changes nothing. A release is
+            # reported too, but it was no result: a result after it is stale (R-11).
+            if attempt.reported and attempt.outcome is not Outcome.RELEASED:
+                return ResultAnswer(attempt_id, True, attempt.job_state_after, attempt.retry_delay_ms)
+            return ResultAnswer(attempt_id, False, reason=f"attempt already ended {attempt.outcome.value}")
+        if job is not None and job.state is JobState.RESERVED and attempt.started_at_ms is None:
+            # Not superseded: still the job's current claim, but its handler was never
+            # authorized. Nothing changes; the claim waits for its start or its lease.
+            return _refused(
+                attempt_id,
+                FailedPrecondition(
+                    f"attempt {attempt_id} was never started: send a StartRequest and report a "
+                    "result only after the start is granted (the claim stays reserved until then "
+                    "or until its lease lapses)",
+                    reason="ATTEMPT_NOT_STARTED",
+                    metadata={"attempt_id": attempt_id},
+                ),
+            )
+        if job is None or job.state is not JobState.RUNNING:
+            return ResultAnswer(attempt_id, False, reason="superseded attempt")  # R-11
+        limit, output = self.tx.bounds.max_output_bytes, result.output
+        if result.report.outcome is Outcome.SUCCEEDED and output is not None and len(output) > limit:
+            # docs/limits.md: rejected before anything is written; the worker then reports
+            # output_too_large as a permanent failure.
+            return _refused(attempt_id, JobOutputTooLarge(job.id, len(output), limit))
+        return None
 
     def _claim(self, requests: Sequence[ClaimRequest]) -> None:
         """Claims, for each request, the jobs the store chooses (``Tx.claim``, R-17), and

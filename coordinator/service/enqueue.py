@@ -13,7 +13,7 @@ parent outside the queues the caller may reach is refused as if it did not exist
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.domain.dependencies import start_with_parents
@@ -53,18 +53,7 @@ def insert_batch(
     batch_ids = {job.record.id: job.record.queue for job in batch}
     external = {parent for job in batch for parent in job.parent_ids if parent not in batch_ids}
     parents = tx.jobs_by_ids(external)
-    for job in batch:
-        for parent_id in job.parent_ids:
-            parent = parents.get(parent_id)
-            if parent_id not in batch_ids and (parent is None or not _may_reach(reachable, parent.queue)):
-                # A parent in a queue the caller may not reach is refused in the same words
-                # as a missing one: the answer must not tell that it exists.
-                raise NotFound(
-                    f"jobs[{job.index}]: parent {parent_id} does not exist (never enqueued, or removed "
-                    "by retention); nothing was enqueued",
-                    reason="PARENT_NOT_FOUND",
-                    metadata={"index": job.index, "job_id": parent_id},
-                )
+    _check_parents_found(batch, parents, batch_ids, reachable)
     results: dict[int, Enqueued] = {}
     taken: dict[tuple[str, str], JobRecord] = {}
     taken_unique: dict[tuple[str, str, str], JobRecord] = {}
@@ -98,6 +87,28 @@ def insert_batch(
     if available:
         tx.notify_jobs_available(available)
     return [results[job.index] for job in batch]
+
+
+def _check_parents_found(
+    batch: Sequence[NewJob],
+    parents: Mapping[str, JobRecord],
+    batch_ids: Mapping[str, str],
+    reachable: Collection[str] | None,
+) -> None:
+    """Raises NotFound for the first parent neither in the batch nor read (``parents``)
+    in a queue the caller may reach."""
+    for job in batch:
+        for parent_id in job.parent_ids:
+            parent = parents.get(parent_id)
+            if parent_id not in batch_ids and (parent is None or not _may_reach(reachable, parent.queue)):
+                # A parent in a queue the caller may not reach is refused in the same words
+                # as a missing one: the answer must not tell that it exists.
+                raise NotFound(
+                    f"jobs[{job.index}]: parent {parent_id} does not exist (never enqueued, or removed "
+                    "by retention); nothing was enqueued",
+                    reason="PARENT_NOT_FOUND",
+                    metadata={"index": job.index, "job_id": parent_id},
+                )
 
 
 def _keyed(record: JobRecord) -> tuple[str, str] | None:

@@ -70,7 +70,7 @@ class JobsService:
         docs/limits.md (``store.bounds``) is checked before anything is written.
         """
         now = self.clock.now_ms()
-        batch, order = self._checked_batch(specs, now, reachable)
+        batch, order = self.checked_batch(specs, now, reachable)
         # When another enqueue with the same idempotency key commits first, the insert
         # fails and the next pass finds that job and returns it instead (R-14).
         return self.store.transact(
@@ -84,14 +84,14 @@ class JobsService:
         workers waiting for work), both retried together on a conflict. What ``then``
         returns is the caller's to act on once the transaction committed."""
         now = self.clock.now_ms()
-        batch, order = self._checked_batch(specs, now, reachable)
+        batch, order = self.checked_batch(specs, now, reachable)
 
         def body(tx: Tx) -> tuple[list[Enqueued], T]:
             return insert_batch(tx, batch, order, now, reachable), then(tx)
 
         return self.store.transact(body, what="an enqueue")
 
-    def _checked_batch(
+    def checked_batch(
         self, specs: list[NewJobSpec], now: int, reachable: Collection[str] | None = None
     ) -> tuple[list[NewJob], list[int]]:
         """The new jobs of a whole enqueue call, every bound checked, in insertion order
@@ -114,6 +114,17 @@ class JobsService:
         return insert_batch(tx, batch, _insertion_order(batch), now)
 
     def _new_job(self, index: int, spec: NewJobSpec, now: int, *, from_client: bool = True) -> NewJob:
+        """The job ``spec`` asks for, every bound of it checked (InvalidArgument naming
+        ``index`` otherwise)."""
+        parents, job_id, settings = self._checked_spec(index, spec, now, from_client=from_client)
+        record = _new_record(spec, job_id, settings, now)
+        return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
+
+    def _checked_spec(
+        self, index: int, spec: NewJobSpec, now: int, *, from_client: bool
+    ) -> tuple[tuple[str, ...], str, JobSettings]:
+        """Checks ``spec``'s fields; its parents (de-duplicated), its ID (chosen or made
+        now) and its effective settings (R-3)."""
         bounds = self.store.bounds
         check_name("wire_name", spec.wire_name, index=index, max_length=bounds.max_wire_name_length)
         check_name("queue", spec.queue, index=index)
@@ -148,47 +159,7 @@ class JobsService:
                 index=index,
                 reason="SETTING_OUT_OF_RANGE",
             ) from exc
-        run_at = now if spec.run_at_ms is None else max(spec.run_at_ms, 0)
-        # Filled in as the record's draft, then made the record (as ``domain.evolve``
-        # copies): the frozen dataclass's ``__init__`` sets each of its thirty fields
-        # through ``object.__setattr__``, a third of this method's time a job.
-        record: Any = object.__new__(_JobRecordDraft)
-        record.id = job_id
-        record.wire_name = spec.wire_name
-        record.queue = spec.queue
-        record.state = initial_state(run_at, now)
-        record.priority = spec.priority
-        record.run_at_ms = run_at
-        record.payload = spec.payload
-        record.payload_version = spec.payload_version
-        record.idempotency_key = spec.idempotency_key or None
-        # R-3: the effective settings, copied
-        record.max_executions = settings.max_executions
-        record.retry_initial_delay_ms = settings.retry_initial_delay_ms
-        record.retry_max_delay_ms = settings.retry_max_delay_ms
-        record.execution_timeout_ms = settings.execution_timeout_ms
-        record.max_unstarted_abandonments = settings.max_unstarted_abandonments
-        record.unstarted_initial_delay_ms = settings.unstarted_initial_delay_ms
-        record.unstarted_max_delay_ms = settings.unstarted_max_delay_ms
-        record.generation = 1
-        record.executions = 0
-        record.unstarted_streak = 0
-        record.current_attempt_id = None
-        record.worker_id = None
-        record.lease_expires_at_ms = None
-        record.created_at_ms = now
-        record.updated_at_ms = now
-        record.finished_at_ms = None
-        record.last_error_code = None
-        record.output = None
-        record.history_seq = 1
-        record.cancel_requested = False
-        record.unique_key = spec.unique_key or None
-        record.traceparent = spec.traceparent
-        record.tracestate = spec.tracestate if spec.traceparent is not None else None
-        record.concurrency_key = spec.concurrency_key
-        record.__class__ = JobRecord
-        return NewJob(index, record, parents, chosen_id=bool(spec.job_id))
+        return parents, job_id, settings
 
     # -- reads -----------------------------------------------------------------------
 
@@ -262,6 +233,51 @@ class JobsService:
     def list_attempts(self, job_id: str) -> list[AttemptRecord]:
         job = self.get_job(job_id, "job_id")
         return self.store.list_attempts(job.id)
+
+
+def _new_record(spec: NewJobSpec, job_id: str, settings: JobSettings, now: int) -> JobRecord:
+    """The record of a new job as ``spec`` asks for it."""
+    run_at = now if spec.run_at_ms is None else max(spec.run_at_ms, 0)
+    # Filled in as the record's draft, then made the record (as ``domain.evolve``
+    # copies): the frozen dataclass's ``__init__`` sets each of its thirty fields
+    # through ``object.__setattr__``, a third of this method's time a job.
+    record: Any = object.__new__(_JobRecordDraft)
+    record.id = job_id
+    record.wire_name = spec.wire_name
+    record.queue = spec.queue
+    record.state = initial_state(run_at, now)
+    record.priority = spec.priority
+    record.run_at_ms = run_at
+    record.payload = spec.payload
+    record.payload_version = spec.payload_version
+    record.idempotency_key = spec.idempotency_key or None
+    # R-3: the effective settings, copied
+    record.max_executions = settings.max_executions
+    record.retry_initial_delay_ms = settings.retry_initial_delay_ms
+    record.retry_max_delay_ms = settings.retry_max_delay_ms
+    record.execution_timeout_ms = settings.execution_timeout_ms
+    record.max_unstarted_abandonments = settings.max_unstarted_abandonments
+    record.unstarted_initial_delay_ms = settings.unstarted_initial_delay_ms
+    record.unstarted_max_delay_ms = settings.unstarted_max_delay_ms
+    record.generation = 1
+    record.executions = 0
+    record.unstarted_streak = 0
+    record.current_attempt_id = None
+    record.worker_id = None
+    record.lease_expires_at_ms = None
+    record.created_at_ms = now
+    record.updated_at_ms = now
+    record.finished_at_ms = None
+    record.last_error_code = None
+    record.output = None
+    record.history_seq = 1
+    record.cancel_requested = False
+    record.unique_key = spec.unique_key or None
+    record.traceparent = spec.traceparent
+    record.tracestate = spec.tracestate if spec.traceparent is not None else None
+    record.concurrency_key = spec.concurrency_key
+    record.__class__ = JobRecord
+    return record  # type: ignore[no-any-return]
 
 
 def _insertion_order(batch: list[NewJob]) -> list[int]:

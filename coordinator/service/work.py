@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from coordinator.domain.lifecycle import Report
-from coordinator.domain.records import JobRecord, WorkerIdentity
+from coordinator.domain.records import Enqueued, JobRecord, NewJobSpec, WorkerIdentity
 from coordinator.domain.states import JobState
 from coordinator.errors import CoordinatorError
 from coordinator.service.effects import Effects
@@ -109,6 +109,19 @@ class HeartbeatAnswer:
     """The attempts whose job a user cancelled (R-8): repeated until the run ends."""
 
 
+@dataclass(frozen=True, slots=True)
+class EnqueueItem:
+    """One Enqueue call waiting for the writer: all of its jobs or none (``JobsService``)."""
+
+    specs: Sequence[NewJobSpec]
+    reachable: frozenset[str] | None = None
+    """The caller's queue restriction (None: any queue)."""
+
+
+EnqueueOutcome = list[Enqueued] | Exception
+"""What became of one enqueue item: its jobs, or why it failed (nothing of it written)."""
+
+
 @dataclass(slots=True)
 class WorkBatch:
     """What arrived from all streams in one batch window."""
@@ -118,9 +131,13 @@ class WorkBatch:
     heartbeats: list[HeartbeatRequest] = field(default_factory=list)
     results: list[ResultReport] = field(default_factory=list)
     claims: list[ClaimRequest] = field(default_factory=list)
+    enqueues: list[EnqueueItem] = field(default_factory=list)
+    """Enqueue calls, each written under its own savepoint (``service.enqueue_items``)."""
 
     def __bool__(self) -> bool:
-        return bool(self.releases or self.starts or self.heartbeats or self.results or self.claims)
+        return bool(
+            self.releases or self.starts or self.heartbeats or self.results or self.claims or self.enqueues
+        )
 
 
 @dataclass(slots=True)
@@ -135,6 +152,8 @@ class BatchAnswers(Effects):
     """For each claim, whether it found its queues empty of its wire names: fewer jobs
     than it could take, none held back by a paused queue or a concurrency limit. Its
     worker needs no claim again until work is heard of (``Dispatcher``)."""
+    enqueued: list[EnqueueOutcome] = field(default_factory=list)
+    """For each enqueue item, its jobs or its error; valid once the batch committed."""
 
     @property
     def lost(self) -> list[set[str]]:

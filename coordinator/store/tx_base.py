@@ -5,6 +5,7 @@ PostgreSQL, ``store.pg_held``)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -108,6 +109,52 @@ class TxBase:
         error of the last one held is raised here."""
         if self._held:
             self._held.send(self._connection)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the transaction that fails alone (an enqueue among a batch's items):
+        when the block raises, its writes are rolled back to a savepoint, and so is what
+        this transaction remembers of them (counts, queues made, jobs to announce);
+        the rest of the transaction goes on. Held writes (PostgreSQL) are sent before the
+        savepoint, so they stay the transaction's, and at the block's end, so that an
+        error of the part's own writes is raised inside it."""
+        self._send_held()
+        remembered = self._remembered()
+        nested = self._connection.begin_nested()
+        try:
+            yield
+            self._send_held()
+        except BaseException:
+            if self._held is not None:
+                self._held = HeldWrites()  # the part's writes never sent: gone with it
+            nested.rollback()
+            self._recall(remembered)
+            raise
+        nested.commit()
+
+    def _remembered(self) -> tuple[Any, ...]:
+        return (
+            set(self.registered_queues),
+            set(self.forgotten_queues),
+            Counter(self._counts),
+            set(self._inserted_jobs),
+            set(self._inserted_with_parents),
+            set(self._to_announce),
+            self._notify_anyway,
+            dict(self.rates_seen),
+        )
+
+    def _recall(self, remembered: tuple[Any, ...]) -> None:
+        (
+            self.registered_queues,
+            self.forgotten_queues,
+            self._counts,
+            self._inserted_jobs,
+            self._inserted_with_parents,
+            self._to_announce,
+            self._notify_anyway,
+            self.rates_seen,
+        ) = remembered
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
         """``query`` with the lock this engine needs (``FOR UPDATE [SKIP LOCKED]`` on

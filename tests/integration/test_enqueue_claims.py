@@ -1,5 +1,6 @@
-"""A worker waiting for work gets a new job in the enqueue's own transaction: when the
-Enqueue call returns, the job is already reserved for it, without a dispatcher round. The
+"""A worker waiting for work gets a new job in the enqueue's own transaction (the writer's
+batch the call is an item of): when the Enqueue call returns, the job is already reserved
+for it, without another dispatcher round. The
 queue's controls hold there too, and credit not used goes back to the session. The claims
 go out only once the transaction has committed: a transaction tried again or failed
 hands out nothing of what it claimed, and the worker's start goes in a worker batch."""
@@ -17,7 +18,7 @@ import pytest
 
 from coordinator.domain.states import JobState
 from coordinator.process import RunningCoordinator
-from coordinator.service.work import BatchAnswers
+from coordinator.service import batch as batch_module
 from coordinator.store import StoreError, Tx
 from coordinator.store.errors import WriteConflict
 from tests.chaos.jobs import Task
@@ -60,14 +61,13 @@ async def test_an_enqueue_claims_for_a_waiting_worker_in_its_own_transaction(
     try:
         async with AsyncClient(running.target) as client:
             job_id = await client.enqueue(Task("at-once", 1))
-            # Reserved when the call returns. The only session's credit was set aside for
-            # the enqueue, so no dispatcher round can have claimed it meanwhile.
+            # Reserved when the call returns: the batch that wrote the enqueue claimed it.
             job = running.app.store.get_job(job_id)
             assert job is not None and job.state is JobState.RESERVED
             assignment = await worker.next("assignment")
             assert assignment.job_id == job_id  # type: ignore[attr-defined]
             if not running.app.store.postgres:  # (PostgreSQL's NOTIFY wakes a round anyway)
-                assert running.app.dispatcher.claim_rounds == rounds  # no round was needed
+                assert running.app.dispatcher.claim_rounds == rounds + 1  # that batch's, no other
             [session] = running.app.dispatcher.sessions
             await eventually(lambda: (session.credit, session.reserved) == (1, 0), what="one used, one back")
     finally:
@@ -115,17 +115,16 @@ def _pb() -> Any:
 
 @contextlib.contextmanager
 def _before_the_enqueues_commit(running: RunningCoordinator, action: Callable[[], None]) -> Iterator[None]:
-    """Runs ``action`` on the writer just before the commit of the next enqueue that
-    claims (once). Only that transaction's: another one (a count fold, a claim round)
-    may commit meanwhile and must not take it."""
-    ops = running.app.ops
-    original_claim_in, original_before_commit = ops.claim_in, Tx.before_commit
+    """Runs ``action`` on the writer just before the commit of the next batch that
+    writes an enqueue (once). Only that transaction's: another one (a count fold, a claim
+    round) may commit meanwhile and must not take it."""
+    original_write_items, original_before_commit = batch_module.write_items, Tx.before_commit
     claiming_transactions: set[int] = set()
     pending = [action]
 
-    def claim_in(tx: Tx, claims: Any) -> BatchAnswers:
+    def write_items(tx: Tx, checked: Any, now_ms: int) -> Any:
         claiming_transactions.add(id(tx))
-        return original_claim_in(tx, claims)
+        return original_write_items(tx, checked, now_ms)
 
     def before_commit(tx: Tx) -> None:
         if id(tx) in claiming_transactions and pending:
@@ -133,7 +132,7 @@ def _before_the_enqueues_commit(running: RunningCoordinator, action: Callable[[]
         original_before_commit(tx)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ops, "claim_in", claim_in)
+        patch.setattr(batch_module, "write_items", write_items)
         patch.setattr(Tx, "before_commit", before_commit)
         yield
 
@@ -208,9 +207,10 @@ async def test_an_enqueue_tried_again_hands_out_only_the_claims_of_the_try_that_
         await worker.close()
 
 
-async def test_an_enqueue_that_fails_hands_out_nothing_and_gives_the_credit_back(
-    running: RunningCoordinator,
-) -> None:
+async def test_an_enqueue_that_fails_hands_out_nothing(running: RunningCoordinator) -> None:
+    """The enqueue's transaction is a worker batch: when it fails, nothing it claimed is
+    handed out, and the streams it claimed for close as for any failed batch (their
+    workers reconnect); a worker waiting then gets the next job."""
     worker, _ = await _waiting_worker(running)
     made = _assignments_made(running, threading.Event())
 
@@ -222,13 +222,19 @@ async def test_an_enqueue_that_fails_hands_out_nothing_and_gives_the_credit_back
             enqueue_fails = pytest.raises(Exception, match=r"unavailable|failure")
             with _before_the_enqueues_commit(running, fail), enqueue_fails:
                 await client.enqueue(Task("failed", 1))
-            [session] = running.app.dispatcher.sessions
-            await eventually(lambda: (session.credit, session.reserved) == (2, 0), what="the credit back")
             assert made == []
-            # The worker still gets the next job: its credit is whole.
-            job_id = await client.enqueue(Task("next", 1))
-            assignment: Any = await worker.next("assignment")
-            assert assignment.job_id == job_id and made == [False]
+            await eventually(lambda: not running.app.dispatcher.sessions, what="the stream closed")
+            assert (
+                running.app.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=5)
+                == []
+            )
+            again, _ = await _waiting_worker(running)
+            try:
+                job_id = await client.enqueue(Task("next", 1))
+                assignment: Any = await again.next("assignment")
+                assert assignment.job_id == job_id
+            finally:
+                await again.close()
     finally:
         await worker.close()
 

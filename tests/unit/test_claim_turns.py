@@ -53,31 +53,6 @@ def _open(dispatcher: Dispatcher, worker_id: str) -> WorkerSession:
     return session
 
 
-async def test_an_enqueues_claims_start_with_each_session_in_turn(executors: Executors) -> None:
-    dispatcher = Dispatcher(ClaimOrder(), CONFIG, FakeClock(), executors, lambda e: None)
-    for worker_id in ("w-a", "w-b", "w-c"):
-        _open(dispatcher, worker_id)
-    firsts = []
-    for _ in range(6):
-        reserved = dispatcher.reserve_claims()
-        assert reserved is not None
-        assert sorted(s.worker_id for s in reserved.sessions) == ["w-a", "w-b", "w-c"]
-        firsts.append(reserved.sessions[0].worker_id)
-        # Nothing claimed: the credit set aside comes back for the next enqueue.
-        dispatcher.settle_claims(reserved, BatchAnswers(claims=[[] for _ in reserved.requests]))
-    assert sorted(firsts[:3]) == ["w-a", "w-b", "w-c"]  # each first once in three rounds
-    assert firsts[3:] == firsts[:3]
-
-
-async def test_a_lone_session_claims_first_every_time(executors: Executors) -> None:
-    dispatcher = Dispatcher(ClaimOrder(), CONFIG, FakeClock(), executors, lambda e: None)
-    _open(dispatcher, "w-a")
-    for _ in range(3):
-        reserved = dispatcher.reserve_claims()
-        assert reserved is not None and [s.worker_id for s in reserved.sessions] == ["w-a"]
-        dispatcher.settle_claims(reserved, BatchAnswers(claims=[[] for _ in reserved.requests]))
-
-
 async def test_a_batchs_claims_start_with_each_session_in_turn(executors: Executors) -> None:
     process = ClaimOrder()
     dispatcher = Dispatcher(process, CONFIG, FakeClock(), executors, lambda e: None)

@@ -105,13 +105,13 @@ async def test_the_loop_goes_idle_after_each_batch_and_stopped_after_stop(execut
     assert dispatcher.state is LoopState.STOPPED
 
 
-async def test_a_stopping_dispatcher_reserves_no_claims_and_readers_wait(executors: Executors) -> None:
+async def test_a_stopping_dispatcher_takes_no_enqueues_and_readers_wait(executors: Executors) -> None:
     dispatcher = Dispatcher(_nothing_claimable, CONFIG, FakeClock(), executors, lambda e: None)
     session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 2, 60_000))
     session.add_credit(2)
     assert not dispatcher.batch_full()
     dispatcher.stop()
-    assert dispatcher.reserve_claims() is None and dispatcher.batch_full() and dispatcher.draining
+    assert not dispatcher.takes_enqueues and dispatcher.batch_full() and dispatcher.draining
     assert (session.credit, session.reserved) == (2, 0)
 
 
