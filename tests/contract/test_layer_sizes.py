@@ -9,8 +9,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
@@ -22,15 +20,6 @@ MIGRATIONS = "coordinator/store/alembic/versions"
 """Left out of both checks: migrations are frozen history. A released revision is never
 edited (databases migrated before and after the edit would differ), so the initial
 schema's one long ``upgrade`` stays as it shipped; new code is what the rule shapes."""
-
-PENDING_SPLIT = {
-    # Over 60 lines today and being shortened in their own change (the batch and enqueue
-    # paths of the service). Each entry must still exist and still be over the bound
-    # (test_every_pending_split_is_still_pending): remove it once its function is short.
-    ("coordinator/service/batch.py", "_result"),
-    ("coordinator/service/enqueue.py", "insert_batch"),
-    ("coordinator/service/jobs.py", "_new_job"),
-}
 
 
 def _modules(root: Path, under: str) -> Iterator[tuple[str, str]]:
@@ -66,11 +55,11 @@ def function_lengths(root: Path) -> dict[tuple[str, str], list[int]]:
 
 
 def long_functions(root: Path) -> list[str]:
-    """``path: name (N lines)`` for every function over the bound but the pending ones."""
+    """``path: name (N lines)`` for every function over the bound."""
     return [
         f"{path}: {name} ({max(lines)} lines)"
         for (path, name), lines in sorted(function_lengths(root).items())
-        if max(lines) > MAX_FUNCTION_LINES and (path, name) not in PENDING_SPLIT
+        if max(lines) > MAX_FUNCTION_LINES
     ]
 
 
@@ -81,17 +70,6 @@ def test_no_module_of_the_coordinator_is_over_500_lines() -> None:
 def test_no_function_of_the_hot_path_layers_is_over_60_lines() -> None:
     assert long_functions(ROOT) == [], (
         f"shorten these functions (at most {MAX_FUNCTION_LINES} lines) by naming their steps"
-    )
-
-
-@pytest.mark.parametrize(("path", "name"), sorted(PENDING_SPLIT))
-def test_every_pending_split_is_still_pending(path: str, name: str) -> None:
-    """The allow-list cannot go stale: an entry whose function was shortened, renamed or
-    moved fails here until it is taken off."""
-    lengths = function_lengths(ROOT).get((path, name))
-    assert lengths is not None, f"{path}: {name} no longer exists; take it off PENDING_SPLIT"
-    assert max(lengths) > MAX_FUNCTION_LINES, (
-        f"{path}: {name} is {max(lengths)} lines now; take it off PENDING_SPLIT"
     )
 
 
