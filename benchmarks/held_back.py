@@ -32,11 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench_rows import job_row  # this folder's, next to the script
 from sqlalchemy import create_engine, insert, text
 
 from coordinator.domain.clock import SystemClock
 from coordinator.domain.demand import DemandTarget
-from coordinator.domain.ids import uuid7
 from coordinator.domain.states import JobState
 from coordinator.scheduler.stats import read_queue_stats
 from coordinator.store import Store
@@ -47,32 +47,8 @@ SCAN = 100_000
 
 
 def _row(rng: random.Random, now: int, state: JobState, key: str) -> dict[str, Any]:
-    return {
-        "id": uuid7(now),
-        "wire_name": "bench.noop",
-        "queue": QUEUE,
-        "state": state.value,
-        "priority": 0,
-        "run_at_ms": now - rng.randrange(3_600_000),
-        "payload": b"{}",
-        "payload_version": 1,
-        "max_executions": 3,
-        "retry_initial_delay_ms": 5_000,
-        "retry_max_delay_ms": 60_000,
-        "max_unstarted_abandonments": 5,
-        "unstarted_initial_delay_ms": 1_000,
-        "unstarted_max_delay_ms": 30_000,
-        "generation": 1,
-        "executions": 0,
-        "unstarted_streak": 0,
-        "created_at_ms": now,
-        "updated_at_ms": now,
-        "finished_at_ms": now if state.terminal else None,
-        "history_seq": 1,
-        "cancel_requested": False,
-        "concurrency_key": key,
-        "worker_id": "bench-worker" if state in (JobState.RESERVED, JobState.RUNNING) else None,
-    }
+    leased = state in (JobState.RESERVED, JobState.RUNNING)
+    return job_row(rng, now, QUEUE, state, concurrency_key=key, worker_id="bench-worker" if leased else None)
 
 
 def _fill(url: str, count: int, keys: int, leased: int) -> None:

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_rows import job_row  # this folder's, next to the script
 from sqlalchemy import create_engine, insert, text
 
-from coordinator.domain.ids import uuid7
 from coordinator.domain.states import JobState
 from coordinator.store import Store
 from coordinator.store.schema import jobs, queue_count_deltas, queues
@@ -55,32 +55,7 @@ def _fill(url: str, count: int, queue_count: int, seed: int) -> None:
         rows = []
         for _ in range(min(batch, count - start)):
             state = rng.choices(states, weights)[0]
-            rows.append(
-                {
-                    "id": uuid7(now),
-                    "wire_name": "bench.noop",
-                    "queue": rng.choice(names),
-                    "state": state.value,
-                    "priority": 0,
-                    "run_at_ms": now - rng.randrange(3_600_000),
-                    "payload": b"{}",
-                    "payload_version": 1,
-                    "max_executions": 3,
-                    "retry_initial_delay_ms": 5_000,
-                    "retry_max_delay_ms": 60_000,
-                    "max_unstarted_abandonments": 5,
-                    "unstarted_initial_delay_ms": 1_000,
-                    "unstarted_max_delay_ms": 30_000,
-                    "generation": 1,
-                    "executions": 0,
-                    "unstarted_streak": 0,
-                    "created_at_ms": now,
-                    "updated_at_ms": now,
-                    "finished_at_ms": now if state.terminal else None,
-                    "history_seq": 1,
-                    "cancel_requested": False,
-                }
-            )
+            rows.append(job_row(rng, now, rng.choice(names), state))
         with engine.begin() as conn:
             conn.execute(insert(jobs), rows)
     with engine.begin() as conn:
