@@ -296,13 +296,13 @@ def single_success_per_generation(m: Model) -> Outcome:
                     job_id,
                 )
             )
-    for (job_id, generation), ids in sorted(accepted.items()):
-        if len(ids) > 1:
+    for (job_id, generation), acked in sorted(accepted.items()):
+        if len(acked) > 1:
             out.violations.append(
                 Violation(
                     "single_success_per_generation",
                     f"job {job_id} generation {generation}: workers were told the successes of "
-                    f"{len(ids)} attempts were accepted: {sorted(ids)}",
+                    f"{len(acked)} attempts were accepted: {sorted(acked)}",
                     job_id,
                 )
             )
