@@ -121,15 +121,29 @@ def test_a_batch_run_again_after_a_lost_connection_takes_fresh_times(
     assert _claimed_row_times(harness, waiting) == (after, after + LEASE_MS, after)
 
 
-def test_a_claim_never_takes_a_job_due_after_the_time_it_is_stamped(harness: Harness) -> None:
-    """The time a claim decides what is due by is read before its stamp, never after."""
+def test_what_a_claim_takes_as_due_is_decided_by_a_time_before_its_stamp(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that fell due while the claim waited for its queue's lock is left for the
+    next claim: due-ness is decided by the time read before the wait, the stamp after,
+    so no claim is stamped before its job's run-at."""
     now = harness.clock.now_ms()
-    due = harness.enqueue(queue="q", run_at_ms=now + 1)
-    assert harness.claim(1, queues=("q",)) == []
-    harness.clock.advance(1)
-    (claimed,) = harness.claim(1, queues=("q",))
-    assert claimed.job.id == due
-    assert harness.attempts(due)[0].claimed_at_ms >= harness.job(due).run_at_ms
+    due = harness.enqueue(queue="q", concurrency_key="a")
+    due_in_the_wait = harness.enqueue(queue="q", concurrency_key="b", run_at_ms=now + WAIT_MS // 2)
+    _keyed_queue(harness)
+    original = Tx.lock_queues
+
+    def waiting_lock(tx: Tx, names: Any) -> None:
+        original(tx, names)
+        harness.clock.advance(WAIT_MS)
+
+    monkeypatch.setattr(Tx, "lock_queues", waiting_lock)
+    assert [c.job.id for c in harness.claim(5, queues=("q",))] == [due]
+    monkeypatch.undo()
+    (claimed,) = harness.claim(5, queues=("q",))
+    assert claimed.job.id == due_in_the_wait
+    for job_id in (due, due_in_the_wait):
+        assert harness.attempts(job_id)[0].claimed_at_ms >= harness.job(job_id).run_at_ms
 
 
 # -- PostgreSQL: a real lock wait across two replicas ------------------------------------
