@@ -24,7 +24,7 @@ from coordinator.app import Coordinator, WorkerSession
 from coordinator.dispatch.deliveries import Delivery, WorkerHello
 from coordinator.domain.bounds import STREAM_BOUNDS
 from coordinator.domain.records import DEFAULT_QUEUE
-from coordinator.domain.settings import DEFAULT_LEASE_MS, LEASE_RANGE_MS
+from coordinator.domain.settings import DEFAULT_LEASE_MS, LEASE_RANGE_MS, describe_ms
 from coordinator.errors import CoordinatorError, FailedPrecondition, InvalidArgument
 from coordinator.service.work import HeartbeatAnswer, ResultAnswer, StartAnswer
 from coordinator.validation import check_name, check_worker_id
@@ -248,7 +248,11 @@ def _lease_ms(value: Any, field: str) -> int:
     lease = duration_ms(value, field)
     low, high = LEASE_RANGE_MS
     if not low <= lease <= high:
-        raise InvalidArgument(field, f"must be {low} ms to 24 h, got {lease} ms", reason="INVALID_DURATION")
+        raise InvalidArgument(
+            field,
+            f"must be {describe_ms(low)} to {describe_ms(high)}, got {lease} ms",
+            reason="INVALID_DURATION",
+        )
     return lease
 
 

@@ -3,21 +3,22 @@ holds back (docs/flow-control.md, docs/metrics.md): the arithmetic behind the ga
 ``runwick_queue_held_back_jobs`` and the autoscalers' runnable count. Pure: the store
 reads the counts (``store.backlog``).
 
-The claim applies the controls in one order (pause, the queue's limit, the per-key
-limit, the rate: ``store.claims``, ``domain.flow.waiting_reason``). The counts follow it
-without knowing which job comes first: each control is charged with the jobs that it,
-added to the ones before it, keeps from running now. With ``runnable_i`` the jobs that
-could run now under the first ``i`` controls (a count that only shrinks as controls are
-added), a control holds back ``runnable_(i-1) - runnable_i``. So the kinds add up to
-the due jobs less the runnable ones, and a queue at its limit charges everything to the
-limit, as ``waiting_reason`` names it for each job.
+The claim applies the controls in one order (``domain.flow.CONTROL_ORDER``: pause, the
+queue's limit, the per-key limit, the rate; ``store.claims``,
+``domain.flow.waiting_reason``). The counts follow it without knowing which job comes
+first: each control is charged with the jobs that it, added to the ones before it, keeps
+from running now. With ``runnable_i`` the jobs that could run now under the first ``i``
+controls (a count that only shrinks as controls are added), a control holds back
+``runnable_(i-1) - runnable_i``. So the kinds add up to the due jobs less the runnable
+ones, and a queue at its limit charges everything to the limit, as ``waiting_reason``
+names it for each job.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.domain.flow import WaitingReason
+from coordinator.domain.flow import CONTROL_ORDER, WaitingReason
 from coordinator.domain.records import QueueRecord
 
 KEYS_NAMED = 5
@@ -58,22 +59,36 @@ class HeldBack:
 def hold_back(
     queue: QueueRecord, backlog: KeyedBacklog, queue_active: int, rate_room: int | None
 ) -> HeldBack:
-    """Splits ``backlog`` into the runnable jobs and those each control holds back.
-    ``queue_active`` is the queue's reserved and running jobs (every wire name: its limit
-    counts them all); ``rate_room`` a queue-wide rate's room (None: no such rate)."""
+    """Splits ``backlog`` into the runnable jobs and those each control holds back, the
+    controls charged in ``CONTROL_ORDER``. ``queue_active`` is the queue's reserved and
+    running jobs (every wire name: its limit counts them all); ``rate_room`` a
+    queue-wide rate's room (None: no such rate)."""
     due = backlog.due
-    if queue.paused:
+    if queue.paused:  # the claim reads no other control of a paused queue
         return HeldBack(0, {WaitingReason.QUEUE_PAUSED: due})
+    rooms = _rooms(queue, backlog, queue_active, rate_room)
     held: dict[WaitingReason, int] = {}
     runnable = due
-    if queue.concurrency_limit is not None:
-        runnable = _charge(held, WaitingReason.QUEUE_LIMIT, runnable, queue.concurrency_limit - queue_active)
-    if queue.key_limit is not None:
-        runnable = _charge(held, WaitingReason.KEY_LIMIT, runnable, backlog.within_key_limit)
-    if queue.rate_count is not None:
-        room = backlog.within_key_rate if rate_room is None else min(backlog.within_key_rate, rate_room)
-        runnable = _charge(held, WaitingReason.RATE, runnable, room)
+    for kind in CONTROL_ORDER:
+        room = rooms.get(kind)
+        if room is not None:
+            runnable = _charge(held, kind, runnable, room)
     return HeldBack(runnable, held)
+
+
+def _rooms(
+    queue: QueueRecord, backlog: KeyedBacklog, queue_active: int, rate_room: int | None
+) -> dict[WaitingReason, int]:
+    """How many of the due jobs each control the queue has would let run on its own."""
+    rooms: dict[WaitingReason, int] = {}
+    if queue.concurrency_limit is not None:
+        rooms[WaitingReason.QUEUE_LIMIT] = queue.concurrency_limit - queue_active
+    if queue.key_limit is not None:
+        rooms[WaitingReason.KEY_LIMIT] = backlog.within_key_limit
+    if queue.rate_count is not None:
+        within = backlog.within_key_rate
+        rooms[WaitingReason.RATE] = within if rate_room is None else min(within, rate_room)
+    return rooms
 
 
 def _charge(held: dict[WaitingReason, int], kind: WaitingReason, runnable: int, room: int) -> int:

@@ -21,6 +21,20 @@ class WaitingReason(StrEnum):
     """The queue's rate (or, per key, its key's) has no room in the current window."""
 
 
+CONTROL_ORDER: tuple[WaitingReason, ...] = (
+    WaitingReason.QUEUE_PAUSED,
+    WaitingReason.QUEUE_LIMIT,
+    WaitingReason.KEY_LIMIT,
+    WaitingReason.RATE,
+)
+"""The order in which a queue's controls hold a claimable job back, stated once: the
+claim applies them so (``store.claims``: a paused queue gives nothing, a limited one at
+most its room, then each key's room, then the rate, so a job a limit refuses never takes
+the rate's room), ``waiting_reason`` names the first that holds, and the held-back
+arithmetic (``domain.backlog``) charges each control in turn.
+tests/contract/test_control_order.py checks that all three agree."""
+
+
 def waiting_reason(
     queue: QueueRecord | None,
     queue_active: int,
@@ -31,20 +45,18 @@ def waiting_reason(
     """Which control holds a claimable job of concurrency key ``key`` back, if any:
     ``queue_active`` and ``key_active`` are the queue's and the key's reserved and
     running jobs, ``rate_used`` what counts against the queue's rate now, per key (None:
-    not read). One reason, the first that applies in the claim's order (``store.claims``):
-    pause, the queue's limit, the per-key limit, then the rate."""
+    not read). One reason, the first in ``CONTROL_ORDER`` that holds."""
     if queue is None:
         return None
-    if queue.paused:
-        return WaitingReason.QUEUE_PAUSED
-    if queue.concurrency_limit is not None and queue_active >= queue.concurrency_limit:
-        return WaitingReason.QUEUE_LIMIT
-    if queue.key_limit is not None and key_active >= queue.key_limit:
-        return WaitingReason.KEY_LIMIT
     rate = _rate_of(queue)
-    if rate is not None and rate_used is not None and held_by_rate(rate, rate_used, key):
-        return WaitingReason.RATE
-    return None
+    holds = {
+        WaitingReason.QUEUE_PAUSED: queue.paused,
+        WaitingReason.QUEUE_LIMIT: queue.concurrency_limit is not None
+        and queue_active >= queue.concurrency_limit,
+        WaitingReason.KEY_LIMIT: queue.key_limit is not None and key_active >= queue.key_limit,
+        WaitingReason.RATE: rate is not None and rate_used is not None and held_by_rate(rate, rate_used, key),
+    }
+    return next((reason for reason in CONTROL_ORDER if holds[reason]), None)
 
 
 def _rate_of(queue: QueueRecord) -> QueueRate | None:

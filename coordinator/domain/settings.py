@@ -26,6 +26,16 @@ LEASE_RANGE_MS = (100, MS_PER_DAY)
 """The leases a worker may ask for, in its Hello or a heartbeat."""
 
 
+def describe_ms(ms: int) -> str:
+    """``ms`` as a bound's message says it, in the largest unit it is whole in:
+    ``24 h``, ``60 s``, ``100 ms``. Messages derive their bounds' text with it, so the
+    text cannot drift from the bound."""
+    for size, unit in ((MS_PER_HOUR, "h"), (60 * MS_PER_SECOND, "min"), (MS_PER_SECOND, "s")):
+        if ms and ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
 class SettingsError(ValueError):
     """A setting is out of its range; ``field`` names it."""
 
@@ -126,7 +136,7 @@ def _check_delay_pair(prefix: str, initial_ms: int, max_ms: int) -> None:
     low, high = DELAY_RANGE_MS
     for name, value in ((f"{prefix}_initial_delay", initial_ms), (f"{prefix}_max_delay", max_ms)):
         if not low <= value <= high:
-            raise SettingsError(name, f"must be 1 ms to 24 h, got {value} ms")
+            raise SettingsError(name, f"must be {describe_ms(low)} to {describe_ms(high)}, got {value} ms")
     if initial_ms > max_ms:
         raise SettingsError(
             f"{prefix}_initial_delay", f"initial delay {initial_ms} ms exceeds max delay {max_ms} ms"

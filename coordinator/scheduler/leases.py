@@ -21,6 +21,9 @@ def expire_leases(ops: WorkerOps) -> BatchAnswers:
     transaction, with the store, clock and random source the worker batches use."""
 
     def expire(tx: Tx) -> BatchAnswers:
+        # Read on each try (a try run again takes a fresh time). The lapsed rows are
+        # taken with SKIP LOCKED, so nothing waits between this reading and the rows it
+        # compares and stamps: the lapse is decided and stamped at the same time.
         now = ops.clock.now_ms()
         answers = BatchAnswers()
         writes = JobWrites(tx, now, answers)

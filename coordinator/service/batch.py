@@ -80,26 +80,29 @@ class WorkerOps:
         checked = check_items(self.jobs, batch.enqueues, enqueued_at) if batch.enqueues else []
 
         def body(tx: Tx) -> BatchAnswers:
-            return _BatchRun(tx, self, self.clock.now_ms()).run(batch, checked, enqueued_at)
+            # Each try reads its own times (``_BatchRun``): one run again after a lost
+            # connection or a conflict must not stamp the time its failed try began.
+            return _BatchRun(tx, self).run(batch, checked, enqueued_at)
 
         return self.store.transact(body, what="a worker batch")
-
-    def claim_in(self, tx: Tx, claims: Sequence[ClaimRequest]) -> BatchAnswers:
-        """These claims inside the caller's transaction (an enqueue's: its new jobs go
-        out with its commit), with every rule a worker batch's claims keep."""
-        return _BatchRun(tx, self, self.clock.now_ms()).run(WorkBatch(claims=list(claims)))
 
 
 class _BatchRun:
     """One batch inside one transaction; finds each attempt's job through its row and
-    keeps the freshest copy of each job it touched (by job ID)."""
+    keeps the freshest copy of each job it touched (by job ID).
 
-    def __init__(self, tx: Tx, ops: WorkerOps, now: int) -> None:
+    Its times are read after the locks the writes stamped with them waited for, never
+    before (issue 39): the worker messages' time once their attempts' rows are locked,
+    the claims' once ``Tx.claim`` has locked the queue rows and counted what its limits
+    keep. A stamp read before a wait could fall before the end of an attempt that
+    another replica committed meanwhile, and which the claim's counts already saw."""
+
+    def __init__(self, tx: Tx, ops: WorkerOps) -> None:
         self.tx = tx
         self.ops = ops
-        self.now = now
+        self.now = ops.clock.now_ms()
         self.answers = BatchAnswers()
-        self.writes = JobWrites(tx, now, self.answers)
+        self.writes = JobWrites(tx, self.now, self.answers)
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
         self._starts: list[tuple[str, str, int]] = []
@@ -110,6 +113,7 @@ class _BatchRun:
     ) -> BatchAnswers:
         ids = [m.attempt_id for m in batch.releases + batch.starts] + [r.attempt_id for r in batch.results]
         self._attempts, self._jobs = self.tx.attempts_with_their_jobs(filter(_well_formed, ids))
+        self._tick()  # the rows are locked: what the messages decide is decided from now
         for release in batch.releases:
             self._release(release)
         self.answers.starts = [self._start(start) for start in batch.starts]
@@ -140,6 +144,13 @@ class _BatchRun:
             self._claim(batch.claims)
         self.writes.flush()
         return self.answers
+
+    def _tick(self) -> int:
+        """Moves the batch's time to the clock's now (never back: a clock whose offset
+        was corrected may read earlier, R-13); the flush stamps each write with it."""
+        self.now = max(self.now, self.ops.clock.now_ms())
+        self.writes.now = self.now
+        return self.now
 
     def _count_starts(self) -> None:
         """Counts the starts granted so far against their queues' rates (issue 41)."""
@@ -283,7 +294,12 @@ class _BatchRun:
         """Claims, for each request, the jobs the store chooses (``Tx.claim``, R-17), and
         answers it with them and whether its queues are drained (``BatchAnswers.drained``)."""
         wanted = [ClaimWanted(r.queues, r.wire_names, r.count) for r in requests]
-        for request, found in zip(requests, self.tx.claim(wanted, self.now), strict=True):
+        # Claimable means due by the time read before the claim; the claims are stamped
+        # (and their leases counted) from a time read after its locks and counts, so a
+        # job is never claimed before it was due, nor before an end the counts saw.
+        chosen = self.tx.claim(wanted, self.now)
+        self._tick()
+        for request, found in zip(requests, chosen, strict=True):
             lease_until = self.now + request.lease_ms
             claimed = []
             for job in found.jobs:

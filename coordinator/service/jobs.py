@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Callable, Collection
-from typing import Any, TypeVar
+from collections.abc import Collection
+from typing import Any
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import Clock
@@ -39,8 +39,6 @@ from coordinator.validation import (
 from worker_sdk.trace_rules import trace_context_problem
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 MAX_KEY_LENGTH = 256
 """The ``jobs.idempotency_key`` and ``jobs.unique_key`` columns' size, in characters."""
@@ -76,20 +74,6 @@ class JobsService:
         return self.store.transact(
             lambda tx: insert_batch(tx, batch, order, now, reachable), what="an enqueue"
         )
-
-    def enqueue_then(
-        self, specs: list[NewJobSpec], then: Callable[[Tx], T], reachable: Collection[str] | None = None
-    ) -> tuple[list[Enqueued], T]:
-        """``enqueue``, then ``then`` in the same transaction (the dispatcher's claims for
-        workers waiting for work), both retried together on a conflict. What ``then``
-        returns is the caller's to act on once the transaction committed."""
-        now = self.clock.now_ms()
-        batch, order = self.checked_batch(specs, now, reachable)
-
-        def body(tx: Tx) -> tuple[list[Enqueued], T]:
-            return insert_batch(tx, batch, order, now, reachable), then(tx)
-
-        return self.store.transact(body, what="an enqueue")
 
     def checked_batch(
         self, specs: list[NewJobSpec], now: int, reachable: Collection[str] | None = None

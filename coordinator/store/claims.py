@@ -26,7 +26,8 @@ runs next (a limit per key, a rate, fair turns between keys) is one more step of
    jobs are fewer than its count (``store.claim_rates``, ``domain.rates``); the jobs
    handed out count as reserved. A claim held back by a rate tells its dispatcher when
    to try again (``wake_at_ms``). Limits come before the rate, so a job a limit refuses
-   never uses up the rate's room.
+   never uses up the rate's room (the order ``domain.flow.CONTROL_ORDER`` states, which
+   ``waiting_reason`` and the held-back counts follow too).
 
 On PostgreSQL a call for a single queue reads the queue's controls with its jobs in one
 statement (a claim at a light load then goes out after one read instead of two).

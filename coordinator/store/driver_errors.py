@@ -50,6 +50,20 @@ def sqlstate(exc: DBAPIError) -> str | None:
     return value if isinstance(value, str) else None
 
 
+UNIQUE_VIOLATION = "23505"
+"""PostgreSQL's SQLSTATE for an insert that hit a unique index or primary key."""
+SQLITE_UNIQUE_ERRORS = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
+
+
+def unique_violation(exc: DBAPIError) -> bool:
+    """Whether ``exc`` is an insert that hit a unique key (a key or ID another write took),
+    not another broken constraint (a NOT NULL, a CHECK, a foreign key): only the first is
+    a race that a try again settles."""
+    if sqlstate(exc) is not None:
+        return sqlstate(exc) == UNIQUE_VIOLATION
+    return getattr(exc.orig, "sqlite_errorname", None) in SQLITE_UNIQUE_ERRORS
+
+
 def connection_lost(exc: DBAPIError) -> bool:
     """Whether the connection itself failed: SQLAlchemy saw a disconnect, psycopg failed
     on the client side (no SQLSTATE: a refused or broken connection), or the server ended

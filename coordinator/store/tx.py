@@ -24,6 +24,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.claims import ClaimOps
+from coordinator.store.driver_errors import unique_violation
 from coordinator.store.errors import DuplicateKey
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs, remove_jobs
@@ -316,6 +317,8 @@ class Tx(ClaimOps, DependencyOps, AccessOps):
             if may_collide:
                 self._send_held()  # now, so that a taken key is told apart (one statement for both)
         except IntegrityError as exc:
+            if not unique_violation(exc):
+                raise  # a broken constraint, no race: the store reports it as it is (``driver_errors``)
             # Not the driver's text: its DETAIL quotes the key's value.
             raise DuplicateKey("a new job's idempotency key was taken by a concurrent enqueue") from exc
         self.count_jobs(Counter((job.queue, job.state.value) for job in new_jobs))

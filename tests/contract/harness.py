@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +34,7 @@ from coordinator.service.work import (
     BatchAnswers,
     Claimed,
     ClaimRequest,
+    EnqueueItem,
     HeartbeatRequest,
     ResultAnswer,
     ResultReport,
@@ -105,6 +106,19 @@ class Harness:
 
     def enqueue_specs(self, specs: list[NewJobSpec]) -> list[Enqueued]:
         return self.jobs.enqueue(specs)
+
+    def enqueue_claiming(
+        self, specs: Sequence[NewJobSpec], claims: Sequence[ClaimRequest]
+    ) -> tuple[list[Enqueued], BatchAnswers]:
+        """One enqueue call and ``claims`` in one worker batch, as the dispatcher writes
+        them (the claims come after the call's jobs and may take them); raises the
+        call's error if it failed."""
+        batch = WorkBatch(enqueues=[EnqueueItem(list(specs))], claims=list(claims))
+        answers = self.ops.process(batch)
+        [outcome] = answers.enqueued
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome, answers
 
     # -- the worker protocol, one message per batch -------------------------------------
 

@@ -5,7 +5,6 @@ dependents re-opens them; a batch can declare a whole workflow at once."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pytest
@@ -249,7 +248,7 @@ def test_an_enqueue_claiming_its_own_new_jobs_reads_parent_outputs_only_for_chil
     claims = [ClaimRequest("w", ("ready",), (WIRE,), 5, 60_000)]
 
     def enqueue(specs: list[NewJobSpec]) -> tuple[list[Any], BatchAnswers]:
-        return harness.jobs.enqueue_then(specs, functools.partial(harness.ops.claim_in, claims=claims))
+        return harness.enqueue_claiming(specs, claims)
 
     with sent_statements() as sent:
         _, answers = enqueue([NewJobSpec(WIRE, b"", queue="ready") for _ in range(2)])

@@ -270,3 +270,40 @@ def test_r14_an_enqueue_racing_another_with_the_same_key_returns_the_winner(post
 
     [enqueued] = outcome[0]  # type: ignore[misc]
     assert (enqueued.job_id, enqueued.existing) == (winner.id, True)
+
+
+def test_a_broken_constraint_is_not_reported_as_a_taken_key_nor_tried_again(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a unique key hit by another write is a race (``DuplicateKey``, tried again):
+    a job the internal API gives no concurrency key breaks the column's NOT NULL, which
+    is reported as the database error it is, once, and writes nothing."""
+    from coordinator.store import DuplicateKey, StoreError
+
+    before = harness.count_jobs()
+    spec = NewJobSpec(WIRE, b"{}", queue=QUEUE, concurrency_key=None)  # type: ignore[arg-type]
+    with caplog.at_level("INFO", logger="coordinator.store"), pytest.raises(StoreError) as raised:
+        harness.jobs.enqueue([spec])
+    assert not isinstance(raised.value, DuplicateKey)
+    assert not [r for r in caplog.records if "write conflict" in r.getMessage()]
+    assert "concurrency_key" in caplog.text  # the log names what broke
+    assert harness.count_jobs() == before
+
+
+def test_an_idempotency_key_taken_meanwhile_is_still_a_taken_key(harness: Harness) -> None:
+    """The unique index's hit stays ``DuplicateKey``: the insert tells the race apart."""
+    from coordinator.domain.evolve import evolve
+    from coordinator.store import DuplicateKey
+
+    harness.enqueue(queue=QUEUE, idempotency_key="taken")
+    [row] = [job for job in harness.all_jobs() if job.idempotency_key == "taken"]
+    copy = NewJobSpec(WIRE, b"{}", queue=QUEUE)
+    new = harness.jobs.checked_batch([copy], harness.clock.now_ms())[0][0].record
+    clash = evolve(new, idempotency_key="taken")
+
+    def insert(tx):  # type: ignore[no-untyped-def]
+        tx.insert_jobs([clash], harness.clock.now_ms())
+
+    with pytest.raises(DuplicateKey):
+        harness.store.transact(insert, what="a test")
+    assert [job.id for job in harness.all_jobs() if job.idempotency_key == "taken"] == [row.id]

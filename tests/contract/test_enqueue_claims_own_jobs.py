@@ -1,5 +1,6 @@
-"""An enqueue that claims for waiting workers in its own transaction (``WorkerOps.claim_in``)
-takes its new jobs in claim order with the jobs already waiting, never one job twice.
+"""An enqueue whose batch claims for waiting workers in the same transaction (an enqueue
+item of ``WorkerOps.process`` with the batch's claims) takes its new jobs in claim order
+with the jobs already waiting, never one job twice.
 
 On PostgreSQL a new job without a key is not sent before the claim read: the read cannot
 see it, and the transaction adds it itself (``Tx.claim``); the claim is then folded
@@ -40,7 +41,7 @@ def _enqueue_claiming(
     harness: Harness, specs: Sequence[NewJobSpec], requests: Sequence[ClaimRequest]
 ) -> tuple[list[str], BatchAnswers]:
     """Enqueues ``specs`` and claims for ``requests`` in one transaction."""
-    enqueued, answers = harness.jobs.enqueue_then(list(specs), lambda tx: harness.ops.claim_in(tx, requests))
+    enqueued, answers = harness.enqueue_claiming(specs, requests)
     return [item.job_id for item in enqueued], answers
 
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
@@ -37,9 +36,7 @@ def test_an_enqueue_that_claims_appends_its_count_deltas_once(harness: Harness) 
     claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 2, LEASE_MS)]
     specs = [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(3)]
     with sent_statements(executemany=True) as sent:
-        enqueued, answers = harness.jobs.enqueue_then(
-            specs, functools.partial(harness.ops.claim_in, claims=claims)
-        )
+        enqueued, answers = harness.enqueue_claiming(specs, claims)
     assert len(enqueued) == 3 and len(answers.claims[0]) == 2
     # Enqueued (+3 available), then claimed (-2 available, +2 reserved): one statement.
     assert _count(sent, r"INSERT INTO queue_count_deltas") == 1
@@ -131,7 +128,7 @@ def test_sessions_claiming_in_one_transaction_ask_again_only_where_work_may_be_l
     ]
     specs = [NewJobSpec(WIRE, b"{}", queue=QUEUE), NewJobSpec(other_wire, b"{}", queue=QUEUE)]
     with sent_statements(executemany=True) as sent:
-        _, answers = harness.jobs.enqueue_then(specs, functools.partial(harness.ops.claim_in, claims=claims))
+        _, answers = harness.enqueue_claiming(specs, claims)
     # worker-a asked for five, found one (of its wire name): the queue is empty of WIRE.
     assert [[c.job.wire_name for c in claimed] for claimed in answers.claims] == [
         [WIRE],
@@ -167,10 +164,7 @@ def test_an_enqueue_whose_claims_take_every_new_job_wakes_no_other_replica(harne
     notification is sent (SQLite, one process, never sends one)."""
     claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 5, LEASE_MS)]
     with sent_statements() as sent:
-        harness.jobs.enqueue_then(
-            [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(2)],
-            functools.partial(harness.ops.claim_in, claims=claims),
-        )
+        harness.enqueue_claiming([NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(2)], claims)
     assert _notifications(sent) == 0
     assert _counts(harness, QUEUE) == {JobState.RESERVED: 2}
 
@@ -178,10 +172,7 @@ def test_an_enqueue_whose_claims_take_every_new_job_wakes_no_other_replica(harne
 def test_jobs_an_enqueue_left_unclaimed_are_announced_once(harness: Harness) -> None:
     claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 1, LEASE_MS)]  # one of the two
     with sent_statements() as sent:
-        harness.jobs.enqueue_then(
-            [NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(2)],
-            functools.partial(harness.ops.claim_in, claims=claims),
-        )
+        harness.enqueue_claiming([NewJobSpec(WIRE, b"{}", queue=QUEUE) for _ in range(2)], claims)
         harness.jobs.enqueue([NewJobSpec(WIRE + ".nobody", b"{}", queue=QUEUE) for _ in range(3)])
     assert _notifications(sent) == (2 if harness.store.postgres else 0)  # one per transaction
     assert _counts(harness, QUEUE) == {JobState.RESERVED: 1, JobState.AVAILABLE: 4}

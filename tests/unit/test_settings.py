@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.domain.settings import JobSettings, SettingsError, SettingsLayer, resolve_settings
+from coordinator.domain.settings import (
+    JobSettings,
+    SettingsError,
+    SettingsLayer,
+    describe_ms,
+    resolve_settings,
+)
 
 SECOND = 1_000
 HOUR = 3_600 * SECOND
@@ -340,3 +346,26 @@ def test_r3_validation_applies_to_the_resolved_result_not_each_layer() -> None:
         SettingsLayer(retry_initial_delay_ms=90 * SECOND), SettingsLayer(retry_max_delay_ms=5 * 60 * SECOND)
     )
     assert (resolved.retry_initial_delay_ms, resolved.retry_max_delay_ms) == (90 * SECOND, 5 * 60 * SECOND)
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"), [(100, "100 ms"), (1, "1 ms"), (5 * SECOND, "5 s"), (90 * SECOND, "90 s"), (DAY, "24 h")]
+)
+def test_a_bound_is_described_in_the_largest_unit_it_is_whole_in(ms: int, text: str) -> None:
+    assert describe_ms(ms) == text
+
+
+def test_a_lease_out_of_range_is_refused_with_the_bounds_it_is_checked_against(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The message is derived from ``LEASE_RANGE_MS``: a changed bound changes it."""
+    from google.protobuf.duration_pb2 import Duration
+
+    from coordinator.api import worker_servicer
+    from coordinator.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"must be 100 ms to 24 h, got 50 ms"):
+        worker_servicer._lease_ms(Duration(nanos=50_000_000), "hello.lease")
+    monkeypatch.setattr(worker_servicer, "LEASE_RANGE_MS", (5 * SECOND, 2 * HOUR))
+    with pytest.raises(InvalidArgument, match=r"must be 5 s to 2 h, got 10800000 ms"):
+        worker_servicer._lease_ms(Duration(seconds=3 * 3_600), "heartbeat.lease")
