@@ -14,7 +14,8 @@ of one statement::
 
 Worth its code (benchmarks/LOG.md, 2026-12-07): sent one by one, the same writes cost
 an enqueue 4 statements instead of 1, a start 5 instead of 2, a result 6 instead of 3,
-and the coordinator 8-17% more CPU a job in every pair of a loaded sitting.
+and the coordinator 8-22% more CPU a job in each of 7 alternating pairs of ``runwick
+bench --engine postgres`` (load 4-17; throughput 0.70-1.06 of holding, lower in 6).
 
 One statement is one Sync: unlike psycopg's pipeline mode (``store.pg_cursor``), it
 leaves ``idle_in_transaction_session_timeout`` armed between any two statements.
@@ -32,9 +33,10 @@ What holding changes, and why it is safe:
   just before the commit. The transaction never commits past it: ``TxBase`` keeps the
   error and raises it again before the commit (``check_guards``) even if a caller caught
   it, unless a savepoint around the write rolled back. Sending a guarded update at once
-  instead would cost a claim and a start a round trip more and a result two (4, 3 and 5
-  statements instead of 3, 2 and 3) to tell the caller what no caller uses: every one
-  lets the transaction roll back whole and run again.
+  instead costs a claim and a start a round trip more and a result two (4, 3 and 5
+  statements instead of 3, 2 and 3; throughput 0.70-0.96 of holding and 4-19% more
+  coordinator CPU a job in all 7 pairs) to tell the caller what no caller uses: every
+  one lets the transaction roll back whole and run again.
 - An error of a held write (a lost connection, a constraint) surfaces at the statement
   that sends it. A write whose error the caller tells apart (a taken idempotency key)
   sends at once (``TxBase._send_held``).
