@@ -120,9 +120,9 @@ class TxBase:
         """A part of the transaction that fails alone (an enqueue among a batch's items):
         when the block raises, its writes are rolled back to a savepoint, and so is what
         this transaction remembers of them (counts, queues made, jobs to announce, a
-        failed guard); the rest of the transaction goes on. Held writes (PostgreSQL) are sent before the
-        savepoint, so they stay the transaction's, and at the block's end, so that an
-        error of the part's own writes is raised inside it."""
+        failed guard); the rest of the transaction goes on. Held writes (PostgreSQL) are
+        sent before the savepoint, so they stay the transaction's, and at the block's
+        end, so that an error of the part's own writes is raised inside it."""
         self._send_held()
         remembered = self._remembered()
         nested = self._connection.begin_nested()
