@@ -40,9 +40,9 @@ The caller writes the claims (``JobWrites.claim``: the reservation and the attem
 Until it does, the jobs it was handed stay claimable in the database, so a call remembers
 what it handed out: no job goes to two requests, and a request reads past those.
 
-New jobs of the transaction whose insert is still held (PostgreSQL, ``store.pg_held``) are
-merged in from the held rows: the reads run without sending them, so an enqueue's jobs
-are inserted already claimed (``pg_held.HeldWrites.fold``).
+Every read sees the transaction's own writes (held writes go out before it, PostgreSQL,
+``store.pg_held``): an enqueue that claims reads its new jobs from the database, as any
+other claim does.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from typing import Any
 
 from coordinator.domain import rates
 from coordinator.domain.records import JobRecord, QueueRecord
-from coordinator.domain.states import JobState, is_claimable
 from coordinator.store.claim_keys import MAX_KEY_ROUNDS, ClaimKeyOps, KeyRoom
 from coordinator.store.claim_rates import RateOps, key_of, rate_of
 from coordinator.store.claim_reads import (
@@ -65,8 +64,7 @@ from coordinator.store.claim_reads import (
 )
 from coordinator.store.claim_turns import ClaimTurnOps
 from coordinator.store.prepared import DriverRows
-from coordinator.store.rows import job_from_mapping, jobs_from
-from coordinator.store.schema import jobs
+from coordinator.store.rows import jobs_from
 
 _NO_LIMIT = 2**31
 """The room of a queue without a concurrency limit (a per-key limit or a rate decides)."""
@@ -188,7 +186,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             "wire_names": list(first.wire_names),
             "limit": self._limit(first),
         }
-        rows = CONTROLS_AND_CLAIMABLE.execute(self._reader, params)
+        rows = CONTROLS_AND_CLAIMABLE.execute(self._conn, params)
         head = rows.rows[0]
         record = None if head[0] is None else _controls(head)
         if record is None or (record.free and not record.keyed):
@@ -278,7 +276,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             return True
         if call.with_work is None:
             unpaused = [q for q in call.named if not (q in call.controls and call.controls[q].paused)]
-            call.with_work = frozenset(queues_with_work(self._reader, self._postgres, call.now_ms, unpaused))
+            call.with_work = frozenset(queues_with_work(self._conn, self._postgres, call.now_ms, unpaused))
         return queue in call.with_work
 
     # -- 3. ordered candidates ------------------------------------------------------------
@@ -329,9 +327,7 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             if self._holds_work(call, queue):
                 found += self._read_queue(call, queue, wire_names, limit, keys)
                 read += 1
-        unsent = self._unsent_claimable(call, still, names, limit, keys)
-        if read > 1 or unsent:
-            found += unsent
+        if read > 1:
             found.sort(key=_claim_order)
         found = found[:limit]
         if len(found) < limit:
@@ -371,35 +367,12 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         elif taken:
             read, past = claimable_past(self._postgres, taken)
             params.update(past)
-        found = list(jobs_from(self._read_locked(read, params, past_held_inserts=True)))
+        found = list(jobs_from(self._read_locked(read, params)))
         control = call.controls.get(queue)
         if control is None or not control.keyed:
             return found
         full = frozenset(keys.full()) if keys is not None else frozenset()
         return self.take_turns(queue, found, limit, wire_names, taken or [], full, call.now_ms)
-
-    def _unsent_claimable(
-        self, call: _Call, queues: Sequence[str], names: frozenset[str], limit: int, keys: KeyRoom | None
-    ) -> list[JobRecord]:
-        """The first ``limit`` claimable new jobs, in claim order, whose insert is still
-        held (PostgreSQL), as they stand: the claim reads let held inserts wait, so they
-        cannot see them. A job claimed in an earlier transaction step is folded into its
-        held row (``HeldWrites.fold``), so it is claimable no more."""
-        if not self._held:
-            return []
-        wanted = set(queues)
-        full = frozenset(keys.full()) if keys is not None else frozenset()
-        rows = [
-            row
-            for row in self._held.inserted(jobs)
-            if row["queue"] in wanted
-            and row["wire_name"] in names
-            and row["id"] not in call.taken
-            and row["concurrency_key"] not in full
-            and is_claimable(JobState(row["state"]), row["run_at_ms"], call.now_ms)
-        ]
-        rows.sort(key=lambda row: (-row["priority"], row["run_at_ms"], row["id"]))
-        return [job_from_mapping(row) for row in rows[:limit]]
 
 
 def _controls(head: Sequence[Any]) -> QueueRecord:

@@ -4,39 +4,48 @@ At a light load a job's three transactions made about 27 round trips to PostgreS
 most were writes nothing in between reads: an update of the job, its transition, its
 attempt, the queue's count deltas, the notification. Each round trip is a wake-up of the
 server and of the writer thread. So a transaction's writes are held until something else
-must run on its connection (a read, a write whose error must be told apart, the commit;
-``TxBase._conn``) and then go out together, each a data-modifying ``WITH`` part of one
-statement::
+must run on its connection (any read, a write whose error must be told apart, the
+commit; ``TxBase._conn``) and then go out together, each a data-modifying ``WITH`` part
+of one statement::
 
     WITH w0 AS (UPDATE jobs SET ... WHERE jobs.id = ... RETURNING 1),
          w1 AS (INSERT INTO transitions (...) SELECT * FROM unnest(...) AS v(...))
     SELECT (SELECT count(*) FROM w0)
+
+Worth its code (benchmarks/LOG.md, 2026-12-07): sent one by one, the same writes cost
+an enqueue 4 statements instead of 1, a start 5 instead of 2, a result 6 instead of 3,
+and the coordinator 8-22% more CPU a job in each of 7 alternating pairs of ``runwick
+bench --engine postgres`` (load 4-17; throughput 0.70-1.06 of holding, lower in 6).
 
 One statement is one Sync: unlike psycopg's pipeline mode (``store.pg_cursor``), it
 leaves ``idle_in_transaction_session_timeout`` armed between any two statements.
 
 What holding changes, and why it is safe:
 
+- Every read sees every write of its transaction: the held writes go out before it.
 - The parts of one statement run on one snapshot and do not see each other's changes.
   An update of a row that a held write already inserts or changes sends the held writes
   first (``HeldWrites.holds_any``). Foreign keys are checked when the whole statement
   has run, so an attempt may go with its job's update.
-- A guarded update's row count is checked when the writes go out: a failed guard raises
-  ``WriteConflict`` then instead of at the call, still before the commit, and the
-  transaction rolls back whole, as it did.
+- A guarded update's row count is checked when the writes go out, not at the call: a
+  failed guard raises ``WriteConflict`` naming the update (its conflict, the rows it
+  matched of those it must, its place among the held updates, its table), at the latest
+  just before the commit. The transaction never commits past it: ``TxBase`` keeps the
+  error and raises it again before the commit (``check_guards``) even if a caller caught
+  it, unless a savepoint around the write rolled back. Sending a guarded update at once
+  instead costs a claim and a start a round trip more and a result two (4, 3 and 5
+  statements instead of 3, 2 and 3; throughput 0.70-0.96 of holding and 4-19% more
+  coordinator CPU a job in all 7 pairs) to tell the caller what no caller uses: every
+  one lets the transaction roll back whole and run again.
 - An error of a held write (a lost connection, a constraint) surfaces at the statement
   that sends it. A write whose error the caller tells apart (a taken idempotency key)
   sends at once (``TxBase._send_held``).
-- An update of rows that a held insert creates is folded into that insert (``fold``):
-  the rows are inserted as the update leaves them, its guard checked against the row it
-  would have matched. An enqueue that claims its own new jobs so sends them once, already
-  claimed, after the claims went out to the workers (``Tx.claim``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Table
@@ -47,96 +56,48 @@ from coordinator.store.prepared import run_sql
 from coordinator.store.row_writes import RowUpdate
 
 _Part = tuple[Any, ...]
-"""One held write's shape: ("insert", table, columns), ("arrays", row_update) or
-("rows", row_update, row count); with the notification, a statement's shape. When sent,
-an insert of fewer than ``pg_arrays.MIN_ROWS`` rows becomes ("insert rows", table,
-columns, row count)."""
+"""One held write's shape: ("insert", table, columns) of arrays, ("insert rows", table,
+columns, row count) of plain values (fewer than ``pg_arrays.MIN_ROWS`` rows),
+("arrays", row_update) or ("rows", row_update, row count); with the notification, a
+statement's shape."""
 
 
 class HeldWrites:
     """The writes of one transaction not sent yet (see above)."""
 
-    __slots__ = ("_checks", "_inserted", "_notify", "_params", "_parts", "_written")
+    __slots__ = ("_checks", "_inserting", "_notify", "_params", "_parts", "_written")
 
     def __init__(self) -> None:
         self._parts: list[_Part] = []
         self._params: dict[str, Any] = {}
-        self._checks: list[tuple[int, str | None]] = []
-        """Per held update, in order: the rows it must change, and the conflict's text
-        (None: its count is not checked)."""
+        self._checks: list[tuple[int, str | None, str]] = []
+        """Per held update, in order: the rows it must change, the conflict's text (None:
+        its count is not checked), and the table it updates."""
         self._written: set[tuple[str, str, Any]] = set()
         """(table, column, value) of every row a held write inserts or changes: the first
         primary key column of an inserted row, the first key column of an updated one."""
+        self._inserting: set[str] = set()
+        """The tables the held inserts write."""
         self._notify: tuple[str, str] | None = None
-        self._inserted: dict[int, list[dict[str, Any]]] = {}
-        """Each held insert's rows (by its part's index), encoded only when sent: an
-        update folded into them (``fold``) may still change them."""
 
     def __bool__(self) -> bool:
         return bool(self._parts) or self._notify is not None
 
     def insert(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Holds the insert of ``rows`` (each with the same columns)."""
-        columns = tuple(rows[0])
-        self._inserted[len(self._parts)] = [dict(row) for row in rows]
-        self._parts.append(("insert", table, columns))
+        index, columns = len(self._parts), tuple(rows[0])
+        if len(rows) < pg_arrays.MIN_ROWS:
+            # A value a column: an array a column costs its encoding in Python (a few us
+            # each, 52 for an enqueue's claimed job) where a value costs almost none.
+            self._params.update(_row_values(index, rows, columns))
+            self._parts.append(("insert rows", table, columns, len(rows)))
+        else:
+            self._params.update(pg_arrays.arrays(f"w{index}_", table, [(c, c) for c in columns], rows))
+            self._parts.append(("insert", table, columns))
+        self._inserting.add(table.name)
         key = _first_primary_key(table)
         if key in columns:  # else the database numbers the rows: no later update names them
             self._written.update((table.name, key, row[key]) for row in rows)
-
-    def inserted(self, table: Table) -> Iterator[dict[str, Any]]:
-        """The rows the held inserts into ``table`` create, as they stand (with the
-        updates folded into them)."""
-        for _, rows in self._inserts_into(table):
-            yield from rows
-
-    def _inserts_into(self, table: Table) -> Iterator[tuple[tuple[str, ...], list[dict[str, Any]]]]:
-        """The held inserts into ``table``: the columns each names, and its rows."""
-        for index, part in enumerate(self._parts):
-            if part[0] == "insert" and part[1] is table:
-                yield part[2], self._inserted[index]
-
-    def only_inserts(self) -> bool:
-        """Whether every held write is an insert (and no notification is held): a read
-        then sees the database as these writes would leave it, but for their new rows."""
-        return self._notify is None and all(part[0] == "insert" for part in self._parts)
-
-    def fold(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]], conflict: str | None) -> bool:
-        """Applies ``row_update`` of ``rows`` to the held insert's rows when it creates
-        every one of them (found by the table's first primary key column), and says
-        whether it did; when not, nothing changed. A row whose key parameters do not all
-        equal the inserted row's columns is not updated, as the database would not match
-        it: with ``conflict`` that raises ``WriteConflict(conflict)``, as sending would."""
-        table = row_update.table
-        key = _first_primary_key(table)
-        param = next((param for param, column in row_update.keys if column == key), None)
-        if param is None or row_update.condition:  # a condition in SQL is the database's to test
-            return False
-        columns = {column for _, column in (*row_update.keys, *row_update.values)}
-        found = self._inserted_by_key(table, key, columns)
-        targets = [found.get(row[param]) for row in rows]
-        if not all(target is not None for target in targets):
-            return False
-        for row, target in zip(rows, targets, strict=True):
-            assert target is not None
-            if any(target[column] != row[name] for name, column in row_update.keys):
-                if conflict is not None:
-                    raise WriteConflict(conflict)
-                continue
-            for name, column in row_update.values:
-                target[column] = row[name]
-        return True
-
-    def _inserted_by_key(self, table: Table, key: str, columns: set[str]) -> dict[Any, dict[str, Any]]:
-        """The rows the held inserts into ``table`` create, by their ``key`` column, of
-        the inserts that name every one of ``columns`` (a column an insert leaves out
-        gets its default, which a folded update could not change)."""
-        return {
-            row[key]: row
-            for named, rows in self._inserts_into(table)
-            if columns.issubset(named)
-            for row in rows
-        }
 
     def holds_any(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]]) -> bool:
         """Whether a held write already inserts or changes one of ``rows`` (found by
@@ -148,14 +109,14 @@ class HeldWrites:
             return False
         table = row_update.table
         param, column = row_update.keys[0]
-        if column != _first_primary_key(table) and next(self._inserts_into(table), None) is not None:
+        if column != _first_primary_key(table) and table.name in self._inserting:
             return True
         return any((table.name, column, row[param]) in self._written for row in rows)
 
     def update(self, row_update: RowUpdate, rows: Sequence[Mapping[str, Any]], conflict: str | None) -> None:
         """Holds ``row_update`` of ``rows``; with ``conflict``, sending it raises
-        ``WriteConflict(conflict)`` unless every row matched. The caller has made sure no
-        held update changes the same rows (``holds_any``)."""
+        ``WriteConflict`` unless every row matched. The caller has made sure no held
+        write changes the same rows (``holds_any``)."""
         index = len(self._parts)
         table, (param, column) = row_update.table.name, row_update.keys[0]
         self._written.update((table, column, row[param]) for row in rows)
@@ -166,7 +127,7 @@ class HeldWrites:
         else:
             self._params.update(_row_values(index, rows, [param for param, _ in pairs]))
             self._parts.append(("rows", row_update, len(rows)))
-        self._checks.append((len(rows), conflict))
+        self._checks.append((len(rows), conflict, table))
 
     def notify(self, channel: str, payload: str) -> None:
         """Sends ``pg_notify(channel, payload)`` with the held writes."""
@@ -174,25 +135,19 @@ class HeldWrites:
 
     def send(self, conn: Connection) -> None:
         """Sends every held write (and the notification) as one statement, and checks the
-        guarded updates' row counts."""
+        guarded updates' row counts: a failed one raises ``WriteConflict`` naming it."""
         parts, params, checks, notify = self._parts, self._params, self._checks, self._notify
-        for index, rows in self._inserted.items():
-            table, columns = parts[index][1], parts[index][2]
-            if len(rows) < pg_arrays.MIN_ROWS:
-                # A value a column: an array a column costs its encoding in Python (a few
-                # us each, 52 for an enqueue's claimed job) where a value costs almost none.
-                parts[index] = ("insert rows", table, columns, len(rows))
-                params.update(_row_values(index, rows, columns))
-            else:
-                params.update(pg_arrays.arrays(f"w{index}_", table, [(c, c) for c in columns], rows))
-        self._parts, self._params, self._checks, self._written, self._notify = [], {}, [], set(), None
-        self._inserted = {}
+        self._parts, self._params, self._checks, self._notify = [], {}, [], None
+        self._written, self._inserting = set(), set()
         if notify is not None:
             params["notify_channel"], params["notify_payload"] = notify
         (counts,) = run_sql(conn, _statement(tuple(parts), notify is not None), params)
-        for count, (expected, conflict) in zip(counts, checks, strict=False):
+        for number, (count, (expected, conflict, table)) in enumerate(zip(counts, checks, strict=False)):
             if conflict is not None and count != expected:
-                raise WriteConflict(conflict)
+                raise WriteConflict(
+                    f"{conflict}: {count} of {expected} rows matched by held update {number + 1} of "
+                    f"{len(checks)} (of {table}; {len(parts)} writes sent together)"
+                )
 
 
 def _row_values(index: int, rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:

@@ -280,7 +280,9 @@ class Tx(ClaimOps, DependencyOps, AccessOps):
 
     def before_commit(self) -> None:
         """What goes out just before the commit (``Store`` calls it): the count deltas,
-        the notification and every write still held, in one statement on PostgreSQL."""
+        the notification and every write still held, in one statement on PostgreSQL;
+        nothing when a guard failed (``check_guards``)."""
+        self.check_guards()
         self.write_counts()
         self.send_notification()
         self._send_held()
@@ -290,9 +292,8 @@ class Tx(ClaimOps, DependencyOps, AccessOps):
         idempotency key is taken.
 
         ``ids_made_here``: no ID was chosen by a client, so only a key can collide. On
-        PostgreSQL jobs without keys are then held (``store.pg_held``): an enqueue that
-        claims them reads its claims first and sends its jobs with them, already claimed,
-        at the commit (``Tx.claim`` takes held jobs as claimable)."""
+        PostgreSQL jobs without keys are then held (``store.pg_held``), to go out with the
+        transaction's next statement (a claim's read, which so sees them, or the commit's)."""
         if not new_jobs:
             return
         may_collide = not ids_made_here or any(job.idempotency_key or job.unique_key for job in new_jobs)

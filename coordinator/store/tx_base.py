@@ -86,38 +86,43 @@ class TxBase:
         other replicas are notified of them at the commit (``Tx.send_notification``)."""
         self._notify_anyway = False
         """Other replicas are notified at the commit, whatever was claimed."""
+        self._failed_guard: WriteConflict | None = None
+        """A guarded write that matched too few rows, outside a savepoint rolled back
+        since: the transaction must not commit (``check_guards``), even if the error
+        was caught."""
 
     @property
     def _conn(self) -> Connection:
         """The transaction's connection, for a statement to run on now: on PostgreSQL
-        the held writes are sent first, so that whatever runs next sees them."""
+        the held writes are sent first, so that whatever runs next sees them (every read
+        of a transaction sees its every write, on both engines)."""
         self._send_held()
-        return self._connection
-
-    @property
-    def _reader(self) -> Connection:
-        """The connection for a read that held inserts cannot change: of a table they do
-        not write, or of new jobs the caller takes from the held inserts itself
-        (``ClaimOps._unsent_claimable``). When every held write is an insert they stay held, to go
-        out with later writes; else they are sent first (``_conn``)."""
-        if self._held and not self._held.only_inserts():
-            self._send_held()
         return self._connection
 
     def _send_held(self) -> None:
         """Sends the held writes now (PostgreSQL): before the commit, or so that an
         error of the last one held is raised here."""
         if self._held:
-            self._held.send(self._connection)
+            try:
+                self._held.send(self._connection)
+            except WriteConflict as conflict:
+                self._failed_guard = conflict
+                raise
+
+    def check_guards(self) -> None:
+        """Raises the transaction's failed guard again, if any: called before the
+        commit, so that no transaction commits past one (R-11)."""
+        if self._failed_guard is not None:
+            raise self._failed_guard
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         """A part of the transaction that fails alone (an enqueue among a batch's items):
         when the block raises, its writes are rolled back to a savepoint, and so is what
-        this transaction remembers of them (counts, queues made, jobs to announce);
-        the rest of the transaction goes on. Held writes (PostgreSQL) are sent before the
-        savepoint, so they stay the transaction's, and at the block's end, so that an
-        error of the part's own writes is raised inside it."""
+        this transaction remembers of them (counts, queues made, jobs to announce, a
+        failed guard); the rest of the transaction goes on. Held writes (PostgreSQL) are
+        sent before the savepoint, so they stay the transaction's, and at the block's
+        end, so that an error of the part's own writes is raised inside it."""
         self._send_held()
         remembered = self._remembered()
         nested = self._connection.begin_nested()
@@ -142,6 +147,7 @@ class TxBase:
             set(self._to_announce),
             self._notify_anyway,
             dict(self.rates_seen),
+            self._failed_guard,
         )
 
     def _recall(self, remembered: tuple[Any, ...]) -> None:
@@ -154,6 +160,7 @@ class TxBase:
             self._to_announce,
             self._notify_anyway,
             self.rates_seen,
+            self._failed_guard,
         ) = remembered
 
     def _locked(self, query: Select[Any], skip_locked: bool = False) -> Select[Any]:
@@ -163,13 +170,9 @@ class TxBase:
             return query.with_for_update(skip_locked=skip_locked)
         return query
 
-    def _read_locked(
-        self, query: Lockable, params: Mapping[str, Any], *, past_held_inserts: bool = False
-    ) -> DriverRows:
-        """Runs a prebuilt read with the lock this engine needs (see ``_locked``); with
-        ``past_held_inserts``, on ``_reader`` instead of ``_conn``."""
-        conn = self._reader if past_held_inserts else self._conn
-        return (query.locked if self._postgres else query.plain).execute(conn, params)
+    def _read_locked(self, query: Lockable, params: Mapping[str, Any]) -> DriverRows:
+        """Runs a prebuilt read with the lock this engine needs (see ``_locked``)."""
+        return (query.locked if self._postgres else query.plain).execute(self._conn, params)
 
     def _insert_rows(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
         """Inserts ``rows`` (each with the same columns): held on PostgreSQL (sent with
@@ -192,9 +195,7 @@ class TxBase:
             return
         if self._held is not None:
             if self._held.holds_any(row_update, rows):
-                if self._held.fold(row_update, rows, conflict):
-                    return  # rows a held insert creates: inserted as this leaves them
-                self._send_held()  # one statement cannot change a row twice
+                self._send_held()  # one statement's parts do not see each other's rows
             self._held.update(row_update, rows, conflict)
             return
         prepared = row_update.prepared
@@ -203,4 +204,5 @@ class TxBase:
         else:
             matched = sum(prepared.executemany(self._connection, [row]) for row in rows)
         if conflict is not None and matched != len(rows):
-            raise WriteConflict(conflict)
+            self._failed_guard = WriteConflict(conflict)
+            raise self._failed_guard

@@ -62,7 +62,7 @@ class QueueOps(QueueLifecycleOps):
             return {}
         found = {
             record.name: record
-            for record in queues_from(_QUEUES_BY_NAMES.execute(self._reader, {"names": wanted}))
+            for record in queues_from(_QUEUES_BY_NAMES.execute(self._conn, {"names": wanted}))
         }
         self.lock_queues(name for name, record in found.items() if not record.free and not record.paused)
         return found

@@ -1,8 +1,8 @@
 """R-17: what a claim may take is one rule, ``domain.states.is_claimable``, and every copy
 of it agrees with it on both engines: the SQL text the store's statements state
 (``CLAIMABLE_PREDICATE``), the predicates of the partial indexes in the live schema, the
-store's claim over committed rows, and its claim over rows still held in the transaction
-(PostgreSQL's held inserts, filtered in Python).
+store's claim over committed rows, and its claim over rows inserted in its own
+transaction (read back from the database on both engines: no copy in Python).
 
 Every job state, each with a run-at already due and one not due yet, is tried."""
 
@@ -119,8 +119,8 @@ def test_every_copy_of_the_claimable_rule_agrees_with_the_domain(harness: Harnes
 
 
 def test_a_claim_of_rows_inserted_in_its_own_transaction_keeps_the_same_rule(harness: Harness) -> None:
-    """On PostgreSQL these rows are still held (not sent) when the claim reads, so the
-    claim filters them in Python; on SQLite it reads them back."""
+    """The claim reads them back on both engines (PostgreSQL sends the held insert
+    first), so the SQL copy of the rule decides for them too."""
     queue = "rule-held"
     records = _jobs_in_every_state(harness, queue)
     now = harness.clock.now_ms()
