@@ -97,7 +97,7 @@ def _window_past_keys(taken: str, without_keys: str) -> Lockable:
         # and the outer query a WHERE), but an outer ORDER BY made it sort them in a temp
         # b-tree, so it pulled the whole window, every row decoded, before the first row
         # came out: 1.07 -> 0.46 ms a read of 64 of 10,000 keys, 0.33 -> 0.16 ms a read of 8
-        # (benchmarks/LOG.md, 2026-12-07).
+        # (the statement alone, load 1-3; benchmarks/LOG.md, 2026-12-07).
         return outer.limit(bindparam("limit", type_=Integer))
 
     return _WindowRead(window(locked=False), window(locked=True))

@@ -140,9 +140,10 @@ def _keys_with_heads(inclusive: bool) -> Prepared:
 
 
 _KEYS_WITH_HEADS_SQLITE = {inclusive: _keys_with_heads(inclusive) for inclusive in (False, True)}
-_HEAD_ID_AT = 1 + JOB_COLUMNS.index("id")
 """SQLite: the keys in turn and the next job of each, in one statement, for the common
 claim whose probe finds all the keys it wants (then each key's turn is one job)."""
+_HEAD_ID_AT = 1 + JOB_COLUMNS.index("id")
+"""Where a row of ``_KEYS_WITH_HEADS_SQLITE`` has its job's ID (None: the key has no job)."""
 
 _HEADS_POSTGRES = Prepared(
     text(
