@@ -15,6 +15,9 @@ probes pass over each in one step, however deep its backlog. When the claim's bo
 found nothing (the front of the queue is all such keys' jobs), the best priority is
 probed, and the next ones down when its keys have no room (``TURN_PRIORITY_LEVELS``).
 
+On SQLite the probe and the keys' next jobs are one statement when the probe finds all
+the keys the claim wants (each key's turn is then one job), and two otherwise.
+
 The key last served is remembered per queue by the store (``turn_memory.LastServed``):
 each store, so each replica, keeps its own, and a restart starts again from the first
 key; both only move where the turns start, never which jobs are claimable.
@@ -31,17 +34,18 @@ from sqlalchemy import BigInteger, Integer, bindparam, literal_column, text
 
 from coordinator.domain.records import JobRecord
 from coordinator.store.claim_reads import DUE
-from coordinator.store.prepared import Prepared
+from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.rows import jobs_from
 from coordinator.store.schema import CLAIMABLE_PREDICATE, JOB_COLUMNS
 from coordinator.store.tx_base import TxBase
 
 
-def _next_keys(inclusive: bool, postgres: bool) -> Prepared:
+def _keys_probe(inclusive: bool, postgres: bool) -> tuple[str, str]:
     # One index probe a key (ix_jobs_claim_turns: queue, priority, key), passing over a key
     # with no room (``:full_keys``) in its one probe; ``n`` counts the keys with room found
     # before a row's, so the recursion stops at ``count`` of them on both engines, after
-    # ``count`` plus the keys without room probes at most.
+    # ``count`` plus the keys without room probes at most. The CTE ``k``, and the test of
+    # a key without room (to format with the key's column).
     probe = (
         "(SELECT min(concurrency_key) FROM jobs WHERE jobs.queue = :queue AND "
         f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}})"
@@ -53,13 +57,18 @@ def _next_keys(inclusive: bool, postgres: bool) -> Prepared:
     )
     counts = f"(CASE WHEN {full.format('k.key')} THEN 0 ELSE 1 END)"
     first = probe.format(op=">=" if inclusive else ">", after=":after")
+    cte = (
+        f"WITH RECURSIVE k(key, n, s) AS (SELECT {first}, 0, 0 UNION ALL "
+        f"SELECT {probe.format(op='>', after='k.key')}, k.n + {counts}, k.s + 1 FROM k "
+        f"WHERE k.key IS NOT NULL AND k.n + {counts} < :count) "
+    )
+    return cte, full
+
+
+def _next_keys(inclusive: bool, postgres: bool) -> Prepared:
+    cte, full = _keys_probe(inclusive, postgres)
     return Prepared(
-        text(
-            f"WITH RECURSIVE k(key, n, s) AS (SELECT {first}, 0, 0 UNION ALL "
-            f"SELECT {probe.format(op='>', after='k.key')}, k.n + {counts}, k.s + 1 FROM k "
-            f"WHERE k.key IS NOT NULL AND k.n + {counts} < :count) "
-            f"SELECT key FROM k WHERE key IS NOT NULL AND NOT {full.format('key')} ORDER BY s"
-        )
+        text(f"{cte}SELECT key FROM k WHERE key IS NOT NULL AND NOT {full.format('key')} ORDER BY s")
         .bindparams(bindparam("count", type_=Integer))
         .columns(literal_column("key"))
     )
@@ -106,6 +115,36 @@ _HEADS_SQLITE = Prepared(
 statement a key, up to 64 a claim: one cut the store path's CPU per job of a keyed queue
 with a per-key limit from 0.70x to 0.83x of a queue without keys (benchmarks/key_claims.py,
 SQLite, 3 alternating runs a side, medians, load 6-9; benchmarks/LOG.md, 2026-12-06)."""
+
+
+def _keys_with_heads(inclusive: bool) -> Prepared:
+    # The probe of ``_next_keys`` and each key's next job, LEFT JOINed so that a key
+    # without one (of other wire names, not due, handed out) still says it was found.
+    cte, full = _keys_probe(inclusive, postgres=False)
+    head = (
+        "(SELECT jobs.id FROM jobs INDEXED BY ix_jobs_claim_turns WHERE " + _HEADS_WHERE + "AND "
+        "jobs.concurrency_key = turn.key AND jobs.wire_name IN (SELECT value FROM json_each(:wire_names)) "
+        "AND jobs.id NOT IN (SELECT value FROM json_each(:taken)) ORDER BY jobs.run_at_ms, jobs.id LIMIT 1)"
+    )
+    return Prepared(
+        text(
+            f"{cte}, turn(key, s) AS (SELECT key, s FROM k "
+            f"WHERE key IS NOT NULL AND NOT {full.format('key')}) "
+            "SELECT turn.key AS turn_key, "
+            + ", ".join(f"h.{column}" for column in JOB_COLUMNS)
+            + f" FROM turn LEFT JOIN jobs AS h ON h.id = {head} ORDER BY turn.s"
+        )
+        .bindparams(bindparam("count", type_=Integer), bindparam("now_ms", type_=BigInteger))
+        .columns(*(literal_column(name) for name in ("turn_key", *JOB_COLUMNS)))
+    )
+
+
+_KEYS_WITH_HEADS_SQLITE = {inclusive: _keys_with_heads(inclusive) for inclusive in (False, True)}
+"""SQLite: the keys in turn and the next job of each, in one statement, for the common
+claim whose probe finds all the keys it wants (then each key's turn is one job)."""
+_HEAD_ID_AT = 1 + JOB_COLUMNS.index("id")
+"""Where a row of ``_KEYS_WITH_HEADS_SQLITE`` has its job's ID (None: the key has no job)."""
+
 _HEADS_POSTGRES = Prepared(
     text(
         "SELECT "
@@ -139,14 +178,10 @@ class ClaimTurnOps(TxBase):
         jobs at the best priority each get a turn (see the module)."""
         if not in_order and not full_keys:
             return in_order  # nothing claimable: no key was passed over
-        found = self._turn_keys(queue, in_order, max(limit, 2), full_keys, now_ms)
-        if found is None:
+        turns = self._turns(queue, in_order, limit, wire_names, taken, full_keys, now_ms)
+        if turns is None:
             return in_order
-        priority, keys = found
-        if len(keys) <= 1 and len(in_order) >= limit:
-            return in_order
-        per = math.ceil(limit / len(keys))
-        heads = self._heads(queue, priority, keys, per, wire_names, list(taken), now_ms)
+        keys, heads, per = turns
         chosen: list[JobRecord] = []
         for turn in range(per):
             for key in keys:
@@ -156,6 +191,70 @@ class ClaimTurnOps(TxBase):
         picked = {job.id for job in chosen}
         chosen += [job for job in in_order if job.id not in picked][: limit - len(chosen)]
         return chosen
+
+    def _turns(
+        self,
+        queue: str,
+        in_order: list[JobRecord],
+        limit: int,
+        wire_names: Sequence[str],
+        taken: Sequence[str],
+        full_keys: frozenset[str],
+        now_ms: int,
+    ) -> tuple[list[str], dict[str, list[JobRecord]], int] | None:
+        """The keys taking turns, their next jobs by key and how many a key's turn takes
+        (``per``); None: the claim takes ``in_order`` as it is."""
+        count = max(limit, 2)
+        if in_order and not self._postgres:
+            priority = in_order[0].priority
+            quick = self._keys_with_heads(queue, priority, count, full_keys, wire_names, taken, now_ms)
+            if quick is not None:
+                return quick
+        found = self._turn_keys(queue, in_order, count, full_keys, now_ms)
+        if found is None:
+            return None
+        priority, keys = found
+        if len(keys) <= 1 and len(in_order) >= limit:
+            return None
+        per = math.ceil(limit / len(keys))
+        return keys, self._heads(queue, priority, keys, per, wire_names, list(taken), now_ms), per
+
+    def _keys_with_heads(
+        self,
+        queue: str,
+        priority: int,
+        count: int,
+        full_keys: frozenset[str],
+        wire_names: Sequence[str],
+        taken: Sequence[str],
+        now_ms: int,
+    ) -> tuple[list[str], dict[str, list[JobRecord]], int] | None:
+        """SQLite: the first probe of ``_keys_in_turn`` and each key's next job, in one
+        statement. When it finds all ``count`` keys (the keys after the one last served,
+        so no wrapping around) each key's turn is one job (``count`` is at least the
+        claim's size), as ``_heads`` would have read them; else None, and the claim probes
+        and reads its heads as usual. One statement less a claim: a keyed claim of 8 with a
+        per-key limit (10,000 keys) took 0.274 ms of the store's time against 0.282 and
+        0.314 with the probe and the heads apart (``Tx.claim`` timed on a fixed backlog,
+        variants alternating in one process, the least of 40 runs of 5 claims, two
+        sittings, load 13-15; benchmarks/LOG.md, 2026-12-07)."""
+        last = self.last_served.get(queue)
+        params: dict[str, Any] = {
+            "queue": queue,
+            "priority": priority,
+            "count": count,
+            "full_keys": json.dumps(sorted(full_keys)),
+            "after": "" if last is None else last,
+            "now_ms": now_ms,
+            "wire_names": json.dumps(list(wire_names)),
+            "taken": json.dumps(list(taken)),
+        }
+        rows = _KEYS_WITH_HEADS_SQLITE[last is None].execute(self._conn, params)
+        if len(rows.rows) < count:
+            return None
+        with_jobs = [row[1:] for row in rows.rows if row[_HEAD_ID_AT] is not None]
+        heads = {job.concurrency_key: [job] for job in jobs_from(DriverRows(rows.keys()[1:], with_jobs))}
+        return [row[0] for row in rows.rows], heads, 1
 
     def _turn_keys(
         self, queue: str, in_order: list[JobRecord], count: int, full_keys: frozenset[str], now_ms: int
