@@ -19,13 +19,13 @@ from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
 from coordinator.domain.clock import FakeClock
 from coordinator.service.executors import Executors
-from coordinator.service.work import BatchAnswers, StartAnswer, WorkBatch
+from coordinator.service.work import BatchAnswers, EnqueueItem, StartAnswer, WorkBatch
 from tests.support import eventually
 
 
 class GatedProcess:
-    """Answers every start granted and every claim empty, once the test opens the gate
-    of its batch."""
+    """Answers every start granted, every claim empty (its queues drained) and every
+    enqueue call written with no jobs, once the test opens the gate of its batch."""
 
     def __init__(self) -> None:
         self.started: list[list[str]] = []
@@ -51,6 +51,8 @@ class GatedProcess:
         return BatchAnswers(
             starts=[StartAnswer(m.attempt_id, True, 1) for m in batch.starts],
             claims=[[] for _ in batch.claims],
+            drained=[True for _ in batch.claims],
+            enqueued=[[] for _ in batch.enqueues],
         )
 
     def open(self, index: int) -> None:
@@ -261,6 +263,53 @@ async def test_credit_arriving_while_a_claim_is_in_flight_does_not_repeat_that_c
         await asyncio.sleep(0.05)  # room for a repeated claim, if one were made
         assert process.claimed_for == [["w1"], ["w2"]]
         assert [(s.credit, s.reserved) for s in (first, second)] == [(1, 0), (1, 0)]
+
+
+async def test_an_enqueue_written_beside_a_batch_without_claims_makes_no_claim_round_of_its_own(
+    executors: Executors,
+) -> None:
+    """Only a claim can read before an enqueue commits: a batch of worker messages
+    written alongside (a result's, at a light load) is no reason to claim again. Such a
+    round held the worker's credit when the next enqueue came, whose own claim then
+    had none to take its job with."""
+    process, dispatcher = _without_idle_rechecks(executors)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        session.add_credit(1)
+        await process.wait_for_batches(1)
+        process.open(0)  # the queues are empty: the session is drained
+        await eventually(lambda: session.credit == 1 and session.drained, what="the claim's answer")
+        session.start("a-1")
+        await process.wait_for_batches(1)  # batch 1: the start alone, still being written
+        enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
+        await process.wait_for_batches(1)  # batch 2: the enqueue and its claim, beside it
+        process.open(2)
+        assert await asyncio.wait_for(enqueued, 10) == []
+        process.open(1)
+        session.start("a-2")
+        await process.wait_for_batches(1)
+        assert process.started == [[], ["a-1"], [], ["a-2"]]
+        assert process.claimed_for == [["w"], [], ["w"], []]
+
+
+async def test_a_claim_made_while_an_enqueue_is_written_is_made_again_after_its_commit(
+    executors: Executors,
+) -> None:
+    """A claim that goes to the writer while an enqueue's batch is being written
+    (PostgreSQL) may read before that enqueue commits: news of its queues, again."""
+    process, dispatcher = _without_idle_rechecks(executors)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
+        await process.wait_for_batches(1)  # batch 0: the enqueue (nobody has credit)
+        session.add_credit(1)
+        await process.wait_for_batches(1)  # batch 1: the claim, beside the enqueue
+        process.open(1)  # it read before the enqueue committed: drained
+        await eventually(lambda: session.drained, what="the claim's answer")
+        process.open(0)
+        assert await asyncio.wait_for(enqueued, 10) == []
+        await process.wait_for_batches(1)
+        assert process.claimed_for == [[], ["w"], ["w"]]
 
 
 def test_in_flight_below_one_is_refused() -> None:
