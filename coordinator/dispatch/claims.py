@@ -5,7 +5,9 @@ same way through the fields of the session it is made for (``WorkerSession``):
 
 - credit arrives (``add_credit``): ``credit`` grows, never past the capacity less what
   is ``reserved``;
-- a claim is asked for (``reserve``): all the ``credit`` moves to ``reserved``;
+- a claim is asked for (``reserve``): the ``credit`` it asks for (``claim_count``: all,
+  or all but one outside an enqueue's batch) moves to ``reserved``, and
+  ``claim_may_be_stale`` is cleared (this claim reads later);
 - work is heard of (``hear_of_work``): ``drained`` is cleared, and
   ``claim_may_be_stale`` set while a claim is out;
 - the claim is answered (``hand_back``): ``reserved`` gives back what it asked, and
@@ -37,20 +39,36 @@ def with_credit(sessions: Iterable[WorkerSession]) -> list[WorkerSession]:
     return [s for s in sessions if s.credit > 0 and not s.draining and s.wire_names]
 
 
-def reserve(session: WorkerSession) -> ClaimRequest:
-    """A claim for all of ``session``'s credit, which is set aside (``reserved``) until
-    the claim is answered (``hand_back``): another claim must not spend it too."""
+def claim_count(session: WorkerSession, *, with_enqueues: bool) -> int:
+    """How much of ``session``'s credit a claim asks for: all of it in a batch that
+    writes enqueue calls; else one less, while that leaves some or a claim is out. A
+    batch without enqueue calls keeps one for the next enqueue's own claim, which
+    otherwise found every credit set aside at a light load (a claim made after a
+    result, or again after a stale one): its job then waited for a claim round of its
+    own after its commit, and that round for the next enqueue in turn."""
+    if with_enqueues or (session.credit <= 1 and not session.reserved):
+        return session.credit
+    return session.credit - 1
+
+
+def reserve(session: WorkerSession, count: int) -> ClaimRequest:
+    """A claim for ``count`` of ``session``'s credit, which is set aside (``reserved``)
+    until the claim is answered (``hand_back``): another claim must not spend it too.
+    This claim reads after any claim still out for the session, so whether that one
+    read too early (``claim_may_be_stale``) matters no more: this one sees what it
+    missed, or is made again (``Dispatcher._write``)."""
     request = ClaimRequest(
         session.worker_id,
         session.queues,
         session.wire_names,
-        session.credit,
+        count,
         session.lease_ms,
         token_id=session.token_id,
         token_queues=session.token_queues,
     )
-    session.reserved += session.credit
-    session.credit = 0
+    session.reserved += count
+    session.credit -= count
+    session.claim_may_be_stale = False
     return request
 
 

@@ -349,8 +349,10 @@ class Dispatcher:
         # run ended and gave its credit back: at a light load, that would be a claim
         # (and its credit set aside) after every result.
         for session in self.turns.order([s for s in claims.with_credit(self.sessions) if not s.drained]):
-            batch.claims.append(claims.reserve(session))
-            routes.claims.append(session)
+            count = claims.claim_count(session, with_enqueues=bool(batch.enqueues))
+            if count > 0:
+                batch.claims.append(claims.reserve(session, count))
+                routes.claims.append(session)
 
     def _launch(self, batch: WorkBatch, routes: Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""

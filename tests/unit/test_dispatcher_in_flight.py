@@ -312,6 +312,32 @@ async def test_a_claim_made_while_an_enqueue_is_written_is_made_again_after_its_
         assert process.claimed_for == [[], ["w"], ["w"]]
 
 
+async def test_an_enqueue_while_a_claim_is_out_claims_in_its_own_batch_and_the_claim_is_not_repeated(
+    executors: Executors,
+) -> None:
+    """A claim outside an enqueue's batch keeps one credit back: the enqueue that comes
+    while it is out claims its job in its own transaction, and the claim out, which
+    may have read before that enqueue, needs no second round (the enqueue's read after it)."""
+    process, dispatcher = _without_idle_rechecks(executors)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        session.add_credit(8)
+        await process.wait_for_batches(1)  # batch 0: the claim, for 7 of the 8
+        assert (session.credit, session.reserved) == (1, 7)
+        enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
+        await process.wait_for_batches(1)  # batch 1: the enqueue and its claim, for the kept one
+        assert process.claimed_for == [["w"], ["w"]]
+        process.open(1)
+        assert await asyncio.wait_for(enqueued, 10) == []
+        process.open(0)
+        await eventually(lambda: session.reserved == 0, what="both claims answered")
+        session.start("a-1")
+        await process.wait_for_batches(1)
+        assert process.started == [[], [], ["a-1"]]
+        assert process.claimed_for == [["w"], ["w"], []]
+        assert (session.credit, session.drained) == (8, True)
+
+
 def test_in_flight_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="batches_in_flight must be 1 or more"):
         Dispatcher(
