@@ -339,7 +339,8 @@ class Dispatcher:
         return batch, routes
 
     def _add_claims(self, batch: WorkBatch, routes: Routes) -> None:
-        """Claims for every session with credit, if a wake-up asked for them."""
+        """Claims for every session with credit, if a wake-up asked for them (for how
+        much of it: ``claims.claim_count``)."""
         news = self.wakeups.take_claim_news()
         if news is None:
             return

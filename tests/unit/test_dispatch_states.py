@@ -165,3 +165,16 @@ def test_a_claim_outside_an_enqueues_batch_keeps_one_credit_for_the_next_enqueue
     lone = dispatcher.open(WorkerHello("w1", ("default",), ("noop",), 1, 60_000))
     claims.add_credit(lone, 1)
     assert claims.claim_count(lone, with_enqueues=False) == 1
+
+
+def test_a_busy_workers_claim_takes_all_its_credit() -> None:
+    """With half its slots or fewer free, a worker is busy: nothing is kept back, or each
+    claim that took all it asked for would be followed by a claim for the one kept."""
+    dispatcher = Dispatcher(
+        _nothing_claimable, CONFIG, FakeClock(), Executors(postgres=False), lambda e: None
+    )
+    session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 8, 60_000))
+    claims.add_credit(session, 4)
+    assert claims.claim_count(session, with_enqueues=False) == 4
+    claims.add_credit(session, 1)
+    assert claims.claim_count(session, with_enqueues=False) == 4  # 5 of 8 free: kept one
