@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from domain_doubles import JOB_RECORD
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, claims
@@ -16,7 +17,7 @@ from coordinator.dispatch.dispatcher import TRANSITIONS, LoopState
 from coordinator.dispatch.wakeups import CLAIMS_AFTER, ClaimNews, Wake, Wakeups
 from coordinator.domain.clock import FakeClock
 from coordinator.service.executors import Executors
-from coordinator.service.work import BatchAnswers, WorkBatch
+from coordinator.service.work import BatchAnswers, Claimed, WorkBatch
 from tests.support import eventually
 
 CONFIG = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
@@ -148,6 +149,8 @@ def test_a_claim_outside_an_enqueues_batch_keeps_one_credit_for_the_next_enqueue
     )
     session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 4, 60_000))
     claims.add_credit(session, 4)
+    assert claims.claim_count(session, with_enqueues=False) == 4  # no claim ran dry yet
+    session.ran_dry = True  # as a claim answered with fewer jobs than it asked leaves it
     assert claims.claim_count(session, with_enqueues=False) == 3
     first = claims.reserve(session, 3)
     assert (session.credit, session.reserved) == (1, 3)
@@ -167,14 +170,19 @@ def test_a_claim_outside_an_enqueues_batch_keeps_one_credit_for_the_next_enqueue
     assert claims.claim_count(lone, with_enqueues=False) == 1
 
 
-def test_a_busy_workers_claim_takes_all_its_credit() -> None:
-    """With half its slots or fewer free, a worker is busy: nothing is kept back, or each
-    claim that took all it asked for would be followed by a claim for the one kept."""
+def test_a_claim_that_took_all_it_asked_for_keeps_nothing_back_next_time() -> None:
+    """While claims take all they ask for (a backlog), every claim takes all the credit:
+    one kept back would cost a claim round of its own after each of them."""
     dispatcher = Dispatcher(
         _nothing_claimable, CONFIG, FakeClock(), Executors(postgres=False), lambda e: None
     )
     session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 8, 60_000))
-    claims.add_credit(session, 4)
-    assert claims.claim_count(session, with_enqueues=False) == 4
-    claims.add_credit(session, 1)
-    assert claims.claim_count(session, with_enqueues=False) == 4  # 5 of 8 free: kept one
+    claims.add_credit(session, 8)
+    session.ran_dry = True
+    request = claims.reserve(session, claims.claim_count(session, with_enqueues=False))
+    assert request.count == 7
+    claimed = [Claimed(JOB_RECORD, f"a-{n}", 60_000) for n in range(7)]
+    answers = BatchAnswers(claims=[claimed], drained=[False])
+    refill = claims.hand_back([session], [request], answers, connected=set(), bounds=CONFIG.bounds)
+    assert refill and not session.ran_dry
+    assert claims.claim_count(session, with_enqueues=False) == session.credit == 1

@@ -322,19 +322,23 @@ async def test_an_enqueue_while_a_claim_is_out_claims_in_its_own_batch_and_the_c
     session = _session(dispatcher, "w", ("tests.echo",))
     async with _running(dispatcher, process):
         session.add_credit(8)
-        await process.wait_for_batches(1)  # batch 0: the claim, for 7 of the 8
+        await process.wait_for_batches(1)  # batch 0: a claim for all 8, which runs dry
+        process.open(0)
+        await eventually(lambda: session.ran_dry and session.credit == 8, what="its answer")
+        dispatcher.jobs_available()  # work heard of (a retry, another replica's job)
+        await process.wait_for_batches(1)  # batch 1: the claim, for 7 of the 8
         assert (session.credit, session.reserved) == (1, 7)
         enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
-        await process.wait_for_batches(1)  # batch 1: the enqueue and its claim, for the kept one
-        assert process.claimed_for == [["w"], ["w"]]
-        process.open(1)
+        await process.wait_for_batches(1)  # batch 2: the enqueue and its claim, for the kept one
+        assert process.claimed_for == [["w"], ["w"], ["w"]]
+        process.open(2)
         assert await asyncio.wait_for(enqueued, 10) == []
-        process.open(0)
+        process.open(1)
         await eventually(lambda: session.reserved == 0, what="both claims answered")
         session.start("a-1")
         await process.wait_for_batches(1)
-        assert process.started == [[], [], ["a-1"]]
-        assert process.claimed_for == [["w"], ["w"], []]
+        assert process.started == [[], [], [], ["a-1"]]
+        assert process.claimed_for == [["w"], ["w"], ["w"], []]
         assert (session.credit, session.drained) == (8, True)
 
 
