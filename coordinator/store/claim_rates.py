@@ -11,9 +11,10 @@ room back. No window of starts can then hold more than the count.
 A claim of a rated queue holds the queue's row lock (PostgreSQL, ``QueueOps.lock_queues``)
 from its reads to its commit, so replicas' claims of the queue count in turn. A start
 does not take the lock: it adds to its slot's counter (an upsert), and a claim reads the
-reserved jobs before the starts, so a start committing between the two reads is counted
-twice (the safe way), never missed. The counts are rows of the database: a restart
-grants nothing afresh.
+reserved jobs and the starts in one statement on PostgreSQL (one snapshot: a start is
+counted in one of the two); elsewhere the reserved jobs first, so a start committing
+between the two reads would be counted twice (the safe way), never missed. The counts
+are rows of the database: a restart grants nothing afresh.
 """
 
 from __future__ import annotations
