@@ -5,15 +5,19 @@ same way through the fields of the session it is made for (``WorkerSession``):
 
 - credit arrives (``add_credit``): ``credit`` grows, never past the capacity less what
   is ``reserved``;
-- a claim is asked for (``reserve``): all the ``credit`` moves to ``reserved``;
+- a claim is asked for (``reserve``): the ``credit`` it asks for (``claim_count``: all,
+  or all but one outside an enqueue's batch once a claim ran dry) moves to
+  ``reserved``, and
+  ``claim_may_be_stale`` is cleared (this claim reads later);
 - work is heard of (``hear_of_work``): ``drained`` is cleared, and
   ``claim_may_be_stale`` set while a claim is out;
 - the claim is answered (``hand_back``): ``reserved`` gives back what it asked, and
   ``credit`` gets what the claim did not use; ``drained`` is set from the answer and
   ``claim_may_be_stale`` cleared.
 
-Only this module changes those four fields; ``hand_back`` also hands the claimed jobs
-to the session as assignments, once their transaction has committed.
+Only this module changes those four fields (and ``ran_dry``, set from each answer);
+``hand_back`` also hands the claimed jobs to the session as assignments, once their
+transaction has committed.
 """
 
 from __future__ import annotations
@@ -37,20 +41,39 @@ def with_credit(sessions: Iterable[WorkerSession]) -> list[WorkerSession]:
     return [s for s in sessions if s.credit > 0 and not s.draining and s.wire_names]
 
 
-def reserve(session: WorkerSession) -> ClaimRequest:
-    """A claim for all of ``session``'s credit, which is set aside (``reserved``) until
-    the claim is answered (``hand_back``): another claim must not spend it too."""
+def claim_count(session: WorkerSession, *, with_enqueues: bool) -> int:
+    """How much of ``session``'s credit a claim asks for: all of it, but one less in a
+    batch without enqueue calls when its last claim ran dry (a light load) and that
+    leaves some or a claim is out. That one is kept for the next enqueue's own claim,
+    which otherwise found every credit set aside at a light load (a claim made after a
+    result, or again after a stale one): its job then waited for a claim round of its
+    own after its commit, and that round for the next enqueue in turn. While claims
+    take all they ask for, nothing is kept: kept back there, the credit made a one-job
+    claim round after every such claim (processing throughput fell by a third or more
+    on both engines, benchmarks/LOG.md 2026-12-07)."""
+    if with_enqueues or not session.ran_dry or (session.credit <= 1 and not session.reserved):
+        return session.credit
+    return session.credit - 1
+
+
+def reserve(session: WorkerSession, count: int) -> ClaimRequest:
+    """A claim for ``count`` of ``session``'s credit, which is set aside (``reserved``)
+    until the claim is answered (``hand_back``): another claim must not spend it too.
+    This claim reads after any claim still out for the session, so whether that one
+    read too early (``claim_may_be_stale``) matters no more: this one sees what it
+    missed, or is made again (``Dispatcher._write``)."""
     request = ClaimRequest(
         session.worker_id,
         session.queues,
         session.wire_names,
-        session.credit,
+        count,
         session.lease_ms,
         token_id=session.token_id,
         token_queues=session.token_queues,
     )
-    session.reserved += session.credit
-    session.credit = 0
+    session.reserved += count
+    session.credit -= count
+    session.claim_may_be_stale = False
     return request
 
 
@@ -88,6 +111,7 @@ def hand_back(
         if claimed and session in connected:
             session.assign(tuple(claimed))
         took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
+        session.ran_dry = not took_all_it_could
         missed_work = session.claim_may_be_stale
         session.claim_may_be_stale = False
         session.drained = empty and not missed_work

@@ -40,9 +40,9 @@ class Routes:
     """For each enqueue item, where its caller waits for what became of it."""
     work_queues: set[str] = field(default_factory=set)
     """Where the enqueue items make jobs claimable now."""
-    launch_number: int = 0
-    overlapped: bool = False
-    """Another batch was on the writer when this one was handed to it."""
+    claim_launches: int = 0
+    """How many batches with claims had gone to the writer once this one had: one more
+    by its answer means a claim that may have read before its commit."""
     retiring: list[WorkerSession] = field(default_factory=list)
     """Sessions to close once this batch is delivered (it has no claims for them)."""
     lost_unread: list[set[str]] = field(default_factory=list)

@@ -119,8 +119,8 @@ class Dispatcher:
         """One record per connected worker stream."""
         self._no_sessions = asyncio.Event()
         self.pending = PendingBatch()
-        self._launches = 0
-        """Batches handed to the writer so far."""
+        self._claim_launches = 0
+        """Batches with claims handed to the writer so far."""
         self._looping = False
         """``run`` is running (enqueue calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
@@ -339,7 +339,8 @@ class Dispatcher:
         return batch, routes
 
     def _add_claims(self, batch: WorkBatch, routes: Routes) -> None:
-        """Claims for every session with credit, if a wake-up asked for them."""
+        """Claims for every session with credit, if a wake-up asked for them (for how
+        much of it: ``claims.claim_count``)."""
         news = self.wakeups.take_claim_news()
         if news is None:
             return
@@ -349,13 +350,16 @@ class Dispatcher:
         # run ended and gave its credit back: at a light load, that would be a claim
         # (and its credit set aside) after every result.
         for session in self.turns.order([s for s in claims.with_credit(self.sessions) if not s.drained]):
-            batch.claims.append(claims.reserve(session))
-            routes.claims.append(session)
+            count = claims.claim_count(session, with_enqueues=bool(batch.enqueues))
+            if count > 0:
+                batch.claims.append(claims.reserve(session, count))
+                routes.claims.append(session)
 
     def _launch(self, batch: WorkBatch, routes: Routes) -> asyncio.Task[None]:
         """Hands ``batch`` to the writer now, and delivers its answers once written."""
-        self._launches += 1
-        routes.launch_number, routes.overlapped = self._launches, self.slots.writing > 0
+        if batch.claims:
+            self._claim_launches += 1
+        routes.claim_launches = self._claim_launches
         pending = self.executors.submit_write(self.process, batch)
         return self.slots.launch(pending, lambda answered: self._write(answered, batch, routes))
 
@@ -383,9 +387,14 @@ class Dispatcher:
             self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
-            if routes.work_queues and (routes.overlapped or routes.launch_number != self._launches):
-                # Another batch was written at the same time (PostgreSQL): its claims may
-                # have read before this one's enqueues committed. News of them, again.
+            if routes.work_queues and routes.claim_launches != self._claim_launches:
+                # A batch with claims went to the writer while this one was written
+                # (PostgreSQL): they may have read before this one's enqueues committed.
+                # News of them, again. (Claims of a batch already on the writer when this
+                # one was taken are marked stale by its news: ``claims.hear_of_work``.)
+                # Not after every overlap: a result's batch alongside made a claim round
+                # of its own after most light-load enqueues on PostgreSQL, which held the
+                # worker's credit when the next enqueue came.
                 for queue in sorted(routes.work_queues):
                     self.wakeups.wake(Wake.WORK, queue)
             self._launch_next()

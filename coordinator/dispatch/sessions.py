@@ -66,6 +66,10 @@ class WorkerSession:
     """Its last claim found its queues empty (``BatchAnswers.drained``) and no work was
     heard of since: credit coming back alone (a run ended) does not make it claim again.
     Any news of work clears it (``dispatch.claims.hear_of_work``)."""
+    ran_dry: bool = False
+    """Its last claim answered took fewer jobs than it could (its queues ran out: a light
+    load). Only such a session's claims outside an enqueue's batch keep a credit back
+    (``dispatch.claims.claim_count``)."""
     draining: bool = False
     number: int = field(default_factory=lambda: next(_session_numbers))
     outbox: asyncio.Queue[Delivery | None] = field(default_factory=asyncio.Queue)

@@ -129,9 +129,10 @@ def claimable_past(postgres: bool, taken: Sequence[str]) -> tuple[Lockable, dict
     return _PAST_TAKEN[postgres], {"taken": list(taken) if postgres else json.dumps(list(taken))}
 
 
-# PostgreSQL: the queue's controls and, when they let claims take from it, its claimable
-# jobs, in one statement. One row at least: the queue's (NULLs when it has none), with
-# NULL job columns when no job is claimed. The jobs are read as ``CLAIMABLE_IN_QUEUE``
+# PostgreSQL: the queue's controls and, when they let claims take from it as they find
+# its jobs (no control, or a queue-wide rate alone), its claimable jobs, in one
+# statement. One row at least: the queue's (NULLs when it has none), with NULL job
+# columns when no job is claimed. The jobs are read as ``CLAIMABLE_IN_QUEUE``
 # reads them (the same index walk, behind a filter on the queue's row evaluated once).
 _CONTROL_COLUMNS = (
     "q_name",
@@ -154,7 +155,7 @@ CONTROLS_AND_CLAIMABLE = Prepared(
         f"SELECT jobs.* FROM jobs WHERE jobs.queue = :queue AND {CLAIMABLE_PREDICATE} AND {DUE} "
         "AND jobs.wire_name = ANY(:wire_names) "
         "AND (q.name IS NULL OR (NOT q.paused AND q.concurrency_limit IS NULL "
-        "AND q.key_limit IS NULL AND NOT q.keyed AND q.rate_count IS NULL)) "
+        "AND q.key_limit IS NULL AND NOT q.keyed AND (q.rate_count IS NULL OR NOT q.rate_per_key))) "
         "ORDER BY jobs.priority DESC, jobs.run_at_ms, jobs.id LIMIT :limit "
         "FOR UPDATE OF jobs SKIP LOCKED"
         ") AS c ON true "

@@ -189,13 +189,26 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         rows = CONTROLS_AND_CLAIMABLE.execute(self._conn, params)
         head = rows.rows[0]
         record = None if head[0] is None else _controls(head)
-        if record is None or (record.free and not record.keyed):
+        if record is None or (record.free and not record.keyed) or self._rate_alone_read_first(record):
             with_jobs = [row for row in rows.rows if row[CONTROLS_AND_CLAIMABLE_JOB_ID_AT] is not None]
             call.prefetched[queue] = list(jobs_from(DriverRows(rows.keys(), with_jobs)))
         if record is not None:  # no row: no controls
             call.controls[queue] = record
             if not record.free and not record.paused:
                 self.lock_queues([record.name])  # before its active jobs are counted (``_room``)
+
+    def _rate_alone_read_first(self, queue: QueueRecord) -> bool:
+        """Whether the jobs ``CONTROLS_AND_CLAIMABLE`` read of a queue whose one control is
+        a queue-wide rate are its candidates: the rate's count, read after the queue's
+        lock, then admits them (they are row-locked meanwhile: no other claim takes
+        them). A read of their own was one more round trip of a rated queue's claim. Not
+        while this transaction holds job inserts: the lock's statement sends them, past
+        both that read and the held rows the claim would add (``_unsent_claimable``)."""
+        if queue.keyed or queue.paused or queue.concurrency_limit is not None or queue.key_limit is not None:
+            return False
+        if self._held is not None and next(self._held.inserted(jobs), None) is not None:
+            return False
+        return queue.rate_count is not None and not queue.rate_per_key
 
     def _eligible(self, call: _Call, names: Iterable[str]) -> tuple[tuple[str, ...], dict[str, int]]:
         """The queues a claim may take from: those without a limit, and for each limited

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from domain_doubles import JOB_RECORD
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, claims
@@ -16,7 +17,7 @@ from coordinator.dispatch.dispatcher import TRANSITIONS, LoopState
 from coordinator.dispatch.wakeups import CLAIMS_AFTER, ClaimNews, Wake, Wakeups
 from coordinator.domain.clock import FakeClock
 from coordinator.service.executors import Executors
-from coordinator.service.work import BatchAnswers, WorkBatch
+from coordinator.service.work import BatchAnswers, Claimed, WorkBatch
 from tests.support import eventually
 
 CONFIG = CoordinatorConfig(idle_interval_s=3600, idle_recheck_interval_s=3600)
@@ -122,7 +123,7 @@ def test_a_claim_moves_credit_to_reserved_and_its_answer_gives_back_what_it_did_
     session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 3, 60_000))
     claims.add_credit(session, 5)  # never past the capacity
     assert session.credit == 3
-    request = claims.reserve(session)
+    request = claims.reserve(session, claims.claim_count(session, with_enqueues=True))
     assert (request.count, session.credit, session.reserved) == (3, 0, 3)
     claims.add_credit(session, 1)  # none free while the claim is out
     claims.hear_of_work([session], frozenset({"default"}))
@@ -137,3 +138,51 @@ def test_a_claim_moves_credit_to_reserved_and_its_answer_gives_back_what_it_did_
     # Work came while the claim was out, which may have read too early: claim again.
     assert refill and (session.credit, session.reserved, session.drained) == (3, 0, False)
     assert not session.claim_may_be_stale
+
+
+def test_a_claim_outside_an_enqueues_batch_keeps_one_credit_for_the_next_enqueue() -> None:
+    """At a light load the next enqueue's own claim takes its job: a claim made after a
+    result (or made again) leaves it the credit to do so, as long as the worker has more
+    than one slot; a worker with one slot free and no claim out still claims it."""
+    dispatcher = Dispatcher(
+        _nothing_claimable, CONFIG, FakeClock(), Executors(postgres=False), lambda e: None
+    )
+    session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 4, 60_000))
+    claims.add_credit(session, 4)
+    assert claims.claim_count(session, with_enqueues=False) == 4  # no claim ran dry yet
+    session.ran_dry = True  # as a claim answered with fewer jobs than it asked leaves it
+    assert claims.claim_count(session, with_enqueues=False) == 3
+    first = claims.reserve(session, 3)
+    assert (session.credit, session.reserved) == (1, 3)
+    assert claims.claim_count(session, with_enqueues=False) == 0  # the kept one stays kept
+    assert claims.claim_count(session, with_enqueues=True) == 1
+    claims.hear_of_work([session], frozenset({"default"}))
+    assert session.claim_may_be_stale
+    second = claims.reserve(session, 1)  # the enqueue's claim reads after the first one
+    assert not session.claim_may_be_stale
+    answers = _nothing_claimable(WorkBatch(claims=[first, second]))
+    refill = claims.hand_back(
+        [session, session], [first, second], answers, connected={session}, bounds=CONFIG.bounds
+    )
+    assert not refill and (session.credit, session.reserved, session.drained) == (4, 0, True)
+    lone = dispatcher.open(WorkerHello("w1", ("default",), ("noop",), 1, 60_000))
+    claims.add_credit(lone, 1)
+    assert claims.claim_count(lone, with_enqueues=False) == 1
+
+
+def test_a_claim_that_took_all_it_asked_for_keeps_nothing_back_next_time() -> None:
+    """While claims take all they ask for (a backlog), every claim takes all the credit:
+    one kept back would cost a claim round of its own after each of them."""
+    dispatcher = Dispatcher(
+        _nothing_claimable, CONFIG, FakeClock(), Executors(postgres=False), lambda e: None
+    )
+    session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 8, 60_000))
+    claims.add_credit(session, 8)
+    session.ran_dry = True
+    request = claims.reserve(session, claims.claim_count(session, with_enqueues=False))
+    assert request.count == 7
+    claimed = [Claimed(JOB_RECORD, f"a-{n}", 60_000) for n in range(7)]
+    answers = BatchAnswers(claims=[claimed], drained=[False])
+    refill = claims.hand_back([session], [request], answers, connected=set(), bounds=CONFIG.bounds)
+    assert refill and not session.ran_dry
+    assert claims.claim_count(session, with_enqueues=False) == session.credit == 1

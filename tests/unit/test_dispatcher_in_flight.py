@@ -19,13 +19,13 @@ from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import Dispatcher, WorkerHello, WorkerSession
 from coordinator.domain.clock import FakeClock
 from coordinator.service.executors import Executors
-from coordinator.service.work import BatchAnswers, StartAnswer, WorkBatch
+from coordinator.service.work import BatchAnswers, EnqueueItem, StartAnswer, WorkBatch
 from tests.support import eventually
 
 
 class GatedProcess:
-    """Answers every start granted and every claim empty, once the test opens the gate
-    of its batch."""
+    """Answers every start granted, every claim empty (its queues drained) and every
+    enqueue call written with no jobs, once the test opens the gate of its batch."""
 
     def __init__(self) -> None:
         self.started: list[list[str]] = []
@@ -51,6 +51,8 @@ class GatedProcess:
         return BatchAnswers(
             starts=[StartAnswer(m.attempt_id, True, 1) for m in batch.starts],
             claims=[[] for _ in batch.claims],
+            drained=[True for _ in batch.claims],
+            enqueued=[[] for _ in batch.enqueues],
         )
 
     def open(self, index: int) -> None:
@@ -261,6 +263,83 @@ async def test_credit_arriving_while_a_claim_is_in_flight_does_not_repeat_that_c
         await asyncio.sleep(0.05)  # room for a repeated claim, if one were made
         assert process.claimed_for == [["w1"], ["w2"]]
         assert [(s.credit, s.reserved) for s in (first, second)] == [(1, 0), (1, 0)]
+
+
+async def test_an_enqueue_written_beside_a_batch_without_claims_makes_no_claim_round_of_its_own(
+    executors: Executors,
+) -> None:
+    """Only a claim can read before an enqueue commits: a batch of worker messages
+    written alongside (a result's, at a light load) is no reason to claim again. Such a
+    round held the worker's credit when the next enqueue came, whose own claim then
+    had none to take its job with."""
+    process, dispatcher = _without_idle_rechecks(executors)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        session.add_credit(1)
+        await process.wait_for_batches(1)
+        process.open(0)  # the queues are empty: the session is drained
+        await eventually(lambda: session.credit == 1 and session.drained, what="the claim's answer")
+        session.start("a-1")
+        await process.wait_for_batches(1)  # batch 1: the start alone, still being written
+        enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
+        await process.wait_for_batches(1)  # batch 2: the enqueue and its claim, beside it
+        process.open(2)
+        assert await asyncio.wait_for(enqueued, 10) == []
+        process.open(1)
+        session.start("a-2")
+        await process.wait_for_batches(1)
+        assert process.started == [[], ["a-1"], [], ["a-2"]]
+        assert process.claimed_for == [["w"], [], ["w"], []]
+
+
+async def test_a_claim_made_while_an_enqueue_is_written_is_made_again_after_its_commit(
+    executors: Executors,
+) -> None:
+    """A claim that goes to the writer while an enqueue's batch is being written
+    (PostgreSQL) may read before that enqueue commits: news of its queues, again."""
+    process, dispatcher = _without_idle_rechecks(executors)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
+        await process.wait_for_batches(1)  # batch 0: the enqueue (nobody has credit)
+        session.add_credit(1)
+        await process.wait_for_batches(1)  # batch 1: the claim, beside the enqueue
+        process.open(1)  # it read before the enqueue committed: drained
+        await eventually(lambda: session.drained, what="the claim's answer")
+        process.open(0)
+        assert await asyncio.wait_for(enqueued, 10) == []
+        await process.wait_for_batches(1)
+        assert process.claimed_for == [[], ["w"], ["w"]]
+
+
+async def test_an_enqueue_while_a_claim_is_out_claims_in_its_own_batch_and_the_claim_is_not_repeated(
+    executors: Executors,
+) -> None:
+    """A claim outside an enqueue's batch keeps one credit back: the enqueue that comes
+    while it is out claims its job in its own transaction, and the claim out, which
+    may have read before that enqueue, needs no second round (the enqueue's read after it)."""
+    process, dispatcher = _without_idle_rechecks(executors)
+    session = _session(dispatcher, "w", ("tests.echo",))
+    async with _running(dispatcher, process):
+        session.add_credit(8)
+        await process.wait_for_batches(1)  # batch 0: a claim for all 8, which runs dry
+        process.open(0)
+        await eventually(lambda: session.ran_dry and session.credit == 8, what="its answer")
+        dispatcher.jobs_available()  # work heard of (a retry, another replica's job)
+        await process.wait_for_batches(1)  # batch 1: the claim, for 7 of the 8
+        assert (session.credit, session.reserved) == (1, 7)
+        enqueued = asyncio.create_task(dispatcher.enqueue(EnqueueItem([]), {"default"}))
+        await process.wait_for_batches(1)  # batch 2: the enqueue and its claim, for the kept one
+        assert process.claimed_for == [["w"], ["w"], ["w"]]
+        process.open(2)
+        assert await asyncio.wait_for(enqueued, 10) == []
+        process.open(1)
+        await eventually(lambda: session.reserved == 0, what="both claims answered")
+        session.start("a-1")
+        await process.wait_for_batches(1)
+        assert process.started == [[], [], [], ["a-1"]]
+        assert process.claimed_for == [["w"], ["w"], ["w"], []]
+        assert (session.credit, session.drained) == (8, True)
 
 
 def test_in_flight_below_one_is_refused() -> None:
