@@ -201,12 +201,9 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         """Whether the jobs ``CONTROLS_AND_CLAIMABLE`` read of a queue whose one control is
         a queue-wide rate are its candidates: the rate's count, read after the queue's
         lock, then admits them (they are row-locked meanwhile: no other claim takes
-        them). A read of their own was one more round trip of a rated queue's claim. Not
-        while this transaction holds job inserts: the lock's statement sends them, past
-        both that read and the held rows the claim would add (``_unsent_claimable``)."""
+        them). A read of their own was one more round trip of a rated queue's claim. The
+        read sees this transaction's own new jobs: held writes go out before it."""
         if queue.keyed or queue.paused or queue.concurrency_limit is not None or queue.key_limit is not None:
-            return False
-        if self._held is not None and next(self._held.inserted(jobs), None) is not None:
             return False
         return queue.rate_count is not None and not queue.rate_per_key
 
