@@ -125,7 +125,7 @@ class Dispatcher:
         self._launches = 0
         """Batches handed to the writer so far."""
         self._looping = False
-        """``run`` is running (enqueue calls join its batches only then)."""
+        """``run`` is running (enqueue and cancel calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
         """Set when a batch is taken: enqueue and cancel calls waiting for room try again."""
         self.wakeups = Wakeups(config, clock)
@@ -259,9 +259,9 @@ class Dispatcher:
         """Adds an enqueue call to the next batch and returns what became of it once that
         batch committed (or the error that failed it, or the whole batch). The batch
         claims for the sessions waiting on ``due_queues`` (where the call makes jobs
-        claimable now) after writing it, in the same transaction. While the enqueue
-        items waiting hold ``max_pending_enqueue_jobs`` jobs, the call waits for the
-        next batch to be taken (one call alone is always taken, whatever its size)."""
+        claimable now) after writing it, in the same transaction. While the calls
+        waiting hold ``max_pending_enqueue_jobs`` jobs, the call waits for the next batch
+        to be taken (one call alone is always taken, whatever its size)."""
         await self._room_for(len(item.specs))
         answered = self.pending.add_enqueue(item, due_queues)
         for queue in sorted(due_queues):
