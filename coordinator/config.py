@@ -164,8 +164,9 @@ class CoordinatorConfig:
     default_page_size: int = 100
     """Page size when the request leaves it unset (clamped to ``bounds.max_page_size``)."""
     max_pending_enqueue_jobs: int = 10_000
-    """Most jobs of enqueue calls waiting, all together, for the next write: past it a
-    new call waits until that batch is taken (its deadline still holds). A single call
+    """Most jobs of enqueue calls waiting, all together, for the next write (a
+    single-job cancel waiting counts as one): past it a new call waits until that batch
+    is taken (its deadline still holds). A single call
     is always taken, whatever its size; the next batch writes them all in one
     transaction, so this also bounds that transaction's enqueues."""
     batch_window_ms: int = 0

@@ -28,7 +28,7 @@ from coordinator.service.bulk import (
 )
 from coordinator.service.retention import check_purge
 from coordinator.service.search import JobSearchService
-from coordinator.service.work import EnqueueItem, WorkBatch
+from coordinator.service.work import CancelItem, EnqueueItem, WorkBatch
 from coordinator.validation import require_id
 
 DEFAULT_WAIT_MS = 30_000
@@ -139,10 +139,20 @@ class JobCalls(CoordinatorCore):
         return job
 
     async def cancel(self, job_id: str, actor: Actor) -> JobRecord:
-        """R-8 (audited): the job after the write, cancelled or running with the request."""
-        managed = await self.executors.write(self.manage.cancel, job_id, actor)
-        self._absorb(managed.effects)
-        return managed.job
+        """R-8 (audited): the job after the write, cancelled or running with the request.
+        Like an enqueue, the call is an item of the writer's next batch
+        (``Dispatcher.cancel``), under its own savepoint, and answered only once that batch
+        committed; a refused cancel fails alone. Its ID is checked before it is queued."""
+        item = CancelItem(require_id("id", job_id), actor)
+        if self.dispatcher.takes_enqueues:
+            outcome = await self.dispatcher.cancel(item)
+        else:  # no loop to write it: not started, or stopping (it may have written its last batch)
+            answers = await self.executors.write(self.ops.process, WorkBatch(cancels=[item]))
+            outcome = answers.cancelled[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        self._absorb(outcome.effects)
+        return outcome.job
 
     async def retry(
         self, job_id: str, actor: Actor, *, include_dependents: bool = False

@@ -3,8 +3,8 @@ which session sent each item, until the loop takes it for the writer.
 
 It is bounded: ``items`` counts the starts, heartbeats, results and releases in it, and
 stream readers wait while it is at ``StreamBounds.max_pending_batch_items``; its enqueue
-calls are bounded apart, by the jobs they carry (``enqueued_jobs``, which
-``Dispatcher.enqueue`` keeps under ``max_pending_enqueue_jobs``). A session
+and cancel calls are bounded apart, by the jobs they carry (``backlog``: a cancel counts
+as one, and ``Dispatcher`` keeps it under ``max_pending_enqueue_jobs``). A session
 has at most one heartbeat in it: a later one takes the earlier one's place, since only
 the latest set of held attempts matters.
 """
@@ -17,8 +17,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from coordinator.dispatch.sessions import WorkerSession
+from coordinator.service.cancel_items import CancelOutcome
 from coordinator.service.work import (
     AttemptMessage,
+    CancelItem,
     EnqueueItem,
     EnqueueOutcome,
     HeartbeatRequest,
@@ -38,6 +40,8 @@ class Routes:
     releases: list[WorkerSession] = field(default_factory=list)
     enqueues: list[asyncio.Future[EnqueueOutcome]] = field(default_factory=list)
     """For each enqueue item, where its caller waits for what became of it."""
+    cancels: list[asyncio.Future[CancelOutcome]] = field(default_factory=list)
+    """For each cancel item, likewise."""
     work_queues: set[str] = field(default_factory=set)
     """Where the enqueue items make jobs claimable now."""
     claim_launches: int = 0
@@ -98,6 +102,18 @@ class PendingBatch:
         self.routes.work_queues.update(due_queues)
         self.enqueued_jobs += len(item.specs)
         return answered
+
+    def add_cancel(self, item: CancelItem) -> asyncio.Future[CancelOutcome]:
+        """Adds a single-job cancel; the future resolves once its batch was written."""
+        answered: asyncio.Future[CancelOutcome] = asyncio.get_running_loop().create_future()
+        self.batch.cancels.append(item)
+        self.routes.cancels.append(answered)
+        return answered
+
+    @property
+    def backlog(self) -> int:
+        """The jobs the calls waiting carry: an enqueue's jobs, one per cancel."""
+        return self.enqueued_jobs + len(self.batch.cancels)
 
     def add_heartbeat(
         self, session: WorkerSession, attempt_ids: Sequence[str], lease_ms: int, progress: Mapping[str, str]

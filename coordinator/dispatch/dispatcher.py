@@ -39,6 +39,7 @@ from collections.abc import Set as AbstractSet
 from coordinator.config import CoordinatorConfig
 from coordinator.dispatch import claims, heartbeats
 from coordinator.dispatch.answers import CANCEL_REASON, route_answers
+from coordinator.dispatch.calls import answer_calls
 from coordinator.dispatch.collecting import PendingBatch, Routes
 from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
 from coordinator.dispatch.sessions import WorkerSession
@@ -46,11 +47,13 @@ from coordinator.dispatch.wakeups import Wake, Wakeups
 from coordinator.dispatch.writer_slots import WriterSlots
 from coordinator.domain.bounds import STREAM_BOUNDS, StreamBounds
 from coordinator.domain.clock import Clock
+from coordinator.service.cancel_items import CancelOutcome
 from coordinator.service.effects import Effects
 from coordinator.service.executors import Executors
 from coordinator.service.work import (
     NO_PROGRESS,
     BatchAnswers,
+    CancelItem,
     ClaimRequest,
     EnqueueItem,
     EnqueueOutcome,
@@ -122,9 +125,9 @@ class Dispatcher:
         self._claim_launches = 0
         """Batches with claims handed to the writer so far."""
         self._looping = False
-        """``run`` is running (enqueue calls join its batches only then)."""
+        """``run`` is running (enqueue and cancel calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
-        """Set when a batch is taken: enqueue calls waiting for room try again."""
+        """Set when a batch is taken: enqueue and cancel calls waiting for room try again."""
         self.wakeups = Wakeups(config, clock)
         self.turns = claims.Turns()
         self._retiring: list[WorkerSession] = []
@@ -243,34 +246,45 @@ class Dispatcher:
         if effects.next_run_at_ms is not None:
             self.wakeups.due(effects.next_run_at_ms)
 
-    # -- enqueue calls, items of the batch -------------------------------------------------
+    # -- enqueue and cancel calls, items of the batch ---------------------------------------
 
     @property
     def takes_enqueues(self) -> bool:
-        """Whether an enqueue call may join the batch: while the loop runs, and not once
-        it is stopping (it may have written its last batch). Otherwise the caller writes
-        the call on its own."""
+        """Whether an enqueue or cancel call may join the batch: while the loop runs, and
+        not once it is stopping (it may have written its last batch). Otherwise the caller
+        writes the call on its own."""
         return self._looping and self.phase is not Phase.STOPPING
 
     async def enqueue(self, item: EnqueueItem, due_queues: AbstractSet[str]) -> EnqueueOutcome:
         """Adds an enqueue call to the next batch and returns what became of it once that
         batch committed (or the error that failed it, or the whole batch). The batch
         claims for the sessions waiting on ``due_queues`` (where the call makes jobs
-        claimable now) after writing it, in the same transaction. While the enqueue
-        items waiting hold ``max_pending_enqueue_jobs`` jobs, the call waits for the
-        next batch to be taken (one call alone is always taken, whatever its size)."""
-        wanted = len(item.specs)
-        while self.pending.enqueued_jobs and (
-            self.pending.enqueued_jobs + wanted > self.config.max_pending_enqueue_jobs
-        ):
-            self._enqueue_room.clear()
-            await self._enqueue_room.wait()
+        claimable now) after writing it, in the same transaction. While the calls
+        waiting hold ``max_pending_enqueue_jobs`` jobs, the call waits for the next batch
+        to be taken (one call alone is always taken, whatever its size)."""
+        await self._room_for(len(item.specs))
         answered = self.pending.add_enqueue(item, due_queues)
         for queue in sorted(due_queues):
             self.wakeups.wake(Wake.WORK, queue)
         if not due_queues:
             self.wakeups.wake(Wake.MESSAGE)
         return await answered
+
+    async def cancel(self, item: CancelItem) -> CancelOutcome:
+        """Adds a single-job cancel to the next batch and returns what became of it once
+        that batch committed (or the error that failed the whole batch). It waits for
+        room as an enqueue call of one job does (``max_pending_enqueue_jobs``)."""
+        await self._room_for(1)
+        answered = self.pending.add_cancel(item)
+        self.wakeups.wake(Wake.MESSAGE)  # a cancel makes no job claimable: no claims
+        return await answered
+
+    async def _room_for(self, jobs: int) -> None:
+        """Waits while the calls waiting (``PendingBatch.backlog``) and ``jobs`` more would
+        pass ``max_pending_enqueue_jobs``, until the next batch is taken."""
+        while self.pending.backlog and self.pending.backlog + jobs > self.config.max_pending_enqueue_jobs:
+            self._enqueue_room.clear()
+            await self._enqueue_room.wait()
 
     def _hand_back(
         self, sessions: list[WorkerSession], requests: list[ClaimRequest], answers: BatchAnswers
@@ -323,7 +337,7 @@ class Dispatcher:
     def _take(self) -> tuple[WorkBatch, Routes]:
         was_full = self.pending.items >= self.stream_bounds.max_pending_batch_items
         batch, routes = self.pending.take()
-        if batch.enqueues:
+        if batch.enqueues or batch.cancels:
             self._enqueue_room.set()
         if was_full:
             for session in self.sessions:
@@ -383,7 +397,8 @@ class Dispatcher:
             log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
             for session in routes.sessions():
                 session.close()
-            _answer_enqueues(routes, failed=failure)
+            answer_calls(routes.enqueues, failed=failure)
+            answer_calls(routes.cancels, failed=failure)
             self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
@@ -399,7 +414,8 @@ class Dispatcher:
                     self.wakeups.wake(Wake.WORK, queue)
             self._launch_next()
             route_answers(answers, routes, batch)
-            _answer_enqueues(routes, answers.enqueued)
+            answer_calls(routes.enqueues, answers.enqueued)
+            answer_calls(routes.cancels, answers.cancelled)
             if routes.claims:
                 self.claim_rounds += 1
             self.on_effects(answers)
@@ -467,17 +483,3 @@ class Dispatcher:
     def close_sessions(self) -> None:
         for session in list(self.sessions):
             session.close()
-
-
-def _answer_enqueues(
-    routes: Routes, outcomes: Sequence[EnqueueOutcome] = (), failed: BaseException | None = None
-) -> None:
-    """Tells each enqueue call of a written batch what became of it: its outcome, or
-    the error that failed the whole batch (nothing of it was written)."""
-    for at, answered in enumerate(routes.enqueues):
-        if answered.done():  # its caller gave up (the RPC was cancelled)
-            continue
-        if failed is not None:
-            answered.set_exception(failed)
-        else:
-            answered.set_result(outcomes[at])

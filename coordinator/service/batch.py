@@ -1,5 +1,6 @@
 """The worker protocol's writes, batched: claims, starts, heartbeats, results and
-releases, each batch in one transaction (docs/scaling.md).
+releases, with the enqueue and cancel calls pending, each batch in one transaction
+(docs/scaling.md).
 
 Every job write is conditional on the state and history sequence read in the same
 transaction (R-11); rows are locked on PostgreSQL, and SQLite has a single writer.
@@ -32,9 +33,11 @@ from coordinator.errors import (
     NotFound,
     PermissionDenied,
 )
+from coordinator.service.cancel_items import write_cancels
 from coordinator.service.effects import RunStarted
 from coordinator.service.enqueue_items import CheckedItem, check_items, write_items
 from coordinator.service.jobs import JobsService
+from coordinator.service.manage import ManagementService
 from coordinator.service.work import (
     AttemptMessage,
     BatchAnswers,
@@ -71,6 +74,8 @@ class WorkerOps:
         self.rng = rng or random.Random()
         self.jobs = jobs or JobsService(store, clock, config, self.rng)
         """Checks the batch's enqueue items (``service.enqueue_items``)."""
+        self.manage = ManagementService(store, clock)
+        """Carries out the batch's cancel items (``service.cancel_items``)."""
 
     def process(self, batch: WorkBatch) -> BatchAnswers:
         """Carries out a whole batch in one transaction, retried whole on a conflict. Its
@@ -139,6 +144,10 @@ class _BatchRun:
             # writes only; before the claims, which take its jobs.
             self.writes.flush()
             self.answers.enqueued = write_items(self.tx, enqueues, enqueued_at)
+        if batch.cancels:
+            # Before the claims: a job cancelled here is not handed out.
+            self.writes.flush()
+            self.answers.cancelled = write_cancels(self.tx, self.ops.manage, batch.cancels)
         if batch.claims:
             self.writes.flush()  # claims read the database: it must see this batch's releases
             self._claim(batch.claims)

@@ -12,13 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from coordinator.domain.access import Actor
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.records import Enqueued, JobRecord, NewJobSpec, WorkerIdentity
 from coordinator.domain.states import JobState
 from coordinator.errors import CoordinatorError
 from coordinator.service.effects import Effects
+
+if TYPE_CHECKING:
+    from coordinator.service.manage import Managed
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,16 @@ EnqueueOutcome = list[Enqueued] | Exception
 """What became of one enqueue item: its jobs, or why it failed (nothing of it written)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CancelItem:
+    """One single-job cancel waiting for the writer (R-8; ``service.cancel_items``)."""
+
+    job_id: str
+    """In its stored form (checked before it was queued)."""
+    actor: Actor
+    """Who cancels, for the audit event."""
+
+
 @dataclass(slots=True)
 class WorkBatch:
     """What arrived from all streams in one batch window."""
@@ -133,10 +147,18 @@ class WorkBatch:
     claims: list[ClaimRequest] = field(default_factory=list)
     enqueues: list[EnqueueItem] = field(default_factory=list)
     """Enqueue calls, each written under its own savepoint (``service.enqueue_items``)."""
+    cancels: list[CancelItem] = field(default_factory=list)
+    """Single-job cancels, each under its own savepoint (``service.cancel_items``)."""
 
     def __bool__(self) -> bool:
         return bool(
-            self.releases or self.starts or self.heartbeats or self.results or self.claims or self.enqueues
+            self.releases
+            or self.starts
+            or self.heartbeats
+            or self.results
+            or self.claims
+            or self.enqueues
+            or self.cancels
         )
 
 
@@ -154,6 +176,9 @@ class BatchAnswers(Effects):
     worker needs no claim again until work is heard of (``Dispatcher``)."""
     enqueued: list[EnqueueOutcome] = field(default_factory=list)
     """For each enqueue item, its jobs or its error; valid once the batch committed."""
+    cancelled: list[Managed | Exception] = field(default_factory=list)
+    """For each cancel item, the job after it (with its effects, for the caller to hand
+    on) or why it was refused; valid once the batch committed."""
 
     @property
     def lost(self) -> list[set[str]]:
