@@ -82,6 +82,8 @@ def _named(first: tuple[str, ...], count: int | None) -> str:
 def _held(queue: QueueInfo) -> str:
     """Each control's held-back jobs, in the claim's order (pause, limit, per-key limit,
     rate), as the coordinator sent them."""
+    if queue.runnable is None:  # not weighed (a QueueInfo from another call than get_queue)
+        return "-"
     if not queue.held_back:
         return "- (no controls)"
     return ", ".join(f"{kind} {count}" for kind, count in queue.held_back.items())
