@@ -58,8 +58,6 @@ def test_a_queue_a_change_answered_shows_dashes_not_zeros(capsys: pytest.Capture
     shown = _lines(capsys, QueueInfo("mail", True, 3))
 
     assert (shown["state"], shown["limit"], shown["per-key limit"]) == ("paused (no new claims)", "3", "none")
-    assert (shown["held back"], shown["runnable now"], shown["oldest due"]) == (
-        "- (no controls)",
-        "-",
-        "none due",
-    )
+    assert (shown["held back"], shown["runnable now"], shown["oldest due"]) == ("-", "-", "none due")
+    free = _lines(capsys, QueueInfo("mail", False, None, held_back={}, runnable=2))
+    assert (free["held back"], free["runnable now"]) == ("- (no controls)", "2")
