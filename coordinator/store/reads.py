@@ -145,10 +145,10 @@ def queue_stats(
 ) -> list[QueueStats]:
     """Known queues in natural order (``cq2`` before ``cq10``), keyset-paged: at most
     ``limit`` after the queue ``after_name`` (known or not); only the queue ``name``, if
-    given (none when it is not known). Each comes with its jobs per
-    state (the maintained counts plus the deltas not folded yet: small reads of the
-    page's queues, never a scan of the jobs) and its oldest due job (the first entry of
-    its part of the due index)."""
+    given (none when it is not known: ``GetQueue``). Each comes with its jobs per state
+    (the maintained counts plus the deltas not folded yet: small reads of the page's
+    queues, never a scan of the jobs) and its oldest due job (the first entry of its part
+    of the due index)."""
     query = select(queues).order_by(queues.c.sort_key, queues.c.name)
     if after_name is not None:
         position = (literal(natural_key(after_name)), literal(after_name))
