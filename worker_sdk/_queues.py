@@ -1,6 +1,6 @@
 """The queue calls of ``AsyncClient`` and ``Client`` (R-17): list queues with their
-counts (a page at a time), pause and resume them, set their concurrency limits and
-delete empty ones. Listing needs the ``read`` scope, changes ``manage``, deleting
+counts (a page at a time), get one, pause and resume them, set their concurrency limits and
+delete empty ones. Listing and getting need the ``read`` scope, changes ``manage``, deleting
 ``admin``."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from worker_sdk.proto.runwick.v1 import queue_pb2
 
 @dataclass(frozen=True)
 class QueueInfo:
-    """A queue and its controls; ``counts`` and ``oldest_available_age`` are filled by
-    ``list_queues`` only."""
+    """A queue and its controls. What is marked ``list_queues`` only (``counts`` and
+    ``oldest_available_age`` too) is filled by ``list_queues`` and ``get_queue``, not by
+    the answers of the changes; ``held_back`` and ``runnable`` by ``get_queue`` only."""
 
     name: str
     paused: bool
@@ -45,6 +46,12 @@ class QueueInfo:
     """``list_queues`` only: the first keys at the limit (at most 5, in order)."""
     first_keys_at_rate: tuple[str, ...] = ()
     """``list_queues`` only: the first keys whose rate window is full (at most 5)."""
+    held_back: dict[str, int] = field(default_factory=dict)
+    """``get_queue`` only: its available jobs each of its controls holds back now, by
+    kind (``queue_paused``, ``queue_limit``, ``key_limit``, ``rate``; one entry per
+    control the queue has, in the claim's order; docs/flow-control.md)."""
+    runnable: int | None = None
+    """``get_queue`` only: of its available jobs, those no control holds back now."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ def queue_from_proto(message: queue_pb2.Queue) -> QueueInfo:
         keys_at_rate=at_rate,
         first_keys_at_limit=tuple(message.first_keys_at_limit),
         first_keys_at_rate=tuple(message.first_keys_at_rate),
+        held_back={held.kind: int(held.count) for held in message.held_back},
+        runnable=int(message.runnable) if message.HasField("runnable") else None,
     )
 
 
@@ -179,6 +188,19 @@ class AsyncQueueCalls(ClientBase):
         with translated_rpc_errors():
             response = await self._admin.ListQueues(request, **self._call_kwargs())
         return _page(response)
+
+    async def get_queue(self, name: str) -> QueueInfo:
+        """One queue with its controls, counts and keys, as ``list_queues`` gives it, and
+        what each of its controls holds back now (``held_back``, ``runnable``).
+
+        Raises:
+            ArgumentError: The name is not a queue name (``NAME_INVALID``, ...).
+            JobNotFound: There is no such queue (``QUEUE_NOT_FOUND``).
+        """
+        request = queue_pb2.GetQueueRequest(name=_name(name))
+        with translated_rpc_errors():
+            response = await self._admin.GetQueue(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
 
     async def delete_queue(self, name: str) -> QueueInfo:
         """Deletes a queue that holds no jobs, with its controls; returns it as it was.
@@ -284,6 +306,13 @@ class QueueCalls(ClientBase):
         with translated_rpc_errors():
             response = self._admin.ListQueues(request, **self._call_kwargs())
         return _page(response)
+
+    def get_queue(self, name: str) -> QueueInfo:
+        """One queue with what its controls hold back; see ``AsyncClient.get_queue``."""
+        request = queue_pb2.GetQueueRequest(name=_name(name))
+        with translated_rpc_errors():
+            response = self._admin.GetQueue(request, **self._call_kwargs())
+        return queue_from_proto(response.queue)
 
     def delete_queue(self, name: str) -> QueueInfo:
         """Deletes a queue that holds no jobs; see ``AsyncClient.delete_queue``."""

@@ -11,6 +11,7 @@ import grpc
 from coordinator.api.auth import current_actor
 from coordinator.api.convert import duration, duration_ms, state_from_pb, state_to_pb, timestamp
 from coordinator.app import BulkOutcome, ConnectedWorker, Coordinator, JobFilter, SkippedJob
+from coordinator.domain.backlog import QueueView
 from coordinator.domain.records import DEFAULT_QUEUE, AuditEvent, QueueRecord, QueueStats, TokenRecord
 from coordinator.domain.schedules import CatchUp, NewScheduleSpec, ScheduleView
 from coordinator.errors import InvalidArgument
@@ -60,6 +61,12 @@ class AdminServicer(admin_service_pb2_grpc.AdminServiceServicer):
         return queue_pb2.ListQueuesResponse(
             queues=[queue_stats_to_pb(s, now_ms) for s in stats], next_page_token=token
         )
+
+    async def GetQueue(
+        self, request: queue_pb2.GetQueueRequest, context: Context
+    ) -> queue_pb2.GetQueueResponse:
+        view = await self.app.get_queue(request.name)
+        return queue_pb2.GetQueueResponse(queue=queue_view_to_pb(view, self.app.clock.now_ms()))
 
     async def PauseQueue(
         self, request: queue_pb2.PauseQueueRequest, context: Context
@@ -247,6 +254,14 @@ def queue_stats_to_pb(stats: QueueStats, now_ms: int) -> queue_pb2.Queue:
     message.first_keys_at_rate.extend(stats.first_keys_at_rate)
     if stats.oldest_due_run_at_ms is not None:
         message.oldest_available_age.CopyFrom(duration(max(now_ms - stats.oldest_due_run_at_ms, 0)))
+    return message
+
+
+def queue_view_to_pb(view: QueueView, now_ms: int) -> queue_pb2.Queue:
+    message = queue_stats_to_pb(view.stats, now_ms)
+    for kind, count in view.held.held.items():
+        message.held_back.add(kind=kind.value, count=count)
+    message.runnable = view.held.runnable
     return message
 
 

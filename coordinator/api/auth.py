@@ -46,6 +46,7 @@ METHOD_SCOPES: dict[str, Scope] = {
     _ADMIN + "RevokeToken": Scope.ADMIN,
     _ADMIN + "ListAuditEvents": Scope.ADMIN,
     _ADMIN + "ListQueues": Scope.READ,
+    _ADMIN + "GetQueue": Scope.READ,
     _ADMIN + "PauseQueue": Scope.MANAGE,
     _ADMIN + "ResumeQueue": Scope.MANAGE,
     _ADMIN + "SetQueueLimit": Scope.MANAGE,

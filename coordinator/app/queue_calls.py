@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from coordinator.app.core import CoordinatorCore
 from coordinator.domain.access import Actor
 from coordinator.domain.activity import HOUR_MS, Throughput
+from coordinator.domain.backlog import QueueView
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.records import LeaseHolder, QueueRecord, QueueStats
 from coordinator.domain.states import JobState
@@ -19,6 +20,11 @@ class QueueCalls(CoordinatorCore):
         """A page of queues by name (``page_size`` 0: the default, clamped to
         ``max_page_size``) and the next page's token ('' at the end)."""
         return await self.executors.read(self.queues.page, page_size=page_size, page_token=page_token)
+
+    async def get_queue(self, name: str) -> QueueView:
+        """One queue with its counts, keys and what its controls hold back now;
+        NotFound for an unknown one, InvalidArgument for a bad name (nothing read)."""
+        return await self.executors.read(self.queues.get, name)
 
     async def job_totals(self) -> tuple[int, dict[JobState, int]]:
         """How many queues are known, and the jobs of all of them per state."""

@@ -1,6 +1,7 @@
-"""``runwick queues list|pause|resume|limit|rate|delete`` (R-17, issue 41): the SDK client's queue
-calls. Listing needs the ``read`` scope, changes ``manage``, deleting ``admin``. A list
-prints one page (``--limit``) unless ``--all`` follows every page."""
+"""``runwick queues list|get|pause|resume|limit|rate|delete`` (R-17, issue 41): the SDK
+client's queue calls. Listing and getting need the ``read`` scope, changes ``manage``,
+deleting ``admin``. A list prints one page (``--limit``) unless ``--all`` follows every
+page; ``get`` prints one queue (``cli.queue_view``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import sys
 from coordinator.cli.connect import add_connection_flags, run_client_command
 from coordinator.cli.jobs import MAX_LIMIT, add_paging_flags
 from coordinator.cli.output import Column, emit, output_mode, table, to_json
-from coordinator.domain.rates import format_period, parse_rate
+from coordinator.cli.queue_view import rate_text, show_queue
+from coordinator.domain.rates import parse_rate
 from worker_sdk import Client, JobState, QueueInfo
 
 _SHOWN_STATES = (
@@ -24,7 +26,8 @@ _SHOWN_STATES = (
 
 def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     queues = commands.add_parser(
-        "queues", help="list queues, pause and resume them, limit their concurrency, delete empty ones"
+        "queues",
+        help="list and show queues, pause and resume them, limit their concurrency, delete empty ones",
     )
     actions = queues.add_subparsers(dest="queues_command", required=True)
     listing = actions.add_parser(
@@ -32,6 +35,13 @@ def add_queue_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     add_paging_flags(listing, "queues")
     add_connection_flags(listing)
+    get = actions.add_parser(
+        "get",
+        help="one queue: its limits and rate, keys active, at their limit or rate, what each "
+        "control holds back, jobs per state (needs read)",
+    )
+    get.add_argument("queue", help="the queue's name")
+    add_connection_flags(get)
     for name, text in (
         ("pause", "stop new claims of the queue's jobs; running ones finish (needs manage; audited)"),
         ("resume", "let workers claim the queue's jobs again (needs manage; audited)"),
@@ -75,6 +85,8 @@ def run_queue_command(options: argparse.Namespace) -> int:
     def command(client: Client) -> int:
         if options.queues_command == "list":
             return _list(client, options)
+        if options.queues_command == "get":
+            return show_queue(client.get_queue(options.queue), options)
         if options.queues_command == "pause":
             return _show(client.pause_queue(options.queue), options)
         if options.queues_command == "resume":
@@ -107,13 +119,6 @@ def _set_rate(client: Client, options: argparse.Namespace) -> QueueInfo:
     return client.set_queue_rate(options.queue, count, period_ms / 1000, per_key=options.per_key)
 
 
-def _rate_text(queue: QueueInfo) -> str:
-    if queue.rate is None:
-        return "-"
-    period_ms = round(queue.rate.period.total_seconds() * 1000)
-    return f"{queue.rate.count}/{format_period(period_ms)}" + (" per key" if queue.rate.per_key else "")
-
-
 def _list(client: Client, options: argparse.Namespace) -> int:
     if options.all:
         queues, token = client.list_queues(page_size=MAX_LIMIT), ""
@@ -135,7 +140,7 @@ def _list(client: Client, options: argparse.Namespace) -> int:
                 str(queue.key_limit) if queue.key_limit is not None else "-",
                 _keys_text(queue),
                 _held_keys_text(queue),
-                _rate_text(queue),
+                rate_text(queue),
                 *counts,
                 f"{age.total_seconds():.1f}s" if age is not None else "-",
             ]
@@ -193,6 +198,6 @@ def _show(queue: QueueInfo, options: argparse.Namespace) -> int:
         limit = queue.concurrency_limit if queue.concurrency_limit is not None else "none"
         key_limit = queue.key_limit if queue.key_limit is not None else "none"
         state = "paused" if queue.paused else "running"
-        rate = f", rate {_rate_text(queue)}" if queue.rate is not None else ""
+        rate = f", rate {rate_text(queue)}" if queue.rate is not None else ""
         print(f"{queue.name}  {state}, limit {limit}, per-key limit {key_limit}{rate}")
     return 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.domain.flow import CONTROL_ORDER, WaitingReason
-from coordinator.domain.records import QueueRecord
+from coordinator.domain.records import QueueRecord, QueueStats
 
 KEYS_NAMED = 5
 """The keys at their limit (or rate) a queue's listing names, at most; it counts them all."""
@@ -54,6 +54,15 @@ class HeldBack:
     """Jobs held back per kind of control, for each control the queue has (0 included);
     empty for a queue with no control. The kinds are ``WaitingReason``'s: the gauge's
     ``kind`` label takes no other value."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue as ``GetQueue`` shows it: what a listing gives for it, and what its
+    controls make of its available jobs now."""
+
+    stats: QueueStats
+    held: HeldBack
 
 
 def hold_back(

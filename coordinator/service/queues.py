@@ -1,17 +1,19 @@
-"""Queue controls (R-17): list the queues with their counts (a page at a time), pause and
-resume them, cap how many of a queue's jobs run at once across every worker and replica,
-and delete an empty one. Each change is one transaction with its audit event; retention
-forgets the queues that hold no jobs and have no controls (``forget_idle``)."""
+"""Queue controls (R-17): list the queues with their counts (a page at a time), show one
+with what its controls hold back, pause and resume them, cap how many of a queue's jobs
+run at once across every worker and replica, and delete an empty one. Each change is one
+transaction with its audit event; retention forgets the queues that hold no jobs and
+have no controls (``forget_idle``)."""
 
 from __future__ import annotations
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
+from coordinator.domain.backlog import KeyedBacklog, QueueView, hold_back
 from coordinator.domain.clock import Clock
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.rates import QueueRate, RateError
 from coordinator.domain.records import QueueRecord, QueueStats
-from coordinator.domain.states import JobState
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.service import audit
 from coordinator.service.effects import Effects
@@ -47,6 +49,26 @@ class QueueService:
         listed = self.store.queue_stats(self.clock.now_ms(), after_name=after, limit=size + 1)
         page = listed[:size]
         return page, (encode_queue_token(page[-1].queue.name) if len(listed) > size else "")
+
+    def get(self, name: str) -> QueueView:
+        """One queue as a page lists it, and what each of its controls holds back of its
+        available jobs now, counted as the held-back gauge counts them (a per-key control
+        walks at most ``held_back_walked_jobs`` due jobs). The name is checked before any
+        read; an unknown queue is NOT_FOUND."""
+        check_name("queue", name)
+        now_ms = self.clock.now_ms()
+        found = self.store.queue_stats(now_ms, name=name)
+        if not found:
+            raise _not_found(name)
+        stats = found[0]
+        available = stats.counts.get(JobState.AVAILABLE, 0)
+        leased = sum(stats.counts.get(state, 0) for state in LEASED_STATES)
+        if stats.queue.free or not available:  # nothing to weigh: no read of its keys
+            held = hold_back(stats.queue, KeyedBacklog.unkeyed(available), leased, None)
+        else:
+            scan = self.config.held_back_walked_jobs
+            held = self.store.held_back(stats.queue, available, leased, now_ms, scan)
+        return QueueView(stats, held)
 
     def totals(self) -> tuple[int, dict[JobState, int]]:
         """How many queues are known, and the jobs of all of them per state."""

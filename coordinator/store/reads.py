@@ -136,17 +136,25 @@ def list_transitions(conn: Connection, job_id: str) -> list[Transition]:
 
 
 def queue_stats(
-    conn: Connection, now_ms: int, *, after_name: str | None = None, limit: int | None = None
+    conn: Connection,
+    now_ms: int,
+    *,
+    after_name: str | None = None,
+    limit: int | None = None,
+    name: str | None = None,
 ) -> list[QueueStats]:
     """Known queues in natural order (``cq2`` before ``cq10``), keyset-paged: at most
-    ``limit`` after the queue ``after_name`` (known or not). Each comes with its jobs per
-    state (the maintained counts plus the deltas not folded yet: small reads of the
-    page's queues, never a scan of the jobs) and its oldest due job (the first entry of
-    its part of the due index)."""
+    ``limit`` after the queue ``after_name`` (known or not); only the queue ``name``, if
+    given (none when it is not known: ``GetQueue``). Each comes with its jobs per state
+    (the maintained counts plus the deltas not folded yet: small reads of the page's
+    queues, never a scan of the jobs) and its oldest due job (the first entry of its part
+    of the due index)."""
     query = select(queues).order_by(queues.c.sort_key, queues.c.name)
     if after_name is not None:
         position = (literal(natural_key(after_name)), literal(after_name))
         query = query.where(tuple_(queues.c.sort_key, queues.c.name) > tuple_(*position))
+    if name is not None:
+        query = query.where(queues.c.name == name)
     if limit is not None:
         query = query.limit(limit)
     page = [queue_from_row(row) for row in conn.execute(query)]

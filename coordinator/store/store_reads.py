@@ -175,13 +175,14 @@ class StoreReads:
         return stale
 
     def queue_stats(
-        self, now_ms: int, *, after_name: str | None = None, limit: int | None = None
+        self, now_ms: int, *, after_name: str | None = None, limit: int | None = None, name: str | None = None
     ) -> list[QueueStats]:
         """Known queues by name (at most ``limit`` after ``after_name``; every one when
-        unset, which ``max_queues`` bounds), each with its controls, its jobs per state
-        and its oldest due job (R-17), without a scan of the jobs."""
+        unset, which ``max_queues`` bounds; only ``name``, if given), each with its
+        controls, its jobs per state and its oldest due job (R-17), without a scan of the
+        jobs."""
         with self._reading() as conn:
-            return reads.queue_stats(conn, now_ms, after_name=after_name, limit=limit)
+            return reads.queue_stats(conn, now_ms, after_name=after_name, limit=limit, name=name)
 
     def job_totals(self) -> tuple[int, dict[JobState, int]]:
         """How many queues are known, and the jobs of all of them per state."""

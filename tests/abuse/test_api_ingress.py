@@ -186,6 +186,7 @@ async def _list_jobs(target: str) -> job_service_pb2.ListJobsResponse:
     [
         "/runwick.v1.JobService/GetJob",
         "/runwick.v1.AdminService/ListQueues",
+        "/runwick.v1.AdminService/GetQueue",
         "/grpc.health.v1.Health/Check",
     ],
 )

@@ -4,6 +4,7 @@ input with a clear message and exit code."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -192,3 +193,89 @@ async def test_queues_list_names_the_keys_at_their_limit_or_rate(coordinator: Co
         assert listed["first_keys_at_limit"] == listed["first_keys_at_rate"] == ["tenant:1"]
     finally:
         await worker.close()
+
+
+def _fields(text: str) -> dict[str, str]:
+    """``name  value`` lines (names aligned, values after two spaces or more)."""
+    return dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in text.splitlines() if line.strip())
+
+
+async def test_queues_get_shows_the_limits_keys_and_what_each_control_holds_back(
+    coordinator: Coordinator,
+) -> None:
+    """Issue 41: one queue's controls, its keys active, at their limit and at their rate
+    (named), what each control holds back and its jobs per state, for people and as JSON."""
+    target = ("--target", coordinator.target)
+    for key in ("tenant:1", "tenant:1", "tenant:1"):
+        await runwick(
+            "jobs", "enqueue", "tests.echo", "--queue", "tenants", "--concurrency-key", key, *target
+        )
+    await runwick("queues", "limit", "tenants", "1", "--per-key", *target)
+    await runwick("queues", "rate", "tenants", "1/1h", "--per-key", *target)
+    worker = RawWorker(coordinator.target, "keyed", ["tests.echo"], queues=["tenants"])
+    try:
+        await worker.claim()  # tenant:1 at its limit, and its window full
+        for _ in range(2):
+            await runwick(
+                "jobs",
+                "enqueue",
+                "tests.echo",
+                "--queue",
+                "tenants",
+                "--concurrency-key",
+                "tenant:2",
+                *target,
+            )
+        shown = _fields((await runwick("queues", "get", "tenants", *target)).stdout)
+        assert {k: v for k, v in shown.items() if k != "oldest due"} == {
+            "queue": "tenants",
+            "state": "running",
+            "limit": "none",
+            "per-key limit": "1",
+            "rate": "1/1h per key",
+            "keys": "1 active, 1 at limit, 1 at rate",
+            "keys at limit": "tenant:1",
+            "keys at rate": "tenant:1",
+            # tenant:1's 2 wait on its limit, tenant:2's second one too; no rate holds any.
+            "held back": "key_limit 3, rate 0",
+            "runnable now": "1",
+            "jobs": "scheduled 0, waiting 0, available 4, reserved 1, running 0",
+        }
+        assert re.fullmatch(r"\d+\.\ds ago", shown["oldest due"]), shown["oldest due"]
+        wide = _fields((await runwick("queues", "get", "tenants", "-o", "wide", *target)).stdout)
+        assert wide["jobs"].endswith("running 0, succeeded 0, failed 0, cancelled 0")
+
+        document = json.loads((await runwick("queues", "get", "tenants", "--json", *target)).stdout)
+        queue = document["queue"]
+        assert (queue["key_limit"], queue["rate"]) == (1, {"count": 1, "period_s": 3600.0, "per_key": True})
+        assert (queue["active_keys"], queue["keys_at_limit"], queue["keys_at_rate"]) == (1, 1, 1)
+        assert queue["first_keys_at_limit"] == queue["first_keys_at_rate"] == ["tenant:1"]
+        assert (queue["held_back"], queue["runnable"]) == ({"key_limit": 3, "rate": 0}, 1)
+        assert (queue["counts"]["available"], queue["counts"]["reserved"]) == (4, 1)
+        assert queue["oldest_available_age_s"] >= 0
+    finally:
+        await worker.close()
+
+
+async def test_queues_get_of_a_plain_queue_and_refusals(coordinator: Coordinator) -> None:
+    target = ("--target", coordinator.target)
+    await runwick("jobs", "enqueue", "billing.invoice", "--queue", "billing", *target)
+    await runwick("queues", "pause", "billing", *target)
+
+    shown = _fields((await runwick("queues", "get", "billing", *target)).stdout)
+    assert (shown["state"], shown["keys"], shown["keys at limit"]) == (
+        "paused (no new claims)",
+        "- (no per-key limit or rate)",
+        "-",
+    )
+    assert (shown["held back"], shown["runnable now"]) == ("queue_paused 1", "0")
+    await runwick("queues", "resume", "billing", *target)
+    free = _fields((await runwick("queues", "get", "billing", *target)).stdout)
+    assert (free["held back"], free["runnable now"]) == ("- (no controls)", "1")
+
+    unknown = await runwick("queues", "get", "nowhere", *target, check=False)
+    assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "'nowhere'" in unknown.stderr
+    bad = await runwick("queues", "get", "a b", *target, check=False)
+    assert bad.returncode == 2 and "INVALID_ARGUMENT: queue" in bad.stderr, bad.stderr
+    listed = json.loads((await runwick("queues", "list", "--json", *target)).stdout)["queues"]
+    assert [q["name"] for q in listed] == ["billing"]

@@ -38,6 +38,7 @@ EXITS: dict[str, tuple[list[str], list[str] | None]] = {
     "tokens revoke": (["nope"], ["0123456789abcdef"]),
     "audit": (["--limit", "0"], None),
     "queues list": (["--bogus"], None),
+    "queues get": (["bad name!"], ["nosuchqueue"]),
     "queues pause": (["bad name!"], ["nosuchqueue"]),
     "queues resume": (["bad name!"], ["nosuchqueue"]),
     "queues limit": (["q", "0"], ["nosuchqueue", "3"]),

@@ -226,6 +226,9 @@ async def test_r21_every_rpc_answers_each_credential_exactly_as_the_scope_table_
                     admin_service_pb2.CreateTokenRequest(name="made-in-matrix", scopes=["read"]), metadata=md
                 ),
                 "ListQueues": lambda: api.tokens.ListQueues(queue_pb2.ListQueuesRequest(), metadata=md),
+                "GetQueue": lambda: api.tokens.GetQueue(
+                    queue_pb2.GetQueueRequest(name="default"), metadata=md
+                ),
                 "PauseQueue": lambda: api.tokens.PauseQueue(
                     queue_pb2.PauseQueueRequest(name="default"), metadata=md
                 ),

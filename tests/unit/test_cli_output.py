@@ -186,6 +186,8 @@ def test_queues_and_workers_print_counts_by_state_and_times() -> None:
         "keys_at_rate": None,
         "first_keys_at_limit": [],
         "first_keys_at_rate": [],
+        "held_back": {},
+        "runnable": None,
     }
     one_a_minute = QueueRateInfo(100, timedelta(minutes=1), per_key=True)
     rated = to_json(QueueInfo("api", False, None, rate=one_a_minute))

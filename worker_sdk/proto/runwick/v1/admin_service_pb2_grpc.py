@@ -61,6 +61,11 @@ class AdminServiceStub:
                 request_serializer=runwick_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
                 response_deserializer=runwick_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
                 _registered_method=True)
+        self.GetQueue = channel.unary_unary(
+                '/runwick.v1.AdminService/GetQueue',
+                request_serializer=runwick_dot_v1_dot_queue__pb2.GetQueueRequest.SerializeToString,
+                response_deserializer=runwick_dot_v1_dot_queue__pb2.GetQueueResponse.FromString,
+                _registered_method=True)
         self.PauseQueue = channel.unary_unary(
                 '/runwick.v1.AdminService/PauseQueue',
                 request_serializer=runwick_dot_v1_dot_queue__pb2.PauseQueueRequest.SerializeToString,
@@ -174,6 +179,16 @@ class AdminServiceServicer:
     def ListQueues(self, request, context):
         """R-17: queues with their controls and job counts, in natural order of names
         (cq2 before cq10), keyset paged. Scope `read`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQueue(self, request, context):
+        """Issue 41: one queue with everything ListQueues gives for it, and what each of its
+        controls holds back now (Queue.held_back, Queue.runnable). Scope `read`. A name
+        outside the queue-name grammar is INVALID_ARGUMENT, an unknown queue NOT_FOUND
+        (QUEUE_NOT_FOUND).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -335,6 +350,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListQueues,
                     request_deserializer=runwick_dot_v1_dot_queue__pb2.ListQueuesRequest.FromString,
                     response_serializer=runwick_dot_v1_dot_queue__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'GetQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueue,
+                    request_deserializer=runwick_dot_v1_dot_queue__pb2.GetQueueRequest.FromString,
+                    response_serializer=runwick_dot_v1_dot_queue__pb2.GetQueueResponse.SerializeToString,
             ),
             'PauseQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.PauseQueue,
@@ -548,6 +568,33 @@ class AdminService:
             '/runwick.v1.AdminService/ListQueues',
             runwick_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
             runwick_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runwick.v1.AdminService/GetQueue',
+            runwick_dot_v1_dot_queue__pb2.GetQueueRequest.SerializeToString,
+            runwick_dot_v1_dot_queue__pb2.GetQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from worker_sdk.proto.runwick.v1 import job_pb2 as runwick_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16runwick/v1/queue.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14runwick/v1/job.proto\"E\n\x0fQueueStateCount\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xc9\x03\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\x1e\n\x11\x63oncurrency_limit\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12+\n\x06\x63ounts\x18\x04 \x03(\x0b\x32\x1b.runwick.v1.QueueStateCount\x12\x37\n\x14oldest_available_age\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\tkey_limit\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x0b\x61\x63tive_keys\x18\x07 \x01(\x05H\x02\x88\x01\x01\x12\x1a\n\rkeys_at_limit\x18\x08 \x01(\x05H\x03\x88\x01\x01\x12#\n\x04rate\x18\t \x01(\x0b\x32\x15.runwick.v1.QueueRate\x12\x19\n\x0ckeys_at_rate\x18\n \x01(\x05H\x04\x88\x01\x01\x12\x1b\n\x13\x66irst_keys_at_limit\x18\x0b \x03(\t\x12\x1a\n\x12\x66irst_keys_at_rate\x18\x0c \x03(\tB\x14\n\x12_concurrency_limitB\x0c\n\n_key_limitB\x0e\n\x0c_active_keysB\x10\n\x0e_keys_at_limitB\x0f\n\r_keys_at_rate\"V\n\tQueueRate\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12)\n\x06period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07per_key\x18\x03 \x01(\x08\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x12ListQueuesResponse\x12!\n\x06queues\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Queue\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x12\x44\x65leteQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13\x44\x65leteQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"!\n\x11PauseQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12PauseQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"\"\n\x12ResumeQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13ResumeQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"B\n\x14SetQueueLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_limit\"9\n\x15SetQueueLimitResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"E\n\x17SetQueueKeyLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_limit\"<\n\x18SetQueueKeyLimitResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"H\n\x13SetQueueRateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04rate\x18\x02 \x01(\x0b\x32\x15.runwick.v1.QueueRate\"8\n\x14SetQueueRateResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queueb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16runwick/v1/queue.proto\x12\nrunwick.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14runwick/v1/job.proto\"E\n\x0fQueueStateCount\x12#\n\x05state\x18\x01 \x01(\x0e\x32\x14.runwick.v1.JobState\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\x9b\x04\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\x1e\n\x11\x63oncurrency_limit\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12+\n\x06\x63ounts\x18\x04 \x03(\x0b\x32\x1b.runwick.v1.QueueStateCount\x12\x37\n\x14oldest_available_age\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\tkey_limit\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x0b\x61\x63tive_keys\x18\x07 \x01(\x05H\x02\x88\x01\x01\x12\x1a\n\rkeys_at_limit\x18\x08 \x01(\x05H\x03\x88\x01\x01\x12#\n\x04rate\x18\t \x01(\x0b\x32\x15.runwick.v1.QueueRate\x12\x19\n\x0ckeys_at_rate\x18\n \x01(\x05H\x04\x88\x01\x01\x12\x1b\n\x13\x66irst_keys_at_limit\x18\x0b \x03(\t\x12\x1a\n\x12\x66irst_keys_at_rate\x18\x0c \x03(\t\x12,\n\theld_back\x18\r \x03(\x0b\x32\x19.runwick.v1.QueueHeldBack\x12\x15\n\x08runnable\x18\x0e \x01(\x03H\x05\x88\x01\x01\x42\x14\n\x12_concurrency_limitB\x0c\n\n_key_limitB\x0e\n\x0c_active_keysB\x10\n\x0e_keys_at_limitB\x0f\n\r_keys_at_rateB\x0b\n\t_runnable\",\n\rQueueHeldBack\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"V\n\tQueueRate\x12\r\n\x05\x63ount\x18\x01 \x01(\x05\x12)\n\x06period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07per_key\x18\x03 \x01(\x08\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x12ListQueuesResponse\x12!\n\x06queues\x18\x01 \x03(\x0b\x32\x11.runwick.v1.Queue\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x0fGetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x10GetQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"\"\n\x12\x44\x65leteQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13\x44\x65leteQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"!\n\x11PauseQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12PauseQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"\"\n\x12ResumeQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13ResumeQueueResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"B\n\x14SetQueueLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_limit\"9\n\x15SetQueueLimitResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"E\n\x17SetQueueKeyLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05limit\x18\x02 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_limit\"<\n\x18SetQueueKeyLimitResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queue\"H\n\x13SetQueueRateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04rate\x18\x02 \x01(\x0b\x32\x15.runwick.v1.QueueRate\"8\n\x14SetQueueRateResponse\x12 \n\x05queue\x18\x01 \x01(\x0b\x32\x11.runwick.v1.Queueb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,35 +36,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_QUEUESTATECOUNT']._serialized_start=92
   _globals['_QUEUESTATECOUNT']._serialized_end=161
   _globals['_QUEUE']._serialized_start=164
-  _globals['_QUEUE']._serialized_end=621
-  _globals['_QUEUERATE']._serialized_start=623
-  _globals['_QUEUERATE']._serialized_end=709
-  _globals['_LISTQUEUESREQUEST']._serialized_start=711
-  _globals['_LISTQUEUESREQUEST']._serialized_end=769
-  _globals['_LISTQUEUESRESPONSE']._serialized_start=771
-  _globals['_LISTQUEUESRESPONSE']._serialized_end=851
-  _globals['_DELETEQUEUEREQUEST']._serialized_start=853
-  _globals['_DELETEQUEUEREQUEST']._serialized_end=887
-  _globals['_DELETEQUEUERESPONSE']._serialized_start=889
-  _globals['_DELETEQUEUERESPONSE']._serialized_end=944
-  _globals['_PAUSEQUEUEREQUEST']._serialized_start=946
-  _globals['_PAUSEQUEUEREQUEST']._serialized_end=979
-  _globals['_PAUSEQUEUERESPONSE']._serialized_start=981
-  _globals['_PAUSEQUEUERESPONSE']._serialized_end=1035
-  _globals['_RESUMEQUEUEREQUEST']._serialized_start=1037
-  _globals['_RESUMEQUEUEREQUEST']._serialized_end=1071
-  _globals['_RESUMEQUEUERESPONSE']._serialized_start=1073
-  _globals['_RESUMEQUEUERESPONSE']._serialized_end=1128
-  _globals['_SETQUEUELIMITREQUEST']._serialized_start=1130
-  _globals['_SETQUEUELIMITREQUEST']._serialized_end=1196
-  _globals['_SETQUEUELIMITRESPONSE']._serialized_start=1198
-  _globals['_SETQUEUELIMITRESPONSE']._serialized_end=1255
-  _globals['_SETQUEUEKEYLIMITREQUEST']._serialized_start=1257
-  _globals['_SETQUEUEKEYLIMITREQUEST']._serialized_end=1326
-  _globals['_SETQUEUEKEYLIMITRESPONSE']._serialized_start=1328
-  _globals['_SETQUEUEKEYLIMITRESPONSE']._serialized_end=1388
-  _globals['_SETQUEUERATEREQUEST']._serialized_start=1390
-  _globals['_SETQUEUERATEREQUEST']._serialized_end=1462
-  _globals['_SETQUEUERATERESPONSE']._serialized_start=1464
-  _globals['_SETQUEUERATERESPONSE']._serialized_end=1520
+  _globals['_QUEUE']._serialized_end=703
+  _globals['_QUEUEHELDBACK']._serialized_start=705
+  _globals['_QUEUEHELDBACK']._serialized_end=749
+  _globals['_QUEUERATE']._serialized_start=751
+  _globals['_QUEUERATE']._serialized_end=837
+  _globals['_LISTQUEUESREQUEST']._serialized_start=839
+  _globals['_LISTQUEUESREQUEST']._serialized_end=897
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=899
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=979
+  _globals['_GETQUEUEREQUEST']._serialized_start=981
+  _globals['_GETQUEUEREQUEST']._serialized_end=1012
+  _globals['_GETQUEUERESPONSE']._serialized_start=1014
+  _globals['_GETQUEUERESPONSE']._serialized_end=1066
+  _globals['_DELETEQUEUEREQUEST']._serialized_start=1068
+  _globals['_DELETEQUEUEREQUEST']._serialized_end=1102
+  _globals['_DELETEQUEUERESPONSE']._serialized_start=1104
+  _globals['_DELETEQUEUERESPONSE']._serialized_end=1159
+  _globals['_PAUSEQUEUEREQUEST']._serialized_start=1161
+  _globals['_PAUSEQUEUEREQUEST']._serialized_end=1194
+  _globals['_PAUSEQUEUERESPONSE']._serialized_start=1196
+  _globals['_PAUSEQUEUERESPONSE']._serialized_end=1250
+  _globals['_RESUMEQUEUEREQUEST']._serialized_start=1252
+  _globals['_RESUMEQUEUEREQUEST']._serialized_end=1286
+  _globals['_RESUMEQUEUERESPONSE']._serialized_start=1288
+  _globals['_RESUMEQUEUERESPONSE']._serialized_end=1343
+  _globals['_SETQUEUELIMITREQUEST']._serialized_start=1345
+  _globals['_SETQUEUELIMITREQUEST']._serialized_end=1411
+  _globals['_SETQUEUELIMITRESPONSE']._serialized_start=1413
+  _globals['_SETQUEUELIMITRESPONSE']._serialized_end=1470
+  _globals['_SETQUEUEKEYLIMITREQUEST']._serialized_start=1472
+  _globals['_SETQUEUEKEYLIMITREQUEST']._serialized_end=1541
+  _globals['_SETQUEUEKEYLIMITRESPONSE']._serialized_start=1543
+  _globals['_SETQUEUEKEYLIMITRESPONSE']._serialized_end=1603
+  _globals['_SETQUEUERATEREQUEST']._serialized_start=1605
+  _globals['_SETQUEUERATEREQUEST']._serialized_end=1677
+  _globals['_SETQUEUERATERESPONSE']._serialized_start=1679
+  _globals['_SETQUEUERATERESPONSE']._serialized_end=1735
 # @@protoc_insertion_point(module_scope)

@@ -19,7 +19,7 @@ class QueueStateCount(_message.Message):
     def __init__(self, state: _Optional[_Union[_job_pb2.JobState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit", "rate", "keys_at_rate", "first_keys_at_limit", "first_keys_at_rate")
+    __slots__ = ("name", "paused", "concurrency_limit", "counts", "oldest_available_age", "key_limit", "active_keys", "keys_at_limit", "rate", "keys_at_rate", "first_keys_at_limit", "first_keys_at_rate", "held_back", "runnable")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,8 @@ class Queue(_message.Message):
     KEYS_AT_RATE_FIELD_NUMBER: _ClassVar[int]
     FIRST_KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     FIRST_KEYS_AT_RATE_FIELD_NUMBER: _ClassVar[int]
+    HELD_BACK_FIELD_NUMBER: _ClassVar[int]
+    RUNNABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     paused: bool
     concurrency_limit: int
@@ -44,7 +46,17 @@ class Queue(_message.Message):
     keys_at_rate: int
     first_keys_at_limit: _containers.RepeatedScalarFieldContainer[str]
     first_keys_at_rate: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., rate: _Optional[_Union[QueueRate, _Mapping]] = ..., keys_at_rate: _Optional[int] = ..., first_keys_at_limit: _Optional[_Iterable[str]] = ..., first_keys_at_rate: _Optional[_Iterable[str]] = ...) -> None: ...
+    held_back: _containers.RepeatedCompositeFieldContainer[QueueHeldBack]
+    runnable: int
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., concurrency_limit: _Optional[int] = ..., counts: _Optional[_Iterable[_Union[QueueStateCount, _Mapping]]] = ..., oldest_available_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., key_limit: _Optional[int] = ..., active_keys: _Optional[int] = ..., keys_at_limit: _Optional[int] = ..., rate: _Optional[_Union[QueueRate, _Mapping]] = ..., keys_at_rate: _Optional[int] = ..., first_keys_at_limit: _Optional[_Iterable[str]] = ..., first_keys_at_rate: _Optional[_Iterable[str]] = ..., held_back: _Optional[_Iterable[_Union[QueueHeldBack, _Mapping]]] = ..., runnable: _Optional[int] = ...) -> None: ...
+
+class QueueHeldBack(_message.Message):
+    __slots__ = ("kind", "count")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    count: int
+    def __init__(self, kind: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class QueueRate(_message.Message):
     __slots__ = ("count", "period", "per_key")
@@ -71,6 +83,18 @@ class ListQueuesResponse(_message.Message):
     queues: _containers.RepeatedCompositeFieldContainer[Queue]
     next_page_token: str
     def __init__(self, queues: _Optional[_Iterable[_Union[Queue, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetQueueRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetQueueResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
 
 class DeleteQueueRequest(_message.Message):
     __slots__ = ("name",)
