@@ -10,6 +10,7 @@ counts with it.
 from __future__ import annotations
 
 from collections import Counter
+
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.pool import NullPool
 
