@@ -23,7 +23,8 @@ DELTAS = "queue_count_deltas"
 LIFE: dict[str, Changes] = {
     "enqueue": {"jobs": ONE, DELTAS: ONE, "transitions": ONE},
     "claim": {"attempts": ONE, "jobs": {"UPDATE": 1}, DELTAS: {"INSERT": 2}, "transitions": ONE},
-    "start": {"attempts": {"UPDATE": 1}, "jobs": {"UPDATE": 1}, DELTAS: {"INSERT": 2}, "transitions": ONE},
+    # No transition row: the attempt's start is the history's entry (``store.history``).
+    "start": {"attempts": {"UPDATE": 1}, "jobs": {"UPDATE": 1}, DELTAS: {"INSERT": 2}},
     "result (succeeded)": {
         "attempts": {"UPDATE": 1},
         "jobs": {"UPDATE": 1},
