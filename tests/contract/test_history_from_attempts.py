@@ -113,7 +113,12 @@ def _succeed(h: Harness, job_id: str, held: dict[str, str]) -> None:
     assert h.report(held["attempt"]).accepted
 
 
-_LIFE: list[_Step] = [_claim, _start, _fail, _claim, _release, _claim, _start, _fail, _claim, _start, _succeed]
+_LIFE: list[_Step] = [
+    *(_claim, _start, _fail),
+    *(_claim, _release),
+    *(_claim, _start, _fail),
+    *(_claim, _start, _succeed),
+]
 """Starts at every place a cut can fall: right after their claim, and not."""
 
 
