@@ -16,6 +16,13 @@ from coordinator.domain.lifecycle import Decision
 from coordinator.domain.records import JobRecord
 from coordinator.domain.states import CODE_CANCELLED, CODE_PARENT_FAILED, JobState, can_transition
 
+CLAIMED = "claimed"
+"""The reason of a claim's transition (available or scheduled to reserved)."""
+STARTED = "started"
+"""The reason of a start's transition (reserved to running). The store keeps no row for
+it: the attempt's start stamps it, and the job's history reads it back from there, one
+sequence number after its claim (``store.history``)."""
+
 
 class _JobChangeFields(NamedTuple):
     before: JobRecord

@@ -188,7 +188,7 @@ class JobWrites:
         self, job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int, token_id: str | None
     ) -> JobRecord:
         updated = self.change(
-            job, changes.claimed(job, attempt_id, worker_id, lease_until_ms), "claimed", attempt_id
+            job, changes.claimed(job, attempt_id, worker_id, lease_until_ms), changes.CLAIMED, attempt_id
         )
         self._new_attempts.append(
             NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now, token_id=token_id)
@@ -198,4 +198,4 @@ class JobWrites:
 
     def start(self, job: JobRecord, attempt_id: str, execution_number: int) -> JobRecord:
         self._started.append((attempt_id, execution_number))
-        return self.change(job, changes.started(job, execution_number), "started", attempt_id)
+        return self.change(job, changes.started(job, execution_number), changes.STARTED, attempt_id)

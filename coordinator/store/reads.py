@@ -25,6 +25,7 @@ from coordinator.domain.records import (
 from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store import backlog
 from coordinator.store.claim_rates import counted_against_rate, rate_of
+from coordinator.store.history import read_history
 from coordinator.store.rows import (
     attempt_from_row,
     attempts_from,
@@ -34,7 +35,6 @@ from coordinator.store.rows import (
     jobs_from,
     queue_from_row,
     token_from_row,
-    transition_from_row,
 )
 from coordinator.store.schema import (
     CLAIMABLE_PREDICATE,
@@ -48,7 +48,6 @@ from coordinator.store.schema import (
     queue_finished,
     queues,
     tokens,
-    transitions,
 )
 
 _LIST_COLUMNS = [c for c in jobs.c if c.name not in ("payload", "output")]
@@ -131,8 +130,7 @@ def list_attempts(conn: Connection, job_id: str) -> list[AttemptRecord]:
 
 
 def list_transitions(conn: Connection, job_id: str) -> list[Transition]:
-    rows = conn.execute(select(transitions).where(transitions.c.job_id == job_id).order_by(transitions.c.seq))
-    return [transition_from_row(r) for r in rows]
+    return read_history(conn, job_id)
 
 
 def queue_stats(

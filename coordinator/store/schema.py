@@ -344,8 +344,9 @@ dependencies = Table(
 Index("ix_dependencies_parent", dependencies.c.parent_id)
 
 # Each job's history, keyed by the job and its history sequence: every write of a job is
-# guarded by the sequence it read, so no two transitions of a job share one. Four
-# rows per job, the most written table: one B-tree per row (WITHOUT ROWID on SQLite; on
+# guarded by the sequence it read, so no two transitions of a job share one. Three
+# rows per job that runs once (a start's entry is read from its attempt, ``store.history``),
+# the most written table: one B-tree per row (WITHOUT ROWID on SQLite; on
 # PostgreSQL the key is the only index) and no foreign key, whose check was a lookup of
 # the job per row. Nothing but a job's own writes adds its transitions, each holding the
 # job (its row locked on PostgreSQL), and retention deletes them with the job

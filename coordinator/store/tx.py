@@ -26,6 +26,7 @@ from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store.claims import ClaimOps
 from coordinator.store.driver_errors import unique_violation
 from coordinator.store.errors import DuplicateKey
+from coordinator.store.history import HistoryOps
 from coordinator.store.prepared import DriverRows, Prepared
 from coordinator.store.purge import purge_jobs, remove_jobs
 from coordinator.store.row_writes import RowUpdate
@@ -104,7 +105,7 @@ def _job_update(parameters: tuple[str, ...]) -> RowUpdate:
     return RowUpdate(jobs, _JOB_GUARD, tuple((name, name.removeprefix("v_")) for name in stamped))
 
 
-class Tx(ClaimOps, DependencyOps, AccessOps):
+class Tx(ClaimOps, DependencyOps, AccessOps, HistoryOps):
     """The operations of one write transaction: jobs and attempts here; queues, claim
     reads, dependencies, tokens and the audit log in their mixins."""
 
@@ -326,7 +327,8 @@ class Tx(ClaimOps, DependencyOps, AccessOps):
 
     def apply(self, changes: Sequence[JobChange], now_ms: int) -> None:
         """Writes the changes, each job guarded by the state and history sequence its
-        first change was read with (R-11), and records one transition per change.
+        first change was read with (R-11), and records one transition per change (a
+        start's is read back from its attempt, ``store.history``).
 
         Several changes to one job are folded into one UPDATE; updates that set the
         same columns go out together. Raises WriteConflict when any guard fails (on
@@ -371,16 +373,7 @@ class Tx(ClaimOps, DependencyOps, AccessOps):
         for columns, rows in groups.items():
             self._update_rows(_job_update(columns), rows, conflict="job changed under a write")
         self.count_jobs(moved)
-        self._insert_rows(transitions, history)
-        keep = self.bounds.max_history_per_job
-        cuts = {h["job_id"]: h["seq"] - keep for h in history if h["seq"] > keep}
-        if cuts:
-            self._conn.execute(
-                transitions.delete().where(
-                    transitions.c.job_id == bindparam("job_id"), transitions.c.seq <= bindparam("cut")
-                ),
-                [{"job_id": job_id, "cut": cut} for job_id, cut in cuts.items()],
-            )
+        self.write_history(history)
 
     def insert_attempts(self, new_attempts: Sequence[NewAttempt]) -> None:
         self._insert_rows(attempts, [new_attempt_row(a) for a in new_attempts])

@@ -471,7 +471,9 @@ def check_invariants(fuzz: Fuzz) -> None:
         else:
             assert row["current_attempt_id"] is None and row["lease_expires_at_ms"] is None
             assert open_attempts == []
-        history = sorted(t["seq"] for t in transition_rows if t["job_id"] == job_id)
+        # The history as the store reads it: its rows and the starts read back from the
+        # attempts (``store.history``).
+        history = [t.seq for t in fuzz.running.store.list_transitions(job_id)]
         assert 1 <= len(history) <= BOUNDS.max_history_per_job
         assert history == list(range(row["history_seq"] - len(history) + 1, row["history_seq"] + 1))
 
