@@ -84,14 +84,12 @@ def test_an_enqueue_that_claims_for_a_waiting_worker_writes_both_in_one_transact
 ) -> None:
     harness, changes = counted
     claims = [ClaimRequest(WORKER, (QUEUE,), (WIRE,), 1, LEASE_MS)]
-    enqueued, answers = harness.jobs.enqueue_then(
-        [NewJobSpec(WIRE, b"{}", queue=QUEUE)], lambda tx: harness.ops.claim_in(tx, claims)
-    )
+    enqueued, answers = harness.enqueue_claiming([NewJobSpec(WIRE, b"{}", queue=QUEUE)], claims)
     assert [claimed.job.id for claimed in answers.claims[0]] == [enqueued[0].job_id]
     written, transactions = changes.take()
     assert transactions in (None, 1)
-    # The job is inserted, then claimed: its row written once on PostgreSQL, where the
-    # held insert takes the claim in (``pg_held``), and inserted then updated on SQLite.
-    job_writes = {"INSERT": 1} if harness.store.postgres else {"INSERT": 1, "UPDATE": 1}
-    expected = {"attempts": ONE, "jobs": job_writes, DELTAS: ONE, "transitions": {"INSERT": 2}}
+    # The job is inserted, then claimed: the claim reads the new row from the database
+    # and updates it, on both engines.
+    jobs_written = {"INSERT": 1, "UPDATE": 1}
+    expected = {"attempts": ONE, "jobs": jobs_written, DELTAS: ONE, "transitions": {"INSERT": 2}}
     assert written == expected, as_markdown({"enqueue + claim": written})
