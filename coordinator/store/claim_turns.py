@@ -47,8 +47,9 @@ def _keys_probe(inclusive: bool, postgres: bool) -> tuple[str, str]:
     # ``count`` plus the keys without room probes at most. The CTE ``k``, and the test of
     # a key without room (to format with the key's column).
     probe = (
-        "(SELECT min(concurrency_key) FROM jobs WHERE jobs.queue = :queue AND "
-        f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}})"
+        "(SELECT jobs.concurrency_key FROM jobs WHERE jobs.queue = :queue AND "
+        f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}} "
+        "ORDER BY jobs.queue, jobs.priority DESC, jobs.concurrency_key LIMIT 1)"
     )
     full = (
         "{} = ANY(CAST(:full_keys AS text[]))"
