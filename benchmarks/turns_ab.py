@@ -1,7 +1,9 @@
 """A keyed claim's turns with and without the keys' probe and their next jobs in one
-statement (``claim_turns.ClaimTurnOps._keys_with_heads``), on the store path alone
+statement (``claim_turns.ClaimTurnOps._keys_with_heads``; SQLite only since this A/B
+found it no faster on PostgreSQL, where "one" is now "two"), on the store path alone
 (``key_claims.py``'s blocks: claim, start, finish), alternating in one process so both
-variants share the machine's noise. "two" makes the one statement give up, so every
+variants share the machine's noise (on PostgreSQL the tables' statistics are refreshed
+before each round, as a coordinator refreshes them). "two" makes the one statement give up, so every
 claim probes and then reads its heads, as before it existed.
 
 Queues: ``limit`` (``--backlog`` jobs over ``--keys`` keys, per-key limit
@@ -64,6 +66,8 @@ def main() -> None:
             print(f"loaded 2 x {options.backlog} jobs in {time.monotonic() - began:.0f} s", flush=True)
             runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
             for round_ in range(options.rounds + 1):  # the first round warms up
+                if store.postgres:  # as a coordinator does: the attempts table grows as it goes
+                    store.refresh_planner_statistics()
                 for queue in ("limit", "keys"):
                     for name in ("one", "two") if round_ % 2 else ("two", "one"):
                         _variant(name)

@@ -15,8 +15,11 @@ probes pass over each in one step, however deep its backlog. When the claim's bo
 found nothing (the front of the queue is all such keys' jobs), the best priority is
 probed, and the next ones down when its keys have no room (``TURN_PRIORITY_LEVELS``).
 
-The probe and the keys' next jobs are one statement when the probe finds all the keys
-the claim wants (each key's turn is then one job), and two otherwise.
+On SQLite the probe and the keys' next jobs are one statement when the probe finds all
+the keys the claim wants (each key's turn is then one job). PostgreSQL keeps them apart:
+the same one statement there (LATERAL, locked and skipped as the heads read is) was no
+faster (a claim's wall time a job 0.96-1.08x of two statements', ``benchmarks/turns_ab.py``,
+two sittings, load 4-9; benchmarks/LOG.md, 2026-12-07).
 
 The key last served is remembered per queue by the store (``turn_memory.LastServed``):
 each store, so each replica, keeps its own, and a restart starts again from the first
@@ -118,46 +121,33 @@ with a per-key limit from 0.70x to 0.83x of a queue without keys (benchmarks/key
 SQLite, 3 alternating runs a side, medians, load 6-9; benchmarks/LOG.md, 2026-12-06)."""
 
 
-def _keys_with_heads(inclusive: bool, postgres: bool) -> Prepared:
+def _keys_with_heads(inclusive: bool) -> Prepared:
     # The probe of ``_next_keys`` and each key's next job, LEFT JOINed so that a key
     # without one (of other wire names, not due, handed out) still says it was found.
-    cte, full = _keys_probe(inclusive, postgres)
-    if postgres:  # as ``_HEADS_POSTGRES``, locked and skipped by other replicas
-        joined = (
-            "LEFT JOIN LATERAL (SELECT jobs.* FROM jobs WHERE " + _HEADS_WHERE + "AND jobs.concurrency_key = "
-            'turn.key COLLATE "C" AND jobs.wire_name = ANY(:wire_names) AND jobs.id <> ALL(CAST(:taken AS '
-            "text[])) ORDER BY jobs.run_at_ms, jobs.id LIMIT 1 FOR UPDATE OF jobs SKIP LOCKED) AS h ON true"
-        )
-    else:  # as ``_HEADS_SQLITE``
-        joined = (
-            "LEFT JOIN jobs AS h ON h.id = (SELECT jobs.id FROM jobs INDEXED BY ix_jobs_claim_turns WHERE "
-            + _HEADS_WHERE
-            + "AND jobs.concurrency_key = turn.key AND jobs.wire_name IN (SELECT value FROM "
-            "json_each(:wire_names)) AND jobs.id NOT IN (SELECT value FROM json_each(:taken)) "
-            "ORDER BY jobs.run_at_ms, jobs.id LIMIT 1)"
-        )
+    cte, full = _keys_probe(inclusive, postgres=False)
+    head = (
+        "(SELECT jobs.id FROM jobs INDEXED BY ix_jobs_claim_turns WHERE " + _HEADS_WHERE + "AND "
+        "jobs.concurrency_key = turn.key AND jobs.wire_name IN (SELECT value FROM json_each(:wire_names)) "
+        "AND jobs.id NOT IN (SELECT value FROM json_each(:taken)) ORDER BY jobs.run_at_ms, jobs.id LIMIT 1)"
+    )
     return Prepared(
         text(
             f"{cte}, turn(key, s) AS (SELECT key, s FROM k "
             f"WHERE key IS NOT NULL AND NOT {full.format('key')}) "
             "SELECT turn.key AS turn_key, "
             + ", ".join(f"h.{column}" for column in JOB_COLUMNS)
-            + f" FROM turn {joined} ORDER BY turn.s"
+            + f" FROM turn LEFT JOIN jobs AS h ON h.id = {head} ORDER BY turn.s"
         )
         .bindparams(bindparam("count", type_=Integer), bindparam("now_ms", type_=BigInteger))
         .columns(*(literal_column(name) for name in ("turn_key", *JOB_COLUMNS)))
     )
 
 
-_KEYS_WITH_HEADS = {
-    (inclusive, postgres): _keys_with_heads(inclusive, postgres)
-    for inclusive in (False, True)
-    for postgres in (False, True)
-}
-"""The keys in turn and the next job of each, in one statement, for the common claim
-whose probe finds all the keys it wants (then each key's turn is one job)."""
+_KEYS_WITH_HEADS_SQLITE = {inclusive: _keys_with_heads(inclusive) for inclusive in (False, True)}
+"""SQLite: the keys in turn and the next job of each, in one statement, for the common
+claim whose probe finds all the keys it wants (then each key's turn is one job)."""
 _HEAD_ID_AT = 1 + JOB_COLUMNS.index("id")
-"""Where a row of ``_KEYS_WITH_HEADS`` has its job's ID (None: the key has no job)."""
+"""Where a row of ``_KEYS_WITH_HEADS_SQLITE`` has its job's ID (None: the key has no job)."""
 
 _HEADS_POSTGRES = Prepared(
     text(
@@ -224,7 +214,7 @@ class ClaimTurnOps(TxBase):
         (``per``); None: the claim takes ``in_order`` as it is."""
         count = max(limit, 2)
         found: tuple[int, list[str]] | None = None
-        if in_order:
+        if in_order and not self._postgres:
             priority = in_order[0].priority
             quick, seen = self._keys_with_heads(queue, priority, count, full_keys, wire_names, taken, now_ms)
             if quick is not None:
@@ -251,36 +241,30 @@ class ClaimTurnOps(TxBase):
         taken: Sequence[str],
         now_ms: int,
     ) -> tuple[Turns | None, list[str] | None]:
-        """The first probe of ``_keys_in_turn`` and each key's next job, in one
+        """SQLite: the first probe of ``_keys_in_turn`` and each key's next job, in one
         statement. When it finds all ``count`` keys (the keys after the one last served,
         so no wrapping around) each key's turn is one job (``count`` is at least the
         claim's size), as ``_heads`` would have read them: (the turns, None). Else (None,
         the keys it found): the claim probes only for the keys around from the first one
-        (none when it started there) and reads their heads as usual. On PostgreSQL the
-        heads this statement locked then stay locked until the commit; the heads read
-        that follows locks the first jobs of those same keys again (its own locks are not
-        skipped), and hands them out unless the claim is full first, so they are no more
-        than the two statements lock. One statement less a claim.
-        SQLite: a keyed claim of 8 with a
+        (none when it started there), then reads their heads as usual, so a queue with
+        fewer keys than a claim wants pays no more statements than without this one.
+        One statement less a claim: a keyed claim of 8 with a
         per-key limit (10,000 keys) took 0.274 ms of the store's time against 0.282 and
         0.314 with the probe and the heads apart (``Tx.claim`` timed on a fixed backlog,
         variants alternating in one process, the least of 40 runs of 5 claims, two
         sittings, load 13-15; benchmarks/LOG.md, 2026-12-07)."""
         last = self.last_served.get(queue)
-        lists: dict[str, list[str]] = {
-            "full_keys": sorted(full_keys),
-            "wire_names": list(wire_names),
-            "taken": list(taken),
-        }
         params: dict[str, Any] = {
             "queue": queue,
             "priority": priority,
             "count": count,
+            "full_keys": json.dumps(sorted(full_keys)),
             "after": "" if last is None else last,
             "now_ms": now_ms,
-            **(lists if self._postgres else {name: json.dumps(value) for name, value in lists.items()}),
+            "wire_names": json.dumps(list(wire_names)),
+            "taken": json.dumps(list(taken)),
         }
-        rows = _KEYS_WITH_HEADS[last is None, self._postgres].execute(self._conn, params)
+        rows = _KEYS_WITH_HEADS_SQLITE[last is None].execute(self._conn, params)
         if len(rows.rows) < count:
             return None, [row[0] for row in rows.rows]
         with_jobs = [row[1:] for row in rows.rows if row[_HEAD_ID_AT] is not None]
