@@ -48,7 +48,9 @@ def _keys_probe(inclusive: bool, postgres: bool) -> tuple[str, str]:
     # with no room (``:full_keys``) in its one probe; ``n`` counts the keys with room found
     # before a row's, so the recursion stops at ``count`` of them on both engines, after
     # ``count`` plus the keys without room probes at most. The CTE ``k``, and the test of
-    # a key without room (to format with the key's column).
+    # a key without room (to format with the key's column). ``ORDER BY ... LIMIT 1``, not
+    # ``min()``: PostgreSQL, before the table was analysed, ran ``min()`` as an aggregate
+    # over every entry at the priority (23,000 rows a step; benchmarks/LOG.md, 2026-12-07).
     probe = (
         "(SELECT jobs.concurrency_key FROM jobs WHERE jobs.queue = :queue AND "
         f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}} "
