@@ -119,6 +119,27 @@ class KeyRoom:
 
 
 class ClaimKeyOps(QueueOps):
+    def plan_keyed_reads(self) -> bool:
+        """Makes PostgreSQL plan the rest of the transaction's statements without a sort
+        where an index gives the order; True once done (SQLite: nothing to do).
+
+        A keyed claim's reads (the bounded read, the keys' probe, their next jobs) each
+        walk an index in their order and stop early. Until the jobs table has been
+        analysed, the planner takes a queue's claimable jobs at one priority for a row
+        or so, so a walk of ix_jobs_due (the queue's every claimable job, in run-at
+        order) and a sort look as cheap as the right walk, and it chose them: every
+        statement then read the queue's whole backlog (a claim of 4 behind a full key's
+        10,000 jobs read 3,658 buffers, now 169, and 146 behind 50 jobs; 164 ms a claim
+        of 64 on a 5,000-job queue; benchmarks/LOG.md, 2026-12-07). No shape of those
+        statements helps while a sort of one row looks free; taking sorts out of the
+        reckoning (``SET LOCAL``: this transaction only) leaves the walks that stop
+        early, which are right whatever the statistics say. A later statement of the
+        transaction that needs a sort still sorts: the setting only prices a sort out
+        where another plan gives the order."""
+        if self._postgres:
+            self._conn.exec_driver_sql("SET LOCAL enable_sort = off")
+        return True
+
     def key_room(
         self, queue: str, limit: int | None, rate_count: int | None, rate_used: dict[str, int]
     ) -> KeyRoom:

@@ -16,7 +16,10 @@ found nothing (the front of the queue is all such keys' jobs), the best priority
 probed, and the next ones down when its keys have no room (``TURN_PRIORITY_LEVELS``).
 
 On SQLite the probe and the keys' next jobs are one statement when the probe finds all
-the keys the claim wants (each key's turn is then one job), and two otherwise.
+the keys the claim wants (each key's turn is then one job). PostgreSQL keeps them apart:
+the same one statement there (LATERAL, locked and skipped as the heads read is) was no
+faster (a claim's wall time a job 0.96-1.08x of two statements', ``benchmarks/turns_ab.py``,
+two sittings, load 4-9; benchmarks/LOG.md, 2026-12-07).
 
 The key last served is remembered per queue by the store (``turn_memory.LastServed``):
 each store, so each replica, keeps its own, and a restart starts again from the first
@@ -45,10 +48,13 @@ def _keys_probe(inclusive: bool, postgres: bool) -> tuple[str, str]:
     # with no room (``:full_keys``) in its one probe; ``n`` counts the keys with room found
     # before a row's, so the recursion stops at ``count`` of them on both engines, after
     # ``count`` plus the keys without room probes at most. The CTE ``k``, and the test of
-    # a key without room (to format with the key's column).
+    # a key without room (to format with the key's column). ``ORDER BY ... LIMIT 1``, not
+    # ``min()``: PostgreSQL, before the table was analysed, ran ``min()`` as an aggregate
+    # over every entry at the priority (23,000 rows a step; benchmarks/LOG.md, 2026-12-07).
     probe = (
-        "(SELECT min(concurrency_key) FROM jobs WHERE jobs.queue = :queue AND "
-        f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}})"
+        "(SELECT jobs.concurrency_key FROM jobs WHERE jobs.queue = :queue AND "
+        f"{CLAIMABLE_PREDICATE} AND jobs.priority = :priority AND jobs.concurrency_key {{op}} {{after}} "
+        "ORDER BY jobs.queue, jobs.priority DESC, jobs.concurrency_key LIMIT 1)"
     )
     full = (
         "{} = ANY(CAST(:full_keys AS text[]))"
@@ -161,6 +167,10 @@ _HEADS_POSTGRES = Prepared(
 """PostgreSQL: every key's next jobs in one statement, locked and skipped by other replicas."""
 
 
+Turns = tuple[list[str], dict[str, list[JobRecord]], int]
+"""The keys taking turns, their next jobs by key, and how many jobs a key's turn takes."""
+
+
 class ClaimTurnOps(TxBase):
     def take_turns(
         self,
@@ -201,16 +211,20 @@ class ClaimTurnOps(TxBase):
         taken: Sequence[str],
         full_keys: frozenset[str],
         now_ms: int,
-    ) -> tuple[list[str], dict[str, list[JobRecord]], int] | None:
+    ) -> Turns | None:
         """The keys taking turns, their next jobs by key and how many a key's turn takes
         (``per``); None: the claim takes ``in_order`` as it is."""
         count = max(limit, 2)
+        found: tuple[int, list[str]] | None = None
         if in_order and not self._postgres:
             priority = in_order[0].priority
-            quick = self._keys_with_heads(queue, priority, count, full_keys, wire_names, taken, now_ms)
+            quick, seen = self._keys_with_heads(queue, priority, count, full_keys, wire_names, taken, now_ms)
             if quick is not None:
                 return quick
-        found = self._turn_keys(queue, in_order, count, full_keys, now_ms)
+            if seen is not None:  # the keys after the one last served: only the wrap is left
+                found = priority, self._keys_in_turn(queue, priority, count, full_keys, seen)
+        if found is None:
+            found = self._turn_keys(queue, in_order, count, full_keys, now_ms)
         if found is None:
             return None
         priority, keys = found
@@ -228,12 +242,15 @@ class ClaimTurnOps(TxBase):
         wire_names: Sequence[str],
         taken: Sequence[str],
         now_ms: int,
-    ) -> tuple[list[str], dict[str, list[JobRecord]], int] | None:
+    ) -> tuple[Turns | None, list[str] | None]:
         """SQLite: the first probe of ``_keys_in_turn`` and each key's next job, in one
         statement. When it finds all ``count`` keys (the keys after the one last served,
         so no wrapping around) each key's turn is one job (``count`` is at least the
-        claim's size), as ``_heads`` would have read them; else None, and the claim probes
-        and reads its heads as usual. One statement less a claim: a keyed claim of 8 with a
+        claim's size), as ``_heads`` would have read them: (the turns, None). Else (None,
+        the keys it found): the claim probes only for the keys around from the first one
+        (none when it started there), then reads their heads as usual, so a queue with
+        fewer keys than a claim wants pays no more statements than without this one.
+        One statement less a claim: a keyed claim of 8 with a
         per-key limit (10,000 keys) took 0.274 ms of the store's time against 0.282 and
         0.314 with the probe and the heads apart (``Tx.claim`` timed on a fixed backlog,
         variants alternating in one process, the least of 40 runs of 5 claims, two
@@ -251,10 +268,10 @@ class ClaimTurnOps(TxBase):
         }
         rows = _KEYS_WITH_HEADS_SQLITE[last is None].execute(self._conn, params)
         if len(rows.rows) < count:
-            return None
+            return None, [row[0] for row in rows.rows]
         with_jobs = [row[1:] for row in rows.rows if row[_HEAD_ID_AT] is not None]
         heads = {job.concurrency_key: [job] for job in jobs_from(DriverRows(rows.keys()[1:], with_jobs))}
-        return [row[0] for row in rows.rows], heads, 1
+        return ([row[0] for row in rows.rows], heads, 1), None
 
     def _turn_keys(
         self, queue: str, in_order: list[JobRecord], count: int, full_keys: frozenset[str], now_ms: int
@@ -277,9 +294,12 @@ class ClaimTurnOps(TxBase):
             best = _PRIORITY_BELOW.execute(self._conn, {**params, "priority": level}).scalars()
         return None
 
-    def _keys_in_turn(self, queue: str, priority: int, count: int, full_keys: frozenset[str]) -> list[str]:
+    def _keys_in_turn(
+        self, queue: str, priority: int, count: int, full_keys: frozenset[str], after: list[str] | None = None
+    ) -> list[str]:
         """Up to ``count`` keys with room and claimable jobs at ``priority``: those after
-        the key last served, then from the first key on."""
+        the key last served (``after``: already found, by ``_keys_with_heads``), then
+        from the first key on."""
         full = sorted(full_keys)
         params: dict[str, Any] = {
             "queue": queue,
@@ -289,7 +309,11 @@ class ClaimTurnOps(TxBase):
         }
         last = self.last_served.get(queue)
         keys: list[str] = []
-        if last is not None:
+        if after is not None:
+            keys = after
+            if last is None:  # found from the first key on: there are no more
+                return keys
+        elif last is not None:
             keys = list(_KEYS_AFTER[self._postgres].execute(self._conn, {**params, "after": last}).scalars())
         if len(keys) < count:
             wrapped = _KEYS_FROM_START[self._postgres].execute(

@@ -124,6 +124,8 @@ class _Call:
     """A rate held jobs back: the start of its next slot, when it may have room."""
     rate_held: set[str] = field(default_factory=set)
     """Queues whose rate held jobs back."""
+    keyed_plans: bool = False
+    """The transaction plans a keyed claim's reads (``ClaimKeyOps.plan_keyed_reads``)."""
 
 
 class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
@@ -371,6 +373,10 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
         }
         read = CLAIMABLE_IN_QUEUE
         taken = call.taken_from.get(queue)
+        control = call.controls.get(queue)
+        keyed = keys is not None or (control is not None and control.keyed)
+        if keyed and not call.keyed_plans:
+            call.keyed_plans = self.plan_keyed_reads()
         if keys is not None:
             read, past = self.key_limited_read(keys, taken or [], limit)
             params.update(past)
@@ -378,7 +384,6 @@ class ClaimOps(ClaimKeyOps, ClaimTurnOps, RateOps):
             read, past = claimable_past(self._postgres, taken)
             params.update(past)
         found = list(jobs_from(self._read_locked(read, params)))
-        control = call.controls.get(queue)
         if control is None or not control.keyed:
             return found
         full = frozenset(keys.full()) if keys is not None else frozenset()

@@ -1,7 +1,7 @@
 """What a keyed claim reads, on both engines (docs/flow-control.md): turns over more keys
 than a claim wants give each key one job, in key order from the key after the one
 served last and then around from the first (on SQLite the keys and their jobs come from
-one statement in that case, from two when the probe wraps around), and a per-key
+one statement in that case, and wrapping around costs one probe more), and a per-key
 limited queue's bounded read hands out its keys' jobs in claim order, past keys with no
 room in front of them."""
 
