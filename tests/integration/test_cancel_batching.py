@@ -7,9 +7,6 @@ shutdown still writes what is pending."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,10 +15,10 @@ from coordinator.domain.access import SYSTEM_ACTOR
 from coordinator.domain.states import JobState
 from coordinator.errors import NotFound
 from coordinator.process import RunningCoordinator
-from coordinator.service import batch as batch_module
 from coordinator.store import Store
 from tests.chaos.jobs import Task
 from tests.integration.conftest import coordinator_without_wake_ups
+from tests.integration.held_writer import HeldWriter
 from tests.support import eventually
 from worker_sdk import AsyncClient, JobNotFound
 from worker_sdk import JobState as ClientState
@@ -29,31 +26,8 @@ from worker_sdk import JobState as ClientState
 MISSING_JOB = "0193a7c2-5b1e-7c3d-9f00-1a2b3c4d5e6f"
 
 
-class HeldWriter:
-    """Holds every batch that writes cancel items on the writer until ``release``, and
-    records how many cancels each such batch wrote."""
-
-    def __init__(self) -> None:
-        self.released = threading.Event()
-        self.held = 0
-        self.items_per_batch: list[int] = []
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        original = batch_module.write_cancels
-
-        def write_cancels(tx: Any, manage: Any, items: Any) -> Any:
-            self.held += 1
-            assert self.released.wait(30), "the test never released the writer"
-            self.items_per_batch.append(len(items))
-            return original(tx, manage, items)
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(batch_module, "write_cancels", write_cancels)
-            try:
-                yield
-            finally:
-                self.released.set()
+def _held_writer() -> HeldWriter:
+    return HeldWriter("write_cancels", items_at=2)
 
 
 async def _jobs(client: AsyncClient, count: int) -> list[str]:
@@ -75,7 +49,7 @@ async def _fill_the_writer(
 
 
 async def test_concurrent_cancels_commit_in_one_transaction_answered_after_it(database_url: str) -> None:
-    held = HeldWriter()
+    held = _held_writer()
     transactions: list[float] = []
     async with (
         coordinator_without_wake_ups(database_url) as running,
@@ -112,7 +86,7 @@ async def test_concurrent_cancels_commit_in_one_transaction_answered_after_it(da
 
 
 async def test_past_the_backlog_bound_a_cancel_waits_for_the_next_batch(database_url: str) -> None:
-    held = HeldWriter()
+    held = _held_writer()
     async with (
         coordinator_without_wake_ups(database_url, max_pending_enqueue_jobs=2) as running,
         AsyncClient(running.target) as client,
@@ -134,7 +108,7 @@ async def test_past_the_backlog_bound_a_cancel_waits_for_the_next_batch(database
 
 
 async def test_a_shutdown_writes_the_pending_cancels_before_it_stops(database_url: str) -> None:
-    held = HeldWriter()
+    held = _held_writer()
     async with (
         coordinator_without_wake_ups(database_url) as running,
         AsyncClient(running.target) as client,

@@ -6,48 +6,23 @@ and a shutdown still writes what is pending."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from coordinator.domain.states import JobState
 from coordinator.process import RunningCoordinator
-from coordinator.service import batch as batch_module
 from coordinator.store import Store
 from tests.chaos.jobs import Task
 from tests.integration.conftest import coordinator_without_wake_ups
+from tests.integration.held_writer import HeldWriter
 from tests.support import eventually
 from worker_sdk import AsyncClient
 
 
-class HeldWriter:
-    """Holds every batch that writes enqueue calls on the writer until ``release``, and
-    records how many calls each such batch wrote."""
-
-    def __init__(self) -> None:
-        self.released = threading.Event()
-        self.held = 0
-        self.items_per_batch: list[int] = []
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        original = batch_module.write_items
-
-        def write_items(tx: Any, checked: Any, now_ms: int) -> Any:
-            self.held += 1
-            assert self.released.wait(30), "the test never released the writer"
-            self.items_per_batch.append(len(checked))
-            return original(tx, checked, now_ms)
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(batch_module, "write_items", write_items)
-            try:
-                yield
-            finally:
-                self.released.set()
+def _held_writer() -> HeldWriter:
+    return HeldWriter("write_items", items_at=1)
 
 
 @pytest.fixture
@@ -69,7 +44,7 @@ async def _fill_the_writer(running: RunningCoordinator, client: AsyncClient, hel
 
 
 async def test_concurrent_enqueues_commit_in_one_transaction(running: RunningCoordinator) -> None:
-    held = HeldWriter()
+    held = _held_writer()
     transactions: list[float] = []
     observe = running.app.store.on_transaction
 
@@ -98,7 +73,7 @@ async def test_concurrent_enqueues_commit_in_one_transaction(running: RunningCoo
 
 
 async def test_past_the_backlog_bound_a_call_waits_for_the_next_batch(database_url: str) -> None:
-    held = HeldWriter()
+    held = _held_writer()
     async with (
         coordinator_without_wake_ups(database_url, max_pending_enqueue_jobs=2) as running,
         AsyncClient(running.target) as client,
@@ -118,7 +93,7 @@ async def test_past_the_backlog_bound_a_call_waits_for_the_next_batch(database_u
 
 
 async def test_a_shutdown_writes_the_pending_enqueues_before_it_stops(database_url: str) -> None:
-    held = HeldWriter()
+    held = _held_writer()
     async with (
         coordinator_without_wake_ups(database_url) as running,
         AsyncClient(running.target) as client,
