@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.cli.bench import stopping
 from worker_sdk import ConnectionOptions, RunwickError, Unauthenticated
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ def run_bench(options: argparse.Namespace) -> int:
     from coordinator.cli.bench.deployment import BenchSetupError
     from coordinator.cli.connect import failure
 
-    signal.signal(signal.SIGTERM, _interrupt)  # stop what the bench started, as on Ctrl-C
+    stopping.install()  # SIGTERM stops what the bench started, as Ctrl-C does
     with _work_dir(options.work_dir) as folder:
         try:
             report = _run(options, folder)
@@ -275,10 +275,6 @@ def run_bench(options: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _wait_ready(workers: list[subprocess.Popen[bytes]], sink: Path, logs: Path) -> None:
     from coordinator.cli.bench.deployment import BenchSetupError
     from coordinator.cli.bench.sink import ready_pids
@@ -292,7 +288,7 @@ def _wait_ready(workers: list[subprocess.Popen[bytes]], sink: Path, logs: Path) 
             raise BenchSetupError(
                 f"bench workers did not connect within {READY_TIMEOUT_S:g} s:\n{_log_tail(logs)}"
             )
-        time.sleep(0.05)
+        stopping.pause(0.05)
 
 
 def _log_tail(logs: Path, lines: int = 8) -> str:

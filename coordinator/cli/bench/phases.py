@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from coordinator.cli.bench import stopping
 from coordinator.cli.bench.sink import BACKLOG, FIRST_WARMUP, Record, SinkReader
 from coordinator.cli.bench.worker import Noop
 from worker_sdk import AsyncClient, Client, ConnectionOptions, EnqueueItem, JobState
@@ -126,7 +127,7 @@ class Phases:
                     f"{self.plan.stall_timeout_s:g} s without progress"
                 )
             else:
-                time.sleep(POLL_S)
+                stopping.pause(POLL_S)
         on_done()
 
     # -- the phases -------------------------------------------------------------------
@@ -136,7 +137,7 @@ class Phases:
         ids = client.enqueue_many(items)
         self.measured.job_ids.update(zip(self.plan.warmup_numbers, ids, strict=True))
         self.wait_for(self.plan.warmup_numbers, "warm-up (are workers connected to the target?)")
-        time.sleep(IDLE_BEFORE_LATENCY_S)  # the workers go idle: the latency phase finds them waiting
+        stopping.pause(IDLE_BEFORE_LATENCY_S)  # the workers go idle: the latency phase finds them waiting
 
     def latency(self, client: Client) -> None:
         """One job per call at ``rate`` per second, on an absolute schedule (no drift)."""
@@ -147,7 +148,7 @@ class Phases:
         for index, n in enumerate(numbers):
             delay = began + index / self.plan.rate - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                stopping.pause(delay)
             self.measured.job_ids[n] = client.enqueue(Noop(n, time.time()), queue=self.plan.queue)
         self.measured.latency_enqueue_s = time.monotonic() - began
         self.wait_for(numbers, "latency phase")
@@ -186,6 +187,7 @@ class Phases:
         numbers = self.plan.throughput_numbers
         began = time.monotonic()
         for start in range(numbers.start, numbers.stop, self.plan.batch):
+            stopping.check()
             chunk = range(start, min(start + self.plan.batch, numbers.stop))
             now = time.time()
             ids = client.enqueue_many(
@@ -227,7 +229,7 @@ class Phases:
                 self.enqueue(client)
                 self.resume(client, probe)
             self.wait_for(self.plan.throughput_numbers, "processing phase", on_done=probe.end)
-            time.sleep(self.plan.settle_s)  # a duplicate run would show up now
+            stopping.pause(self.plan.settle_s)  # a duplicate run would show up now
         except Stalled as stall:
             self.measured.stalled = str(stall)
             probe.end()
@@ -249,7 +251,7 @@ class Phases:
                 missing.discard(info.id)
             if not missing or time.monotonic() > deadline:
                 return len(missing)
-            time.sleep(0.5)
+            stopping.pause(0.5)
 
 
 def _batches(total: int, size: int) -> Sequence[int]:
