@@ -120,6 +120,21 @@ def transient_at_start(exc: BaseException) -> bool:
     return False
 
 
+def worth_waiting_at_open(exc: DBAPIError) -> bool:
+    """Whether opening the store should try ``exc`` again: a transient failure
+    (``transient_at_start``) or a refused connection, which is what a PostgreSQL server
+    restarting or recovering from a crash answers for seconds (a wrong port answers the
+    same, so the wait ends with the error that names the URL). An unknown database or
+    role or a refused password is not worth a wait."""
+    if _transient_driver_error(exc):
+        return True
+    return (
+        sqlstate(exc) is None
+        and hasattr(exc.orig, "sqlstate")
+        and "connection refused" in str(exc.orig).lower()
+    )
+
+
 def _transient_driver_error(exc: DBAPIError) -> bool:
     if not hasattr(exc.orig, "sqlstate"):  # sqlite3: a file, not a connection
         return False

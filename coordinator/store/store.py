@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.store import migrate as migrations
-from coordinator.store.driver_errors import connection_lost, driver_detail, store_error
+from coordinator.store.driver_errors import driver_detail, store_error, worth_waiting_at_open
 from coordinator.store.engine import (
     DEFAULT_TIMEOUTS,
     DatabaseTimeouts,
@@ -125,7 +125,7 @@ class Store(StoreReads):
                     migrations.require_current(self._write_engine)
                 return
             except DBAPIError as exc:
-                if not connection_lost(exc) or time.monotonic() + pause_s > deadline:
+                if not worth_waiting_at_open(exc) or time.monotonic() + pause_s > deadline:
                     raise
                 log.warning(
                     "the database is not reachable opening the store (try %d: %s); trying again in %.2f s",

@@ -19,6 +19,7 @@ from coordinator.cli.database import database_refusal
 from coordinator.cli.exits import EXIT_DATABASE_UNSTABLE
 from coordinator.config import ConfigError
 from coordinator.store import StoreError, transient_at_start
+from coordinator.store.driver_errors import worth_waiting_at_open
 
 FAILED_AT = 'connection failed: connection to server at "127.0.0.1", port 5432 failed: '
 
@@ -139,3 +140,11 @@ def test_serve_says_the_database_kept_failing_with_its_own_status(
     said = capsys.readouterr().err
     assert "reachable but its connection kept failing" in said and "7 tries" in said
     assert "Check --database-url" not in said and "secret" not in said
+
+
+def test_opening_the_store_waits_for_a_refused_connection_but_not_for_input() -> None:
+    """A server restarting refuses connections for seconds: opening the store waits for
+    it (up to the start-up wait). An unknown database or a refused password does not."""
+    assert worth_waiting_at_open(_wrapped(INPUT_LIKE[0]))  # connection refused
+    assert all(worth_waiting_at_open(_wrapped(orig)) for orig in TRANSIENT)
+    assert not any(worth_waiting_at_open(_wrapped(orig)) for orig in INPUT_LIKE[1:])
