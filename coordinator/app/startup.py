@@ -36,7 +36,7 @@ class DatabaseKeptFailing(Exception):
     def __init__(self, waited_s: float, attempts: int, last: str) -> None:
         super().__init__(
             f"the database was reachable but its connection kept failing for {waited_s:.1f} s "
-            f"({attempts} tries; last: {last})"
+            f"({attempts} {'try' if attempts == 1 else 'tries'}; last: {last})"
         )
         self.waited_s = waited_s
         self.attempts = attempts

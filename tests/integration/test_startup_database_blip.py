@@ -11,8 +11,11 @@ connection that was killed, so the error is the one psycopg raises for it."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import socket
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -139,3 +142,36 @@ def test_serve_with_a_bad_database_fails_at_once_with_exit_2(
     assert done.returncode == 2, done.stderr
     assert "Check --database-url" in done.stderr
     assert RETRY_LINE not in done.stderr
+
+
+def test_serve_against_a_server_that_drops_every_connection_exits_3(tmp_path: Path) -> None:
+    """End to end through ``runwick serve``: a listener that accepts each connection and
+    closes it at once is what libpq sees as "server closed the connection unexpectedly".
+    The short wait runs out and serve says the database kept failing, with status 3."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def drop_connections() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                listener.accept()[0].close()
+
+    dropper = threading.Thread(target=drop_connections, daemon=True)
+    dropper.start()
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/runwick"
+    command = runwick_command(
+        "serve", "--database-url", url, "--insecure", "--port", "0", "--health-port", "-1",
+        "--metrics-port", "-1", "--dashboard-port", "-1", "--startup-database-wait", "1",
+    )  # fmt: skip
+    try:
+        done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finally:
+        stop.set()
+        dropper.join()
+        listener.close()
+    assert done.returncode == 3, done.stderr
+    assert "reachable but its connection kept failing" in done.stderr
+    assert "server closed the connection unexpectedly" in done.stderr
+    assert "Check --database-url" not in done.stderr
