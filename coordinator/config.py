@@ -212,6 +212,11 @@ class CoordinatorConfig:
     """How often retention looks for jobs past their age (each pass purges in batches of
     ``bounds.max_purge_batch``, one transaction each, until none is left)."""
     drain_timeout_s: float = 30.0
+    startup_database_wait_s: float = 30.0
+    """While the coordinator starts, how long a database connection that was made and then
+    lost (a terminated backend, a server starting up, shutting down or recovering) is tried
+    again before the start gives up; 0 tries once. A refused connection is tried again
+    for as long while the schema is checked."""
     """On shutdown, how long connected workers get to finish before the server stops."""
     hello_timeout_s: float = 10.0
     """A worker stream that sends no Hello within this time is ended."""

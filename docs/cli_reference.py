@@ -54,6 +54,9 @@ them):
 - `2`: bad usage or input, found by the command or by the coordinator (a flag, an ID or
   a name that does not parse, a value out of range, a database URL); a destructive
   command (`purge`, bulk `jobs cancel`/`retry`) without `--yes` where no terminal can ask.
+- `3`: `serve` only: the database was reachable, but its connection kept being lost for
+  the whole `--startup-database-wait` (a server restarting or failing over, backends
+  terminated); the URL is not at fault, and starting again later may work.
 - `130`: interrupted (Ctrl-C).
 - `141`: the reader of the output went away (`runwick jobs list | head`).
 """

@@ -10,6 +10,7 @@ from coordinator.app.offline import (
     migrate_database,
     open_scratch_store,
 )
+from coordinator.app.startup import DatabaseKeptFailing
 from coordinator.app.workers import ConnectedWorker
 
 # The handle ``Coordinator.connect_worker`` gives a worker stream's transport: exported
@@ -21,6 +22,7 @@ __all__ = [
     "BulkOutcome",
     "ConnectedWorker",
     "Coordinator",
+    "DatabaseKeptFailing",
     "JobFilter",
     "MigrationLocked",
     "SchemaNotCurrent",

@@ -25,6 +25,7 @@ from coordinator.app.job_calls import DEFAULT_WAIT_MS, MAX_WAIT_MS, JobCalls
 from coordinator.app.lifecycle import Lifecycle, ReadinessListener
 from coordinator.app.queue_calls import QueueCalls
 from coordinator.app.schedule_calls import ScheduleCalls
+from coordinator.app.startup import open_riding_out_blips
 from coordinator.app.watch import TerminalWatch
 from coordinator.app.worker_calls import WorkerCalls
 from coordinator.config import CoordinatorConfig
@@ -167,10 +168,30 @@ class Coordinator(JobCalls, QueueCalls, ScheduleCalls, AccessCalls, WorkerCalls,
         rng: random.Random | None = None,
     ) -> Coordinator:
         """Opens the store (creating SQLite on first start) and, with authentication on,
-        creates the bootstrap admin token when there is no token yet."""
+        creates the bootstrap admin token when there is no token yet. A database
+        connection lost on the way is tried again for up to
+        ``config.startup_database_wait_s`` (``app.startup``), unless ``store`` is given:
+        its opener owns it."""
         config.retention_ages_ms()  # a bad retention setting fails before the store opens
         if config.bootstrap_token is not None:
             check_bootstrap_token(config.bootstrap_token)  # and so does a malformed token
+        if store is not None:
+            return await cls._open_once(config, clock, store, rng, 0.0)
+
+        async def once(left_s: float) -> Coordinator:
+            return await cls._open_once(config, clock, None, rng, left_s)
+
+        return await open_riding_out_blips(once, config.startup_database_wait_s)
+
+    @classmethod
+    async def _open_once(
+        cls,
+        config: CoordinatorConfig,
+        clock: Clock | None,
+        store: Store | None,
+        rng: random.Random | None,
+        store_wait_s: float,
+    ) -> Coordinator:
         if store is None:
             timeouts = DatabaseTimeouts(
                 pg_idle_in_transaction_timeout_ms=config.pg_idle_in_transaction_timeout_ms,
@@ -179,7 +200,7 @@ class Coordinator(JobCalls, QueueCalls, ScheduleCalls, AccessCalls, WorkerCalls,
                 sqlite_busy_timeout_ms=config.sqlite_busy_timeout_ms,
             )
             store = await asyncio.to_thread(
-                Store.open, config.database_url, bounds=config.bounds, timeouts=timeouts
+                Store.open, config.database_url, bounds=config.bounds, timeouts=timeouts, wait_s=store_wait_s
             )
         elif store.bounds != config.bounds:
             raise ValueError(

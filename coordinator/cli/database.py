@@ -10,6 +10,7 @@ import json
 import sys
 
 from coordinator.cli.database_flags import database_url, redacted_url
+from coordinator.cli.exits import EXIT_DATABASE_UNSTABLE
 
 EXIT_DATABASE = 2
 """Bad input: the database URL or the database it names."""
@@ -19,8 +20,11 @@ _SQLITE_HINT = "does its directory exist, and may this user write there?"
 def database_refusal(command: str, options: argparse.Namespace, exc: Exception) -> int | None:
     """Prints what went wrong and returns the exit status, or None when ``exc`` is not
     about the database (the caller raises it then)."""
-    from coordinator.app import database_failure
+    from coordinator.app import DatabaseKeptFailing, database_failure
 
+    if isinstance(exc, DatabaseKeptFailing):
+        _print(options, f"runwick {command}: {exc}; is the database restarting or failing over?")
+        return EXIT_DATABASE_UNSTABLE
     said = database_failure(exc)
     if said is None:
         return None
@@ -33,8 +37,12 @@ def database_refusal(command: str, options: argparse.Namespace, exc: Exception) 
     message = (
         f"runwick {command}: the database {url} failed: {said}. Check --database-url (RUNWICK_DATABASE_URL)."
     )
+    _print(options, message)
+    return EXIT_DATABASE
+
+
+def _print(options: argparse.Namespace, message: str) -> None:
     if getattr(options, "log_format", "text") == "json":
         print(json.dumps({"level": "ERROR", "logger": "runwick", "message": message}), file=sys.stderr)
     else:
         print(message, file=sys.stderr)
-    return EXIT_DATABASE

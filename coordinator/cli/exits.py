@@ -8,6 +8,8 @@ one confirmation prompt of the commands that destroy or change many jobs.
 2     bad usage or input, whether the command or the coordinator found it (a flag, an
       ID or a name that does not parse, a value out of range, a database URL), and a
       destructive command without ``--yes`` where no terminal can ask
+3     ``serve``: the database was reachable, but its connection kept failing for the
+      whole ``--startup-database-wait`` (not the URL's fault: start it again later)
 130   interrupted (Ctrl-C)
 141   the reader of the output went away (``| head``)
 ====  ==============================================================================
@@ -20,6 +22,7 @@ import sys
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_BAD_INPUT = 2
+EXIT_DATABASE_UNSTABLE = 3
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 128 + 13
 

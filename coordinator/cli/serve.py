@@ -91,6 +91,14 @@ def add_serve_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="seconds workers get to finish on shutdown [RUNWICK_DRAIN_TIMEOUT_S]",
     )
     serve.add_argument(
+        "--startup-database-wait",
+        type=float,
+        default=float(_env("RUNWICK_STARTUP_DATABASE_WAIT", "30")),
+        help="seconds a start-up tries again while its database connection is lost (a "
+        "terminated backend, a server starting or recovering), 0 = once "
+        "[RUNWICK_STARTUP_DATABASE_WAIT]",
+    )
+    serve.add_argument(
         "--health-port",
         type=int,
         default=int(_env("RUNWICK_HEALTH_PORT", "7234")),
@@ -229,6 +237,7 @@ def run_serve(options: argparse.Namespace) -> int:
             schedule_interval_s=options.schedule_interval,
             schedule_grace_s=options.schedule_grace,
             drain_timeout_s=options.drain_timeout,
+            startup_database_wait_s=options.startup_database_wait,
             health_port=_port_or_none(options.health_port),
             scaler_port=_port_or_none(options.scaler_port),
             metrics_port=_port_or_none(options.metrics_port),

@@ -2,6 +2,7 @@
 methods are named operations over domain values (``Store`` for reads and transactions,
 ``Tx`` for the writes of one transaction)."""
 
+from coordinator.store.driver_errors import transient_at_start
 from coordinator.store.engine import DatabaseTimeouts, UnsupportedDatabase
 from coordinator.store.errors import DuplicateKey, StoreError, WriteConflict
 from coordinator.store.store import Store
@@ -18,4 +19,5 @@ __all__ = [
     "Unset",
     "UnsupportedDatabase",
     "WriteConflict",
+    "transient_at_start",
 ]

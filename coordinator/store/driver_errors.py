@@ -85,3 +85,61 @@ def driver_detail(exc: DBAPIError) -> str:
         first = first[:MAX_DETAIL_CHARS] + "…"
     state = sqlstate(exc)
     return f"{type(orig).__name__}{f' [{state}]' if state else ''}: {first}"
+
+
+START_TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08006"})
+"""Server errors that end a session which had been made: admin shutdown (a terminated
+backend), crash shutdown, cannot connect now (starting up, shutting down, in recovery),
+connection failure."""
+START_TRANSIENT_TEXTS = (
+    "server closed the connection unexpectedly",
+    "consuming input failed",
+    "terminating connection",
+    "the database system is",
+    "connection to server was lost",
+    "ssl connection has been closed unexpectedly",
+)
+"""What libpq says, with no SQLSTATE, when a connection it had made was lost, or the
+server answered that it is starting up, shutting down or recovering. A refused
+connection, an unknown database or role and a refused password are not here: psycopg
+gives them no SQLSTATE either, so the text is what tells them apart."""
+
+
+def transient_at_start(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a PostgreSQL connection that was made and
+    then lost, or a server that is starting up, shutting down or recovering: a start-up
+    may try again. SQLite's errors, a refused connection and anything input-like (a URL,
+    a database, a role, a password, a schema that is not current) are not."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, DBAPIError):
+            return _transient_driver_error(cause)
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def worth_waiting_at_open(exc: DBAPIError) -> bool:
+    """Whether opening the store should try ``exc`` again: a transient failure
+    (``transient_at_start``) or a refused connection, which is what a PostgreSQL server
+    restarting or recovering from a crash answers for seconds (a wrong port answers the
+    same, so the wait ends with the error that names the URL). An unknown database or
+    role or a refused password is not worth a wait."""
+    if _transient_driver_error(exc):
+        return True
+    return (
+        sqlstate(exc) is None
+        and hasattr(exc.orig, "sqlstate")
+        and "connection refused" in str(exc.orig).lower()
+    )
+
+
+def _transient_driver_error(exc: DBAPIError) -> bool:
+    if not hasattr(exc.orig, "sqlstate"):  # sqlite3: a file, not a connection
+        return False
+    state = sqlstate(exc)
+    if state is not None:
+        return state in START_TRANSIENT_SQLSTATES
+    said = str(exc.orig).lower()
+    return any(text in said for text in START_TRANSIENT_TEXTS)

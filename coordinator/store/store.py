@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from coordinator.domain.bounds import DEFAULT_BOUNDS, StoreBounds
 from coordinator.store import migrate as migrations
-from coordinator.store.driver_errors import connection_lost, driver_detail, store_error
+from coordinator.store.driver_errors import driver_detail, store_error, worth_waiting_at_open
 from coordinator.store.engine import (
     DEFAULT_TIMEOUTS,
     DatabaseTimeouts,
@@ -95,25 +95,27 @@ class Store(StoreReads):
         create: bool | None = None,
         bounds: StoreBounds | None = None,
         timeouts: DatabaseTimeouts | None = None,
+        wait_s: float = OPEN_WAIT_S,
     ) -> Store:
         """Opens the store. SQLite is created and migrated on first open; PostgreSQL
-        must have been migrated (``runwick migrate``) unless ``create`` is true."""
+        must have been migrated (``runwick migrate``) unless ``create`` is true. A
+        connection lost or refused is tried again for up to ``wait_s`` (0: not at all)."""
         store = cls(url, bounds=bounds, timeouts=timeouts)
         create = (not store.postgres) if create is None else create
         try:
-            store._open_schema(create)
+            store._open_schema(create, wait_s)
         except Exception:
             store.close()
             raise
         return store
 
-    def _open_schema(self, create: bool) -> None:
+    def _open_schema(self, create: bool, wait_s: float) -> None:
         """Migrates or checks the schema. A connection lost or refused on the way (a
         backend terminated; a server restarting or still recovering, which refuses
         connections for seconds) is tried again after a growing pause, for up to
-        ``OPEN_WAIT_S``: a coordinator started beside its database waits for it rather
+        ``wait_s``: a coordinator started beside its database waits for it rather
         than crash. Anything else is raised as it was."""
-        deadline = time.monotonic() + OPEN_WAIT_S
+        deadline = time.monotonic() + wait_s
         pause_s = OPEN_FIRST_PAUSE_S
         for attempt in itertools.count(1):
             try:
@@ -123,7 +125,7 @@ class Store(StoreReads):
                     migrations.require_current(self._write_engine)
                 return
             except DBAPIError as exc:
-                if not connection_lost(exc) or time.monotonic() + pause_s > deadline:
+                if not worth_waiting_at_open(exc) or time.monotonic() + pause_s > deadline:
                     raise
                 log.warning(
                     "the database is not reachable opening the store (try %d: %s); trying again in %.2f s",
