@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.clock import FakeClock
 from coordinator.store import Store
+from tests.conftest import _truncate
 
 from .harness import Harness
 
@@ -46,3 +47,20 @@ def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+@pytest.fixture
+def replicas(postgres_url: str) -> Iterator[tuple[Harness, Harness]]:
+    """Two coordinators' services, each over its own store, on one PostgreSQL database and
+    one clock."""
+    _truncate(postgres_url)
+    clock = FakeClock()
+    first, second = Store.open(postgres_url), Store.open(postgres_url)
+    try:
+        yield (
+            Harness.build(first, clock, CoordinatorConfig()),
+            Harness.build(second, clock, CoordinatorConfig()),
+        )
+    finally:
+        first.close()
+        second.close()

@@ -282,3 +282,7 @@ def end_sessions(admin_url: str, application_name: str) -> int:
         return int(ended or 0)
     finally:
         admin.dispose()
+
+
+WAITING_ON_A_LOCK = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+"""PostgreSQL: how many backends wait for a lock now (a race test waits for its second side to block)."""

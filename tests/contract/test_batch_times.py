@@ -11,24 +11,21 @@ its key's count had already seen ended.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.lifecycle import Report
 from coordinator.domain.states import JobState, Outcome
 from coordinator.service.queues import QueueService
 from coordinator.service.work import ClaimRequest, ResultReport, WorkBatch
-from coordinator.store import Store, Tx
+from coordinator.store import Tx
 from coordinator.store.errors import ConnectionLost
-from tests.conftest import _truncate
 from tests.support.polling import wait_until
 
-from .harness import LEASE_MS, OPERATOR, WIRE, WORKER, Harness
+from .harness import LEASE_MS, OPERATOR, WAITING_ON_A_LOCK, WIRE, WORKER, Harness
 
 WAIT_MS = 5_000
 """How long the fake clock moves while the batch waits."""
@@ -148,23 +145,6 @@ def test_what_a_claim_takes_as_due_is_decided_by_a_time_before_its_stamp(
 
 # -- PostgreSQL: a real lock wait across two replicas ------------------------------------
 
-_WAITING_ON_A_LOCK = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-
-
-@pytest.fixture
-def replicas(postgres_url: str) -> Iterator[tuple[Harness, Harness]]:
-    _truncate(postgres_url)
-    clock = FakeClock()
-    first, second = Store.open(postgres_url), Store.open(postgres_url)
-    try:
-        yield (
-            Harness.build(first, clock, CoordinatorConfig()),
-            Harness.build(second, clock, CoordinatorConfig()),
-        )
-    finally:
-        first.close()
-        second.close()
-
 
 @pytest.mark.postgres
 def test_a_claim_that_waited_for_the_queue_lock_is_stamped_after_the_end_it_follows(
@@ -187,7 +167,7 @@ def test_a_claim_that_waited_for_the_queue_lock_is_stamped_after_the_end_it_foll
             )
             thread.start()
             wait_until(
-                lambda: watcher.execute(text(_WAITING_ON_A_LOCK)).scalar(),
+                lambda: watcher.execute(text(WAITING_ON_A_LOCK)).scalar(),
                 interval=0.01,
                 what="the claim to wait on the queue's row",
             )

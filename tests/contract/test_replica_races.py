@@ -11,40 +11,19 @@ second replica's read is seen waiting on a lock, so the race is the same every r
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, event, text
 
-from coordinator.config import CoordinatorConfig
-from coordinator.domain.clock import FakeClock
 from coordinator.domain.states import JobState, Outcome
 from coordinator.store import Store
-from tests.conftest import _truncate
 from tests.support.polling import wait_until
 
-from .harness import Harness
+from .harness import WAITING_ON_A_LOCK, Harness
 
 pytestmark = pytest.mark.postgres
-
-_WAITING_ON_A_LOCK = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-
-
-@pytest.fixture
-def replicas(postgres_url: str) -> Iterator[tuple[Harness, Harness]]:
-    """Two coordinators' services, each over its own store, on one database and clock."""
-    _truncate(postgres_url)
-    clock = FakeClock()
-    first, second = Store.open(postgres_url), Store.open(postgres_url)
-    try:
-        yield (
-            Harness.build(first, clock, CoordinatorConfig()),
-            Harness.build(second, clock, CoordinatorConfig()),
-        )
-    finally:
-        first.close()
-        second.close()
 
 
 def _race(first: Callable[[], Any], first_store: Store, second: Callable[[], Any]) -> tuple[Any, Any]:
@@ -57,7 +36,7 @@ def _race(first: Callable[[], Any], first_store: Store, second: Callable[[], Any
         holding.set()
         with probe.connect() as watcher:
             wait_until(
-                lambda: given_up.is_set() or watcher.execute(text(_WAITING_ON_A_LOCK)).scalar(),
+                lambda: given_up.is_set() or watcher.execute(text(WAITING_ON_A_LOCK)).scalar(),
                 interval=0.01,
                 what="the other replica's read to wait on the locked rows",
             )
