@@ -50,7 +50,7 @@ class JobCalls(CoordinatorCore):
         now = self.clock.now_ms()
         due = {spec.queue for spec in specs if spec.run_at_ms is None or spec.run_at_ms <= now}
         item = EnqueueItem(list(specs), reachable)
-        if self.dispatcher.takes_enqueues:
+        if self.dispatcher.takes_calls:
             outcome = await self.dispatcher.enqueue(item, due)
         else:  # no loop to write it: not started, or stopping (it may have written its last batch)
             answers = await self.executors.write(self.ops.process, WorkBatch(enqueues=[item]))
@@ -144,7 +144,7 @@ class JobCalls(CoordinatorCore):
         (``Dispatcher.cancel``), under its own savepoint, and answered only once that batch
         committed; a refused cancel fails alone. Its ID is checked before it is queued."""
         item = CancelItem(require_id("id", job_id), actor)
-        if self.dispatcher.takes_enqueues:
+        if self.dispatcher.takes_calls:
             outcome = await self.dispatcher.cancel(item)
         else:  # no loop to write it: not started, or stopping (it may have written its last batch)
             answers = await self.executors.write(self.ops.process, WorkBatch(cancels=[item]))

@@ -249,7 +249,7 @@ class Dispatcher:
     # -- enqueue and cancel calls, items of the batch ---------------------------------------
 
     @property
-    def takes_enqueues(self) -> bool:
+    def takes_calls(self) -> bool:
         """Whether an enqueue or cancel call may join the batch: while the loop runs, and
         not once it is stopping (it may have written its last batch). Otherwise the caller
         writes the call on its own."""

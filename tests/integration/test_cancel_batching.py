@@ -140,7 +140,7 @@ async def test_a_cancel_after_the_loop_stopped_is_written_on_its_own(database_ur
         async with AsyncClient(running.target) as client:
             [job_id] = await _jobs(client, 1)
         running.app.dispatcher.stop()
-        assert not running.app.dispatcher.takes_enqueues
+        assert not running.app.dispatcher.takes_calls
         managed = await running.app.cancel(job_id, SYSTEM_ACTOR)
         assert managed.state is JobState.CANCELLED
         with pytest.raises(NotFound):

@@ -112,7 +112,7 @@ async def test_a_stopping_dispatcher_takes_no_enqueues_and_readers_wait(executor
     session.add_credit(2)
     assert not dispatcher.batch_full()
     dispatcher.stop()
-    assert not dispatcher.takes_enqueues and dispatcher.batch_full() and dispatcher.draining
+    assert not dispatcher.takes_calls and dispatcher.batch_full() and dispatcher.draining
     assert (session.credit, session.reserved) == (2, 0)
 
 
