@@ -9,9 +9,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from coordinator.config import CoordinatorConfig
-from coordinator.domain.backlog import KeyedBacklog, hold_back
 from coordinator.domain.clock import Clock
-from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.domain.states import JobState
 from coordinator.scheduler.loop import sleep_or_stop
 from coordinator.store import Store
 
@@ -58,13 +57,8 @@ def read_queue_stats(store: Store, clock: Clock, scan: int = MAX_WALKED_JOBS) ->
     runnable: dict[str, int] = {}
     for stats in store.queue_stats(now_ms):
         name = stats.queue.name
-        available = stats.counts.get(JobState.AVAILABLE, 0)
-        if not stats.queue.free and available:
-            leased = sum(stats.counts.get(state, 0) for state in LEASED_STATES)
-            if stats.queue.paused:  # every available job: nothing to read
-                found = hold_back(stats.queue, KeyedBacklog.unkeyed(available), leased, None)
-            else:
-                found = store.held_back(stats.queue, available, leased, now_ms, scan)
+        if not stats.queue.free and stats.counts.get(JobState.AVAILABLE, 0):
+            found = store.held_back_of(stats, now_ms, scan)
             held.update(((name, kind.value), count) for kind, count in found.held.items())
             runnable[name] = found.runnable
         if stats.queue.paused:

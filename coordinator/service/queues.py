@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from coordinator.config import CoordinatorConfig
 from coordinator.domain.access import Actor
-from coordinator.domain.backlog import KeyedBacklog, QueueView, hold_back
+from coordinator.domain.backlog import QueueView
 from coordinator.domain.clock import Clock
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.rates import QueueRate, RateError
 from coordinator.domain.records import QueueRecord, QueueStats
-from coordinator.domain.states import LEASED_STATES, JobState
+from coordinator.domain.states import JobState
 from coordinator.errors import FailedPrecondition, InvalidArgument, NotFound
 from coordinator.service import audit
 from coordinator.service.effects import Effects
@@ -61,14 +61,7 @@ class QueueService:
         if not found:
             raise _not_found(name)
         stats = found[0]
-        available = stats.counts.get(JobState.AVAILABLE, 0)
-        leased = sum(stats.counts.get(state, 0) for state in LEASED_STATES)
-        if stats.queue.free or not available:  # nothing to weigh: no read of its keys
-            held = hold_back(stats.queue, KeyedBacklog.unkeyed(available), leased, None)
-        else:
-            scan = self.config.held_back_walked_jobs
-            held = self.store.held_back(stats.queue, available, leased, now_ms, scan)
-        return QueueView(stats, held)
+        return QueueView(stats, self.store.held_back_of(stats, now_ms, self.config.held_back_walked_jobs))
 
     def totals(self) -> tuple[int, dict[JobState, int]]:
         """How many queues are known, and the jobs of all of them per state."""

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from coordinator.domain.backlog import HeldBack
+from coordinator.domain.backlog import HeldBack, KeyedBacklog, hold_back
 from coordinator.domain.clock import ClockSample
 from coordinator.domain.demand import DemandTarget, SlotDemand
 from coordinator.domain.graph import Neighbourhood
@@ -33,7 +33,7 @@ from coordinator.domain.records import (
 )
 from coordinator.domain.schedules import ScheduleRecord
 from coordinator.domain.search import JobSearch
-from coordinator.domain.states import JobState
+from coordinator.domain.states import LEASED_STATES, JobState
 from coordinator.store import backlog, dashboard_sessions, planner, reads, waiting
 from coordinator.store import graph as job_graph
 from coordinator.store import schedules as schedule_reads
@@ -94,6 +94,15 @@ class StoreReads:
         """What ``queue``'s controls make of its ``due`` jobs now (``store.backlog``)."""
         with self._reading() as conn:
             return backlog.held_back(conn, queue, due, queue_active, now_ms, scan=scan)
+
+    def held_back_of(self, stats: QueueStats, now_ms: int, scan: int) -> HeldBack:
+        """What a listed queue's controls make of its available jobs now: with nothing to
+        weigh (no control, none available, or paused: all held), worked out without a read."""
+        available = stats.counts.get(JobState.AVAILABLE, 0)
+        leased = sum(stats.counts.get(state, 0) for state in LEASED_STATES)
+        if stats.queue.free or not available or stats.queue.paused:
+            return hold_back(stats.queue, KeyedBacklog.unkeyed(available), leased, None)
+        return self.held_back(stats.queue, available, leased, now_ms, scan)
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         with self._reading() as conn:
