@@ -16,6 +16,9 @@ def route_answers(answers: BatchAnswers, routes: Routes, batch: WorkBatch) -> No
     gives back the budget of the releases (which have no answer)."""
     for session, start in zip(routes.starts, answers.starts, strict=True):
         session.deliver(start)
+    if routes.joining is not None:  # the starts that joined the transaction
+        for session, start in zip(routes.joining.sessions, answers.joined_starts, strict=True):
+            session.deliver(start)
     beats = zip(routes.heartbeats, batch.heartbeats, answers.heartbeats, routes.lost_unread, strict=True)
     for session, request, heartbeat, unread in beats:
         session.deliver(heartbeats.answered(session, request, heartbeat, unread))

@@ -98,8 +98,9 @@ def hand_back(
     connected: AbstractSet[WorkerSession],
     bounds: StoreBounds,
 ) -> bool:
-    """Hands each session (still ``connected``) the jobs claimed for it and gives back
-    the credit not used. Returns whether another claim round is wanted at once: a
+    """Hands each session (still ``connected``) the jobs claimed for it, unless they went
+    out before the commit (``BatchAnswers.handed_out_early``), and gives back the credit
+    not used. Returns whether another claim round is wanted at once: a
     session whose claim took all it could (all it asked for, or ``max_claim_batch``,
     the most one claim takes) and that has credit left may find more, and so may one
     that work may have become claimable for while its claim was out."""
@@ -108,7 +109,7 @@ def hand_back(
     for session, request, claimed, empty in zip(sessions, requests, answers.claims, drained, strict=True):
         session.reserved -= request.count
         session.credit += request.count - len(claimed)
-        if claimed and session in connected:
+        if claimed and session in connected and not answers.handed_out_early:
             session.assign(tuple(claimed))
         took_all_it_could = len(claimed) == bounds.clamp_claim_batch(request.count)
         session.ran_dry = not took_all_it_could

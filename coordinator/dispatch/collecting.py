@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from coordinator.dispatch.joined_starts import JoinedStarts
 from coordinator.dispatch.sessions import WorkerSession
 from coordinator.service.cancel_items import CancelOutcome
 from coordinator.service.work import (
@@ -52,6 +53,8 @@ class Routes:
     lost_unread: list[set[str]] = field(default_factory=list)
     """For each heartbeat, the attempts answered lost without a store look-up
     (``dispatch.heartbeats``)."""
+    joining: JoinedStarts | None = None
+    """The batch's early hand-out, if it has one (``dispatch.joined_starts``)."""
 
     def sessions(self) -> set[WorkerSession]:
         return {*self.starts, *self.heartbeats, *self.results, *self.claims, *self.releases}

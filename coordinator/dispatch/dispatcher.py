@@ -42,6 +42,7 @@ from coordinator.dispatch.answers import CANCEL_REASON, route_answers
 from coordinator.dispatch.calls import answer_calls
 from coordinator.dispatch.collecting import PendingBatch, Routes
 from coordinator.dispatch.deliveries import CancelNotice, DrainNotice, WorkerHello
+from coordinator.dispatch.joined_starts import StartJoins
 from coordinator.dispatch.sessions import WorkerSession
 from coordinator.dispatch.wakeups import Wake, Wakeups
 from coordinator.dispatch.writer_slots import WriterSlots
@@ -128,7 +129,9 @@ class Dispatcher:
         """``run`` is running (enqueue and cancel calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
         """Set when a batch is taken: enqueue and cancel calls waiting for room try again."""
-        self.wakeups = Wakeups(config, clock)
+        self.joins = StartJoins(self.sessions, enabled=config.join_starts)
+        """Claims handed out before their commit; any wake-up ends the wait for starts."""
+        self.wakeups = Wakeups(config, clock, on_wake=self.joins.end_wait)
         self.turns = claims.Turns()
         self._retiring: list[WorkerSession] = []
         """Sessions to close once what is in flight for them is delivered."""
@@ -181,6 +184,8 @@ class Dispatcher:
         self.wakeups.wake(Wake.CREDIT)
 
     def start(self, session: WorkerSession, attempt_id: str) -> None:
+        if self.joins.offer(session, attempt_id):
+            return  # written in the transaction of its claim, and answered with it
         self.pending.add_start(session, attempt_id)
         self.wakeups.wake(Wake.MESSAGE)
 
@@ -374,8 +379,11 @@ class Dispatcher:
         if batch.claims:
             self._claim_launches += 1
         routes.claim_launches = self._claim_launches
+        writer_idle = not self.pending and self.slots.writing == 0 and self.phase is Phase.SERVING
+        routes.joining = self.joins.open_for(batch, routes.claims, writer_idle=writer_idle)
         pending = self.executors.submit_write(self.process, batch)
-        return self.slots.launch(pending, lambda answered: self._write(answered, batch, routes))
+        deliver = lambda answered: self._write(answered, batch, routes)  # noqa: E731
+        return self.slots.launch(pending, deliver, exclusive=routes.joining is not None)
 
     def _launch_next(self) -> None:
         """Under load the next batch's messages are already waiting when the writer
@@ -392,6 +400,7 @@ class Dispatcher:
         try:
             answers = await pending
         except Exception as failure:
+            self.joins.settle(routes.joining, None, routes.claims)
             # The store failed: nothing of the batch was written. Closing the streams
             # makes their workers reconnect and resend what is unacknowledged.
             log.exception("worker batch failed; closing %d affected streams", len(routes.sessions()))
@@ -402,6 +411,7 @@ class Dispatcher:
             self._hand_back(routes.claims, batch.claims, BatchAnswers(claims=[[] for _ in batch.claims]))
             await asyncio.sleep(0.1)
         else:
+            lost_early = self.joins.settle(routes.joining, answers, routes.claims)
             if routes.work_queues and routes.claim_launches != self._claim_launches:
                 # A batch with claims went to the writer while this one was written
                 # (PostgreSQL): they may have read before this one's enqueues committed.
@@ -414,12 +424,14 @@ class Dispatcher:
                     self.wakeups.wake(Wake.WORK, queue)
             self._launch_next()
             route_answers(answers, routes, batch)
+            self._hand_back(routes.claims, batch.claims, answers)
             answer_calls(routes.enqueues, answers.enqueued)
             answer_calls(routes.cancels, answers.cancelled)
             if routes.claims:
                 self.claim_rounds += 1
             self.on_effects(answers)
-            self._hand_back(routes.claims, batch.claims, answers)
+            for session in lost_early:  # its claims went out on a try that did not commit
+                session.close()  # it starts over, as after a failed batch (joined_starts)
 
     def _close_retired(self, routes: Routes) -> None:
         for session in routes.retiring:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -77,14 +78,20 @@ class Wakeups:
         "_config",
         "_event",
         "_next_due_ms",
+        "_on_wake",
         "_work_arrived",
         "_work_in",
         "hears_all",
     )
 
-    def __init__(self, config: CoordinatorConfig, clock: Clock) -> None:
+    def __init__(
+        self, config: CoordinatorConfig, clock: Clock, on_wake: Callable[[], None] = lambda: None
+    ) -> None:
+        """``on_wake`` hears every ``wake`` (the dispatcher ends a transaction's wait for
+        its starts: ``dispatch.joined_starts``)."""
         self._config = config
         self._clock = clock
+        self._on_wake = on_wake
         self._event = asyncio.Event()
         self._claim_needed = True  # a new loop claims for whoever has credit
         self._work_arrived = False
@@ -102,6 +109,7 @@ class Wakeups:
             self._heard_of_work({queue} if queue is not None else None)
         self._claim_needed = self._claim_needed or asks.claim
         self._event.set()
+        self._on_wake()
 
     def due(self, run_at_ms: int) -> None:
         """A job becomes claimable at ``run_at_ms``: the loop wakes then, as for news of

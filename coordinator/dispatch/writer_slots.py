@@ -48,20 +48,24 @@ class WriterSlots:
         self,
         pending: asyncio.Future[T],
         deliver: Callable[[asyncio.Future[T]], Coroutine[Any, Any, None]],
+        *,
+        exclusive: bool = False,
     ) -> asyncio.Task[None]:
-        """Takes a slot for ``pending`` (the writer's answer to come) and runs
+        """Takes a slot for ``pending`` (the writer's answer to come), or every slot when
+        ``exclusive`` (no other batch is written until it is answered), and runs
         ``deliver(pending)`` in a task of its own, which ``settle`` waits for."""
-        self.writing += 1
+        taken = self.capacity if exclusive else 1
+        self.writing += taken
         # Registered before ``deliver`` awaits it, so it runs first: the slot is free by
         # the time ``deliver`` looks for the next batch, whatever the batch's outcome.
-        pending.add_done_callback(self._answered)
+        pending.add_done_callback(lambda _: self._answered(taken))
         written = asyncio.create_task(deliver(pending))
         self._in_flight.add(written)
         written.add_done_callback(self._in_flight.discard)
         return written
 
-    def _answered(self, _: asyncio.Future[Any]) -> None:
-        self.writing -= 1
+    def _answered(self, taken: int) -> None:
+        self.writing -= taken
         self._freed.set()
 
     async def settle(self) -> None:

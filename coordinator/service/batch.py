@@ -47,6 +47,7 @@ from coordinator.service.work import (
     ResultAnswer,
     ResultReport,
     StartAnswer,
+    StartJoin,
     WorkBatch,
 )
 from coordinator.service.writes import JobWrites
@@ -151,6 +152,8 @@ class _BatchRun:
         if batch.claims:
             self.writes.flush()  # claims read the database: it must see this batch's releases
             self._claim(batch.claims)
+            if batch.joining is not None:
+                self._join_starts(batch.joining)
         self.writes.flush()
         return self.answers
 
@@ -324,6 +327,24 @@ class _BatchRun:
             self.answers.drained.append(found.drained)
             if found.wake_at_ms is not None:  # a rate held jobs back: claim again then
                 self.answers.scheduled(found.wake_at_ms)
+
+    def _join_starts(self, joining: StartJoin) -> None:
+        """Hands the claims to their workers before the commit and writes the starts they
+        answer with in time, as any start (``dispatch.joined_starts``). A second try
+        hands nothing out, and refuses the starts the first one took: their attempts
+        were never committed."""
+        self.writes.flush()  # the claims' rows, for the starts' read below
+        self.answers.handed_out_early = any(self.answers.claims) and joining.hand_out(self.answers.claims)
+        starts = joining.gather()
+        if not starts:
+            return
+        ids = [start.attempt_id for start in starts]
+        attempts, jobs = self.tx.attempts_with_their_jobs(filter(_well_formed, ids))
+        self._attempts.update(attempts)
+        self._jobs.update(jobs)
+        self._tick()  # a start is stamped when it is written, after the wait
+        self.answers.joined_starts = [self._start(start) for start in starts]
+        self._count_starts()
 
 
 def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:

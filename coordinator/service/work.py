@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from coordinator.domain.access import Actor
 from coordinator.domain.lifecycle import Report
@@ -136,6 +136,19 @@ class CancelItem:
     """Who cancels, for the audit event."""
 
 
+class StartJoin(Protocol):
+    """An enqueue's claims handed out before the commit, and the starts that join its
+    transaction (``dispatch.joined_starts``)."""
+
+    def hand_out(self, claims: Sequence[Sequence[Claimed]]) -> bool:
+        """Sends the claims now; False when they go after the commit instead."""
+        ...
+
+    def gather(self) -> list[AttemptMessage]:
+        """The starts that came for them, after a short wait."""
+        ...
+
+
 @dataclass(slots=True)
 class WorkBatch:
     """What arrived from all streams in one batch window."""
@@ -149,6 +162,9 @@ class WorkBatch:
     """Enqueue calls, each written under its own savepoint (``service.enqueue_items``)."""
     cancels: list[CancelItem] = field(default_factory=list)
     """Single-job cancels, each under its own savepoint (``service.cancel_items``)."""
+    joining: StartJoin | None = None
+    """Set when the claims go out before the commit and their starts may join the
+    transaction (a light load's enqueue, ``Dispatcher``)."""
 
     def __bool__(self) -> bool:
         return bool(
@@ -179,6 +195,10 @@ class BatchAnswers(Effects):
     cancelled: list[Managed | Exception] = field(default_factory=list)
     """For each cancel item, the job after it (with its effects, for the caller to hand
     on) or why it was refused; valid once the batch committed."""
+    joined_starts: list[StartAnswer] = field(default_factory=list)
+    """For each start that joined the transaction (``WorkBatch.joining``), its answer."""
+    handed_out_early: bool = False
+    """Whether ``claims`` went to their workers before the commit (on this try)."""
 
     @property
     def lost(self) -> list[set[str]]:

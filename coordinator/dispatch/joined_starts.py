@@ -1,0 +1,175 @@
+"""An enqueue's claims handed out before their commit, and their starts written in it.
+
+At a light load a job's path is two transactions: the enqueue's (which claims it for a
+waiting worker) and its start's. Here the enqueue's transaction, once it has written its
+claims, hands them to their workers at once and waits a moment (``JOIN_WAIT_S``) for the
+starts they answer with; the starts that come in time are written in that same
+transaction, and the grant follows its one commit. The worker's round trip then overlaps
+the transaction instead of following it, and the second transaction is gone.
+
+What stays true (docs/durability.md):
+
+- **R-1.** A start is written only once its worker asked for it, and granted only once
+  written and committed, as on the usual path. A claim authorizes nothing.
+- **A claim handed out before its commit can be lost** (the transaction fails, or is run
+  again: ``Store.transact``). Its worker then holds an assignment for an attempt that
+  never existed: its start is refused as unknown. The credit the dispatcher counted for
+  that stream no longer matches the worker's, so the dispatcher closes the stream, as it
+  does after any failed batch; the worker reconnects and says its credit again. A
+  transaction run again hands nothing out early: its claims go out after its commit.
+- **No other batch sees a claim before its commit.** The batch that hands claims out
+  early holds every writer slot (``WriterSlots.launch(exclusive=True)``), so a start,
+  release or heartbeat that misses the wait is written by a later batch, after the
+  commit. (On SQLite there is one slot anyway.)
+- **Nothing else waits on it.** Only a batch with enqueue calls and claims, taken while
+  nothing else was pending or being written, waits; any wake-up of the loop (a message,
+  an enqueue, a stop) ends the wait at once, and so does the last expected start.
+
+Whether this pays is measured, not assumed: ``CoordinatorConfig.join_starts`` turns it
+off for an A/B (benchmarks/LOG.md, 2026-12-07).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+
+from coordinator.dispatch.sessions import WorkerSession
+from coordinator.service.work import AttemptMessage, BatchAnswers, Claimed, WorkBatch
+
+JOIN_WAIT_S = 0.002
+"""How long the enqueue's transaction waits, at most, for the starts of the claims it
+handed out. At a light load a worker's start comes back in well under a millisecond."""
+
+
+class JoinedStarts:
+    """One batch's early hand-out and the starts that join it.
+
+    ``hand_out`` and ``gather`` run on the writer's thread; ``offer`` and ``stop`` on the
+    event loop. The condition guards what both sides touch."""
+
+    __slots__ = ("_arrived", "_deliver", "_expected", "_handed", "_loop", "_open", "sessions", "taken")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[Sequence[Sequence[Claimed]]], None],
+    ) -> None:
+        """``deliver(claims)`` hands each claim's jobs to its session (on the loop)."""
+        self._loop = loop
+        self._deliver = deliver
+        self._arrived = threading.Condition()
+        self._expected: set[str] = set()
+        self._open = True
+        self._handed = False
+        self.taken: list[AttemptMessage] = []
+        """The starts the transaction took, in arrival order."""
+        self.sessions: list[WorkerSession] = []
+        """The session each of ``taken`` came on."""
+
+    @property
+    def handed_out(self) -> bool:
+        """Whether claims went out before the commit (at most once: on the first try)."""
+        return self._handed
+
+    def hand_out(self, claims: Sequence[Sequence[Claimed]]) -> bool:
+        """Writer side: sends ``claims`` (one list per claim request) to their workers now.
+        True when it did; False on a transaction's second try, or once stopped."""
+        with self._arrived:
+            if self._handed or not self._open:
+                return False
+            self._handed = True
+            self._expected = {claimed.attempt_id for found in claims for claimed in found}
+        self._loop.call_soon_threadsafe(self._deliver, claims)
+        return True
+
+    def gather(self, timeout_s: float = JOIN_WAIT_S) -> list[AttemptMessage]:
+        """Writer side: waits until every claim handed out has its start, ``stop``, or
+        ``timeout_s``; then takes no more. Returns every start taken (a second try
+        gets them again: they name attempts it never made, and are refused)."""
+        with self._arrived:
+            if self._handed:
+                self._arrived.wait_for(lambda: not (self._open and self._expected), timeout_s)
+            self._open = False
+            return list(self.taken)
+
+    def offer(self, session: WorkerSession, attempt_id: str) -> bool:
+        """Loop side: True when the transaction takes this start; False when it goes the
+        usual way (not one of its claims, or the wait is over)."""
+        with self._arrived:
+            if not self._open or attempt_id not in self._expected:
+                return False
+            self._expected.discard(attempt_id)
+            self.taken.append(AttemptMessage(attempt_id, session.identity))
+            self.sessions.append(session)
+            if not self._expected:
+                self._arrived.notify()
+            return True
+
+    def stop(self) -> None:
+        """Loop side: ends the wait now (the loop has other work for the writer)."""
+        with self._arrived:
+            if self._open:
+                self._open = False
+                self._arrived.notify()
+
+
+class StartJoins:
+    """The dispatcher's side: which batch hands its claims out early, and the one whose
+    transaction waits for its starts now (at most one: it holds every writer slot)."""
+
+    __slots__ = ("_connected", "_waiting", "enabled")
+
+    def __init__(self, connected: AbstractSet[WorkerSession], *, enabled: bool) -> None:
+        """``connected``: the dispatcher's live set of sessions (an early hand-out skips
+        a stream that has gone)."""
+        self._connected = connected
+        self._waiting: JoinedStarts | None = None
+        self.enabled = enabled
+
+    def open_for(
+        self, batch: WorkBatch, sessions: Sequence[WorkerSession], *, writer_idle: bool
+    ) -> JoinedStarts | None:
+        """Gives ``batch`` (whose claims are for ``sessions``) an early hand-out when it
+        is an enqueue's batch with claims and the writer has nothing else
+        (``writer_idle``: nothing pending, nothing written, serving). The batch must then
+        take every writer slot."""
+        if not (self.enabled and writer_idle and batch.enqueues and batch.claims):
+            return None
+        claimants = list(sessions)
+        joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: self._hand_out(claimants, claims))
+        batch.joining = self._waiting = joining
+        return joining
+
+    def _hand_out(self, sessions: list[WorkerSession], claims: Sequence[Sequence[Claimed]]) -> None:
+        for session, claimed in zip(sessions, claims, strict=True):
+            if claimed and session in self._connected:
+                session.assign(tuple(claimed))
+
+    def offer(self, session: WorkerSession, attempt_id: str) -> bool:
+        """A start from ``session``: True when the waiting transaction takes it."""
+        waiting = self._waiting
+        return waiting is not None and waiting.offer(session, attempt_id)
+
+    def end_wait(self) -> None:
+        """The loop has other work for the writer: the transaction stops waiting."""
+        if self._waiting is not None:
+            self._waiting.stop()
+
+    def settle(
+        self, joining: JoinedStarts | None, answers: BatchAnswers | None, sessions: Sequence[WorkerSession]
+    ) -> list[WorkerSession]:
+        """A batch was answered (``answers``; None: it failed), with ``joining`` its
+        early hand-out if it had one, for ``sessions``. Returns the streams to close
+        because their claims went out on a try that did not commit (a failed batch
+        closes its streams anyway)."""
+        if joining is None:
+            return []
+        joining.stop()
+        if self._waiting is joining:
+            self._waiting = None
+        if answers is not None and joining.handed_out and not answers.handed_out_early:
+            return list(sessions)
+        return []
