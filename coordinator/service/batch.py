@@ -153,7 +153,7 @@ class _BatchRun:
             self.writes.flush()  # claims read the database: it must see this batch's releases
             self._claim(batch.claims)
             if batch.joining is not None:
-                self._join_starts(batch.joining)
+                self._join_starts(batch.joining, batch.claims)
         self.writes.flush()
         return self.answers
 
@@ -328,23 +328,46 @@ class _BatchRun:
             if found.wake_at_ms is not None:  # a rate held jobs back: claim again then
                 self.answers.scheduled(found.wake_at_ms)
 
-    def _join_starts(self, joining: StartJoin) -> None:
+    def _join_starts(self, joining: StartJoin, requests: Sequence[ClaimRequest]) -> None:
         """Hands the claims to their workers before the commit and writes the starts they
         answer with in time, as any start (``dispatch.joined_starts``). A second try
         hands nothing out, and refuses the starts the first one took: their attempts
         were never committed."""
-        self.writes.flush()  # the claims' rows, for the starts' read below
-        self.answers.handed_out_early = any(self.answers.claims) and joining.hand_out(self.answers.claims)
+        claims = self.answers.claims
+        self.answers.handed_out_early = any(claims) and joining.hand_out(claims)
+        self.writes.flush()  # the claims' rows go out while their workers answer
         starts = joining.gather()
         if not starts:
             return
-        ids = [start.attempt_id for start in starts]
-        attempts, jobs = self.tx.attempts_with_their_jobs(filter(_well_formed, ids))
-        self._attempts.update(attempts)
-        self._jobs.update(jobs)
+        for request, found in zip(requests, claims, strict=True):
+            for claimed in found:  # the attempts as this try's claims made them
+                self._attempts[claimed.attempt_id] = _new_attempt(claimed, request, self.now)
         self._tick()  # a start is stamped when it is written, after the wait
         self.answers.joined_starts = [self._start(start) for start in starts]
         self._count_starts()
+
+
+def _new_attempt(claimed: Claimed, request: ClaimRequest, claimed_at_ms: int) -> AttemptRecord:
+    """The attempt a claim of this transaction inserted, as a read of its row would give it."""
+    return AttemptRecord(
+        id=claimed.attempt_id,
+        job_id=claimed.job.id,
+        generation=claimed.job.generation,
+        worker_id=request.worker_id,
+        execution_number=0,
+        claimed_at_ms=claimed_at_ms,
+        started_at_ms=None,
+        finished_at_ms=None,
+        outcome=None,
+        error_code=None,
+        exception_type=None,
+        message=None,
+        detail=None,
+        retry_delay_ms=None,
+        job_state_after=None,
+        reported=False,
+        token_id=request.token_id,
+    )
 
 
 def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:
