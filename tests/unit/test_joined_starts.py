@@ -44,9 +44,10 @@ def _claims(*attempt_ids: str) -> list[list[Claimed]]:
 
 def _session() -> WorkerSession:
     """A stream of its own: the wait only needs its identity."""
-    host = Dispatcher(lambda batch: BatchAnswers(), CoordinatorConfig(), FakeClock(), Executors(postgres=False), print)
+    executors = Executors(postgres=False)
+    host = Dispatcher(lambda batch: BatchAnswers(), CoordinatorConfig(), FakeClock(), executors, print)
     session = host.open(WorkerHello("w", ("default",), ("noop",), 8, 60_000))
-    host.executors.shutdown()
+    executors.shutdown()
     return session
 
 
