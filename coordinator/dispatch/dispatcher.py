@@ -379,7 +379,7 @@ class Dispatcher:
         if batch.claims:
             self._claim_launches += 1
         routes.claim_launches = self._claim_launches
-        writer_idle = not self.pending and self.slots.writing == 0 and self.phase is Phase.SERVING
+        writer_idle = not self.pending and self.phase is Phase.SERVING
         routes.joining = self.joins.open_for(batch, routes.claims, writer_idle=writer_idle)
         pending = self.executors.submit_write(self.process, batch)
         deliver = lambda answered: self._write(answered, batch, routes)  # noqa: E731

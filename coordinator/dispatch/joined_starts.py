@@ -22,8 +22,11 @@ What stays true (docs/durability.md):
   release or heartbeat that misses the wait is written by a later batch, after the
   commit. (On SQLite there is one slot anyway.)
 - **Nothing else waits on it.** Only a batch with enqueue calls and claims, taken while
-  nothing else was pending or being written, waits; any wake-up of the loop (a message,
-  an enqueue, a stop) ends the wait at once, and so does the last expected start.
+  nothing else was pending, waits; any wake-up of the loop (a message, an enqueue, a
+  stop) ends the wait at once, and so does the last expected start. (A batch already on
+  the writer may go on: it was taken before these claims existed, so it names none of
+  them. Requiring an idle writer too left two thirds of PostgreSQL's light-load
+  enqueues without a join, where a result's batch was still being written.)
 
 Whether this pays is measured, not assumed: ``CoordinatorConfig.join_starts`` turns it
 off for an A/B (benchmarks/LOG.md, 2026-12-07).
@@ -133,9 +136,9 @@ class StartJoins:
         self, batch: WorkBatch, sessions: Sequence[WorkerSession], *, writer_idle: bool
     ) -> JoinedStarts | None:
         """Gives ``batch`` (whose claims are for ``sessions``) an early hand-out when it
-        is an enqueue's batch with claims and the writer has nothing else
-        (``writer_idle``: nothing pending, nothing written, serving). The batch must then
-        take every writer slot."""
+        is an enqueue's batch with claims and the writer has nothing else to take
+        (``writer_idle``: nothing pending, serving). The batch must then take every
+        writer slot."""
         if not (self.enabled and writer_idle and batch.enqueues and batch.claims):
             return None
         claimants = list(sessions)

@@ -52,8 +52,9 @@ class WriterSlots:
         exclusive: bool = False,
     ) -> asyncio.Task[None]:
         """Takes a slot for ``pending`` (the writer's answer to come), or every slot when
-        ``exclusive`` (no other batch is written until it is answered), and runs
-        ``deliver(pending)`` in a task of its own, which ``settle`` waits for."""
+        ``exclusive`` (no other batch goes to the writer until it is answered; one already
+        there may finish), and runs ``deliver(pending)`` in a task of its own, which
+        ``settle`` waits for."""
         taken = self.capacity if exclusive else 1
         self.writing += taken
         # Registered before ``deliver`` awaits it, so it runs first: the slot is free by

@@ -115,14 +115,20 @@ async def test_a_second_try_hands_nothing_out_and_gets_the_first_tries_starts_ag
 
 async def test_a_batch_that_hands_out_early_holds_every_writer_slot() -> None:
     slots = WriterSlots(2)
-    answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    before: asyncio.Future[None] = loop.create_future()
+    joined: asyncio.Future[None] = loop.create_future()
 
     async def deliver(pending: asyncio.Future[None]) -> None:
         await pending
 
-    written = slots.launch(answered, deliver, exclusive=True)
-    assert slots.full and slots.writing == 2
-    answered.set_result(None)
+    first = slots.launch(before, deliver)  # a batch already on the writer may finish
+    written = slots.launch(joined, deliver, exclusive=True)
+    assert slots.full
+    before.set_result(None)
+    await first
+    assert slots.full  # no other batch goes to the writer before the joined one answers
+    joined.set_result(None)
     await written
     assert not slots.full and slots.writing == 0
 
