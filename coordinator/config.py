@@ -174,10 +174,11 @@ class CoordinatorConfig:
     one write transaction. 0 (the default): none. Under load the batches form by
     themselves from what arrives while the previous one is written; when idle, a message
     is written at once instead of after a fixed wait."""
-    join_starts: bool = True
-    """Whether an enqueue's batch hands its claims out before its commit and writes the
-    starts that come back in time in the same transaction (``dispatch.joined_starts``):
-    at a light load a job then needs one transaction before its handler runs, not two."""
+    join_start_wait_ms: float = 2.0
+    """How long an enqueue's batch, having handed its claims out before its commit, waits
+    for their starts to write them in the same transaction (``dispatch.joined_starts``):
+    at a light load a job then needs one transaction before its handler runs, not two.
+    0: no early hand-out (claims go out after the commit, starts in the next batch)."""
     maintenance_interval_s: float = 1.0
     """How often lease expiry and due-job promotion run (``scheduler.leases``,
     ``scheduler.due``)."""

@@ -129,7 +129,7 @@ class Dispatcher:
         """``run`` is running (enqueue and cancel calls join its batches only then)."""
         self._enqueue_room = asyncio.Event()
         """Set when a batch is taken: enqueue and cancel calls waiting for room try again."""
-        self.joins = StartJoins(self.sessions, enabled=config.join_starts)
+        self.joins = StartJoins(self.sessions, wait_s=config.join_start_wait_ms / 1000)
         """Claims handed out before their commit; any wake-up ends the wait for starts."""
         self.wakeups = Wakeups(config, clock, on_wake=self.joins.end_wait)
         self.turns = claims.Turns()

@@ -2,7 +2,7 @@
 
 At a light load a job's path is two transactions: the enqueue's (which claims it for a
 waiting worker) and its start's. Here the enqueue's transaction, once it has written its
-claims, hands them to their workers at once and waits a moment (``JOIN_WAIT_S``) for the
+claims, hands them to their workers at once and waits a moment (2 ms by default) for the
 starts they answer with; the starts that come in time are written in that same
 transaction, and the grant follows its one commit. The worker's round trip then overlaps
 the transaction instead of following it, and the second transaction is gone.
@@ -28,8 +28,9 @@ What stays true (docs/durability.md):
   them. Requiring an idle writer too left two thirds of PostgreSQL's light-load
   enqueues without a join, where a result's batch was still being written.)
 
-Whether this pays is measured, not assumed: ``CoordinatorConfig.join_starts`` turns it
-off for an A/B (benchmarks/LOG.md, 2026-12-07).
+Whether this pays is measured, not assumed: ``CoordinatorConfig.join_start_wait_ms``
+sets the wait, and 0 turns it off (benchmarks/LOG.md, 2026-12-07). At a light load a
+worker's start comes back in about a millisecond.
 """
 
 from __future__ import annotations
@@ -42,10 +43,6 @@ from collections.abc import Set as AbstractSet
 from coordinator.dispatch.sessions import WorkerSession
 from coordinator.service.work import AttemptMessage, BatchAnswers, Claimed, WorkBatch
 
-JOIN_WAIT_S = 0.002
-"""How long the enqueue's transaction waits, at most, for the starts of the claims it
-handed out. At a light load a worker's start comes back in well under a millisecond."""
-
 
 class JoinedStarts:
     """One batch's early hand-out and the starts that join it.
@@ -53,15 +50,28 @@ class JoinedStarts:
     ``hand_out`` and ``gather`` run on the writer's thread; ``offer`` and ``stop`` on the
     event loop. The condition guards what both sides touch."""
 
-    __slots__ = ("_arrived", "_deliver", "_expected", "_handed", "_loop", "_open", "sessions", "taken")
+    __slots__ = (
+        "_arrived",
+        "_deliver",
+        "_expected",
+        "_handed",
+        "_loop",
+        "_open",
+        "_wait_s",
+        "sessions",
+        "taken",
+    )
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[Sequence[Sequence[Claimed]]], None],
+        wait_s: float = 0.002,
     ) -> None:
-        """``deliver(claims)`` hands each claim's jobs to its session (on the loop)."""
+        """``deliver(claims)`` hands each claim's jobs to its session (on the loop);
+        ``gather`` waits ``wait_s`` at most."""
         self._loop = loop
+        self._wait_s = wait_s
         self._deliver = deliver
         self._arrived = threading.Condition()
         self._expected: set[str] = set()
@@ -88,13 +98,15 @@ class JoinedStarts:
         self._loop.call_soon_threadsafe(self._deliver, claims)
         return True
 
-    def gather(self, timeout_s: float = JOIN_WAIT_S) -> list[AttemptMessage]:
+    def gather(self, timeout_s: float | None = None) -> list[AttemptMessage]:
         """Writer side: waits until every claim handed out has its start, ``stop``, or
-        ``timeout_s``; then takes no more. Returns every start taken (a second try
-        gets them again: they name attempts it never made, and are refused)."""
+        ``timeout_s`` (default: the wait it was made with); then takes no more. Returns
+        every start taken (a second try gets them again: they name attempts it never
+        made, and are refused)."""
         with self._arrived:
             if self._handed:
-                self._arrived.wait_for(lambda: not (self._open and self._expected), timeout_s)
+                wait_s = self._wait_s if timeout_s is None else timeout_s
+                self._arrived.wait_for(lambda: not (self._open and self._expected), wait_s)
             self._open = False
             return list(self.taken)
 
@@ -123,14 +135,17 @@ class StartJoins:
     """The dispatcher's side: which batch hands its claims out early, and the one whose
     transaction waits for its starts now (at most one: it holds every writer slot)."""
 
-    __slots__ = ("_connected", "_waiting", "enabled")
+    __slots__ = ("_connected", "_waiting", "starts_joined", "wait_s")
 
-    def __init__(self, connected: AbstractSet[WorkerSession], *, enabled: bool) -> None:
+    def __init__(self, connected: AbstractSet[WorkerSession], *, wait_s: float) -> None:
         """``connected``: the dispatcher's live set of sessions (an early hand-out skips
-        a stream that has gone)."""
+        a stream that has gone); ``wait_s``: how long a transaction waits for its starts
+        (0: claims go out after the commit)."""
         self._connected = connected
         self._waiting: JoinedStarts | None = None
-        self.enabled = enabled
+        self.wait_s = wait_s
+        self.starts_joined = 0
+        """Starts granted in their claim's transaction so far (tests read it)."""
 
     def open_for(
         self, batch: WorkBatch, sessions: Sequence[WorkerSession], *, writer_idle: bool
@@ -139,10 +154,11 @@ class StartJoins:
         is an enqueue's batch with claims and the writer has nothing else to take
         (``writer_idle``: nothing pending, serving). The batch must then take every
         writer slot."""
-        if not (self.enabled and writer_idle and batch.enqueues and batch.claims):
+        if not (self.wait_s > 0 and writer_idle and batch.enqueues and batch.claims):
             return None
         claimants = list(sessions)
-        joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: self._hand_out(claimants, claims))
+        loop = asyncio.get_running_loop()
+        joining = JoinedStarts(loop, lambda claims: self._hand_out(claimants, claims), self.wait_s)
         batch.joining = self._waiting = joining
         return joining
 
@@ -173,6 +189,8 @@ class StartJoins:
         joining.stop()
         if self._waiting is joining:
             self._waiting = None
+        if answers is not None:
+            self.starts_joined += sum(1 for answer in answers.joined_starts if answer.granted)
         if answers is not None and joining.handed_out and not answers.handed_out_early:
             return list(sessions)
         return []

@@ -1,9 +1,12 @@
 """A worker waiting for work gets a new job in the enqueue's own transaction (the writer's
 batch the call is an item of): when the Enqueue call returns, the job is already reserved
 for it, without another dispatcher round. The
-queue's controls hold there too, and credit not used goes back to the session. The claims
-go out only once the transaction has committed: a transaction tried again or failed
-hands out nothing of what it claimed, and the worker's start goes in a worker batch."""
+queue's controls hold there too, and credit not used goes back to the session. At a light
+load the claims go out before the transaction commits, and a start that comes back in
+time is written in it (``dispatch.joined_starts``), but nothing is granted before the
+commit: a transaction tried again refuses the starts of its first try's claims, and a
+stream whose claims went out on a try that did not commit (or on a failed one) starts
+over."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from tests.chaos.jobs import Task
 from tests.integration.conftest import coordinator_without_wake_ups
 from tests.integration.rawstream import RawWorker
 from tests.support import eventually
-from worker_sdk import AsyncClient
+from worker_sdk import AsyncClient, JobContext, Worker
+from worker_sdk import JobState as SdkJobState
 
 WIRE = "chaos.task"
 
@@ -151,12 +155,27 @@ def _assignments_made(running: RunningCoordinator, committed: threading.Event) -
     return seen
 
 
-async def test_an_enqueues_claim_goes_out_only_once_its_transaction_committed(
+def _deliveries_made(running: RunningCoordinator, committed: threading.Event) -> list[tuple[str, bool]]:
+    """For each delivery to the only session (an answer, a notice), its kind and whether
+    ``committed`` was set by then."""
+    [session] = running.app.dispatcher.sessions
+    deliver, seen = session.deliver, []
+
+    def recording(delivery: Any) -> None:
+        seen.append((type(delivery).__name__, committed.is_set()))
+        deliver(delivery)
+
+    session.deliver = recording  # type: ignore[method-assign]
+    return seen
+
+
+async def test_an_enqueues_claim_goes_out_before_its_commit_and_its_start_is_granted_only_after_it(
     running: RunningCoordinator,
 ) -> None:
     worker, _ = await _waiting_worker(running)
     committing, commit = threading.Event(), threading.Event()
     made = _assignments_made(running, commit)
+    delivered = _deliveries_made(running, commit)
 
     def hold_the_commit() -> None:
         committing.set()
@@ -165,27 +184,54 @@ async def test_an_enqueues_claim_goes_out_only_once_its_transaction_committed(
     try:
         async with AsyncClient(running.target) as client:
             with _before_the_enqueues_commit(running, hold_the_commit):
-                enqueue = asyncio.create_task(client.enqueue(Task("after", 1)))
+                enqueue = asyncio.create_task(client.enqueue(Task("early", 1)))
+                assignment: Any = await worker.next("assignment")
+                assert made == [False]  # out before the commit
+                worker.send(start=_pb().StartRequest(attempt_id=assignment.attempt_id))
                 await eventually(committing.is_set, what="the writer at the commit")
-                assert made == [] and not enqueue.done()
+                await asyncio.sleep(0.2)  # the start had time to be answered, were it allowed
+                assert delivered == [] and not enqueue.done()
                 commit.set()
                 job_id = await enqueue
-            assignment: Any = await worker.next("assignment")
-            assert (assignment.job_id, made) == (job_id, [True])
-            answer = await worker.start(assignment.attempt_id)
-            assert (answer.granted, answer.execution_number) == (True, 1)
+            answer: Any = await worker.next("start_answer")
+            assert (assignment.job_id, answer.granted, answer.execution_number) == (job_id, True, 1)
+            assert delivered == [("StartAnswer", True)]
             job = running.app.store.get_job(job_id)
-            assert job is not None and job.state is JobState.RUNNING
+            assert job is not None and (job.state, job.executions) == (JobState.RUNNING, 1)
     finally:
         commit.set()
         await worker.close()
 
 
-async def test_an_enqueue_tried_again_hands_out_only_the_claims_of_the_try_that_committed(
+async def test_a_real_workers_start_joins_its_claims_transaction(database_url: str) -> None:
+    """With a wait long enough, an SDK worker's start is written with the claim: the job
+    runs after one write transaction, and the start is granted once."""
+    async with coordinator_without_wake_ups(database_url, join_start_wait_ms=10_000) as running:
+        worker = Worker(running.target, concurrency=1)
+        ran: list[int] = []
+
+        @worker.handler(Task)
+        async def run(payload: Task, ctx: JobContext) -> None:
+            ran.append(ctx.execution_number)
+
+        async with AsyncClient(running.target) as client, worker:
+            dispatcher = running.app.dispatcher
+            await eventually(lambda: dispatcher.claim_rounds >= 1, what="the first credit's claim round")
+            job_id = await client.enqueue(Task("joined", 0))
+            info = await client.wait(job_id, timedelta(seconds=10))
+            assert info.state is SdkJobState.SUCCEEDED
+            assert dispatcher.joins.starts_joined == 1 and ran == [1]
+            [attempt] = running.app.store.list_attempts(job_id)
+            assert attempt.execution_number == 1 and attempt.started_at_ms is not None
+
+
+async def test_an_enqueue_tried_again_after_its_claims_went_out_refuses_their_starts(
     running: RunningCoordinator,
 ) -> None:
-    """A transaction that conflicts is run again whole, its claims with it: the worker
-    gets the claim the committed try made, and no other attempt exists."""
+    """A transaction that conflicts is run again whole, its claims with it, and hands
+    nothing out before its commit: the worker gets the first try's claim (early), then
+    the committed try's, then its stream ends (its credit no longer matches). The first
+    try's attempt never existed; the committed one's is the worker's to start."""
     worker, _ = await _waiting_worker(running)
 
     def conflict() -> None:
@@ -195,22 +241,34 @@ async def test_an_enqueue_tried_again_hands_out_only_the_claims_of_the_try_that_
         async with AsyncClient(running.target) as client:
             with _before_the_enqueues_commit(running, conflict):
                 job_id = await client.enqueue(Task("retried", 1))
-            assignment: Any = await worker.next("assignment")
-            assert assignment.job_id == job_id
-            assert [a.id for a in running.app.store.list_attempts(job_id)] == [assignment.attempt_id]
-            assert (await worker.start(assignment.attempt_id)).granted
+            first: Any = await worker.next("assignment")
+            second: Any = await worker.next("assignment")
+            assert first.job_id == second.job_id == job_id and first.attempt_id != second.attempt_id
+            with pytest.raises(EOFError):
+                await worker.read()
+            assert [a.id for a in running.app.store.list_attempts(job_id)] == [second.attempt_id]
+            again = RawWorker(running.target, "waiting-worker", [WIRE], capacity=2)
+            try:
+                await again.next("welcome")
+                refused = await again.start(first.attempt_id)
+                assert (refused.granted, refused.reason) == (False, "unknown attempt")
+                granted = await again.start(second.attempt_id)
+                assert (granted.granted, granted.execution_number) == (True, 1)
+            finally:
+                await again.close()
             job = running.app.store.get_job(job_id)
             assert job is not None and job.state is JobState.RUNNING
-            [session] = running.app.dispatcher.sessions
-            await eventually(lambda: (session.credit, session.reserved) == (1, 0), what="one used, one back")
     finally:
         await worker.close()
 
 
-async def test_an_enqueue_that_fails_hands_out_nothing(running: RunningCoordinator) -> None:
-    """The enqueue's transaction is a worker batch: when it fails, nothing it claimed is
-    handed out, and the streams it claimed for close as for any failed batch (their
-    workers reconnect); a worker waiting then gets the next job."""
+async def test_an_enqueue_that_fails_writes_nothing_and_its_streams_start_over(
+    running: RunningCoordinator,
+) -> None:
+    """The enqueue's transaction is a worker batch: when it fails, what it claimed never
+    existed (the claim went out before the commit), and the streams it claimed for close
+    as for any failed batch (their workers reconnect); a worker waiting then gets the
+    next job."""
     worker, _ = await _waiting_worker(running)
     made = _assignments_made(running, threading.Event())
 
@@ -222,7 +280,7 @@ async def test_an_enqueue_that_fails_hands_out_nothing(running: RunningCoordinat
             enqueue_fails = pytest.raises(Exception, match=r"unavailable|failure")
             with _before_the_enqueues_commit(running, fail), enqueue_fails:
                 await client.enqueue(Task("failed", 1))
-            assert made == []
+            assert made == [False]
             await eventually(lambda: not running.app.dispatcher.sessions, what="the stream closed")
             assert (
                 running.app.store.list_jobs(queue=None, state=None, wire_name=None, after_id=None, limit=5)

@@ -1,5 +1,6 @@
-"""At light load a job costs three write transactions: the enqueue, which claims it for the
-waiting worker (handed out once it committed); the start, in a worker batch; and the
+"""At light load a job costs three write transactions at most: the enqueue, which claims it
+for the waiting worker; the start, in a worker batch, unless it came back in time to be
+written in the enqueue's own transaction (``dispatch.joined_starts``: two then); and the
 result, whose transaction also claims the worker's next job: the SDK sends a slot's
 credit with the result that frees it, not after the result's acknowledgement (which
 cost another, empty, claim transaction)."""
@@ -19,8 +20,12 @@ JOBS = 8
 
 
 @pytest.mark.perf
-async def test_a_job_at_light_load_costs_three_write_transactions(database_url: str) -> None:
-    async with coordinator_without_wake_ups(database_url) as running:
+@pytest.mark.parametrize("join_start_wait_ms", [0.0, 10_000.0], ids=["claims-after-commit", "joined-starts"])
+async def test_a_job_at_light_load_costs_three_write_transactions_or_two_when_its_start_joins(
+    database_url: str, join_start_wait_ms: float
+) -> None:
+    """A wait long enough that every start joins its claim's transaction, or none."""
+    async with coordinator_without_wake_ups(database_url, join_start_wait_ms=join_start_wait_ms) as running:
         store = running.app.store
         transactions: list[float] = []
         observe = store.on_transaction
@@ -41,15 +46,18 @@ async def test_a_job_at_light_load_costs_three_write_transactions(database_url: 
             dispatcher = running.app.dispatcher
             await eventually(lambda: dispatcher.claim_rounds >= 1, what="the first credit's claim round")
             await eventually(lambda: not any(s.reserved for s in dispatcher.sessions), what="it to end")
-            before = len(transactions)
+            before, joined_before = len(transactions), dispatcher.joins.starts_joined
             for number in range(JOBS):
                 job_id = await client.enqueue(Task(f"light-{number}", 0))
                 info = await client.wait(job_id, timedelta(seconds=10))
                 assert info.state is JobState.SUCCEEDED
             # The last result's transaction is written before its job reads as succeeded.
             written = len(transactions) - before
-    # Under four per job, whatever background work (about one transaction in 2 s) falls in.
-    assert 3 * JOBS <= written < 4 * JOBS, f"{written} transactions for {JOBS} jobs"
+            joined = dispatcher.joins.starts_joined - joined_before
+    assert joined == (JOBS if join_start_wait_ms else 0)
+    per_job = 2 if join_start_wait_ms else 3
+    # Whatever background work (about one transaction in 2 s) falls in besides.
+    assert per_job * JOBS <= written < (per_job + 1) * JOBS, f"{written} transactions for {JOBS} jobs"
 
 
 @pytest.mark.perf

@@ -172,9 +172,11 @@ async def executors() -> AsyncIterator[Executors]:
 
 
 async def _with_a_worker(
-    writer: JoiningWriter, executors: Executors, *, join_starts: bool = True
+    writer: JoiningWriter, executors: Executors, *, join_start_wait_ms: float = 2.0
 ) -> tuple[Dispatcher, WorkerSession, asyncio.Task[None]]:
-    config = CoordinatorConfig(join_starts=join_starts, idle_interval_s=3600, idle_recheck_interval_s=3600)
+    config = CoordinatorConfig(
+        join_start_wait_ms=join_start_wait_ms, idle_interval_s=3600, idle_recheck_interval_s=3600
+    )
     dispatcher = Dispatcher(writer, config, FakeClock(), executors, lambda e: None, batches_in_flight=2)
     dispatcher.hears_all(True)
     session = dispatcher.open(WorkerHello("w", ("default",), ("noop",), 8, 60_000))
@@ -221,9 +223,9 @@ async def test_an_enqueues_claim_goes_out_before_its_commit_and_its_start_is_wri
     await asyncio.wait_for(loop, 10)
 
 
-async def test_without_join_starts_claims_go_out_after_the_commit(executors: Executors) -> None:
+async def test_without_a_wait_claims_go_out_after_the_commit(executors: Executors) -> None:
     writer = JoiningWriter()
-    dispatcher, session, loop = await _with_a_worker(writer, executors, join_starts=False)
+    dispatcher, session, loop = await _with_a_worker(writer, executors, join_start_wait_ms=0)
     await asyncio.wait_for(_enqueue(dispatcher), 10)
     assignment = await _next(session)
     assert isinstance(assignment, Assignments)
