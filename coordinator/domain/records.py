@@ -141,6 +141,29 @@ class NewAttempt(NamedTuple):
     claimed_at_ms: int
     token_id: str | None = None
 
+    def record(self) -> AttemptRecord:
+        """The attempt as a read of its row gives it, before it started (a transaction's
+        own claims, without reading them back: ``dispatch.joined_starts``)."""
+        return AttemptRecord(
+            id=self.id,
+            job_id=self.job_id,
+            generation=self.generation,
+            worker_id=self.worker_id,
+            execution_number=0,
+            claimed_at_ms=self.claimed_at_ms,
+            started_at_ms=None,
+            finished_at_ms=None,
+            outcome=None,
+            error_code=None,
+            exception_type=None,
+            message=None,
+            detail=None,
+            retry_delay_ms=None,
+            job_state_after=None,
+            reported=False,
+            token_id=self.token_id,
+        )
+
 
 class AttemptEnd(NamedTuple):
     """How an attempt ended, written once (an attempt that has an outcome keeps it)."""

@@ -23,7 +23,7 @@ from coordinator.domain.lifecycle import (
     decide_result,
     decide_start,
 )
-from coordinator.domain.records import AttemptRecord, JobRecord, WorkerIdentity
+from coordinator.domain.records import AttemptRecord, JobRecord, NewAttempt, WorkerIdentity
 from coordinator.domain.states import JobState, Outcome
 from coordinator.errors import (
     CoordinatorError,
@@ -341,33 +341,12 @@ class _BatchRun:
             return
         for request, found in zip(requests, claims, strict=True):
             for claimed in found:  # the attempts as this try's claims made them
-                self._attempts[claimed.attempt_id] = _new_attempt(claimed, request, self.now)
+                job, worker_id = claimed.job, request.worker_id
+                made = NewAttempt(claimed.attempt_id, job.id, job.generation, worker_id, self.now, request.token_id)
+                self._attempts[claimed.attempt_id] = made.record()
         self._tick()  # a start is stamped when it is written, after the wait
         self.answers.joined_starts = [self._start(start) for start in starts]
         self._count_starts()
-
-
-def _new_attempt(claimed: Claimed, request: ClaimRequest, claimed_at_ms: int) -> AttemptRecord:
-    """The attempt a claim of this transaction inserted, as a read of its row would give it."""
-    return AttemptRecord(
-        id=claimed.attempt_id,
-        job_id=claimed.job.id,
-        generation=claimed.job.generation,
-        worker_id=request.worker_id,
-        execution_number=0,
-        claimed_at_ms=claimed_at_ms,
-        started_at_ms=None,
-        finished_at_ms=None,
-        outcome=None,
-        error_code=None,
-        exception_type=None,
-        message=None,
-        detail=None,
-        retry_delay_ms=None,
-        job_state_after=None,
-        reported=False,
-        token_id=request.token_id,
-    )
 
 
 def _with_outputs(claimed: Claimed, outputs: Mapping[str, ParentOutput], request: ClaimRequest) -> Claimed:
