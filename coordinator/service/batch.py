@@ -341,9 +341,11 @@ class _BatchRun:
             return
         for request, found in zip(requests, claims, strict=True):
             for claimed in found:  # the attempts as this try's claims made them
-                job, worker_id = claimed.job, request.worker_id
-                made = NewAttempt(claimed.attempt_id, job.id, job.generation, worker_id, self.now, request.token_id)
-                self._attempts[claimed.attempt_id] = made.record()
+                job, attempt_id = claimed.job, claimed.attempt_id
+                made = NewAttempt(
+                    attempt_id, job.id, job.generation, request.worker_id, self.now, request.token_id
+                )
+                self._attempts[attempt_id] = made.record()
         self._tick()  # a start is stamped when it is written, after the wait
         self.answers.joined_starts = [self._start(start) for start in starts]
         self._count_starts()
