@@ -379,8 +379,8 @@ class Dispatcher:
         if batch.claims:
             self._claim_launches += 1
         routes.claim_launches = self._claim_launches
-        writer_idle = not self.pending and self.phase is Phase.SERVING
-        routes.joining = self.joins.open_for(batch, routes.claims, writer_idle=writer_idle)
+        light_load = not self.pending and self.phase is Phase.SERVING
+        routes.joining = self.joins.open_for(batch, routes.claims, light_load=light_load)
         pending = self.executors.submit_write(self.process, batch)
         deliver = lambda answered: self._write(answered, batch, routes)  # noqa: E731
         return self.slots.launch(pending, deliver, exclusive=routes.joining is not None)

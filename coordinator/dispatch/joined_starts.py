@@ -148,13 +148,13 @@ class StartJoins:
         """Starts granted in their claim's transaction so far (tests read it)."""
 
     def open_for(
-        self, batch: WorkBatch, sessions: Sequence[WorkerSession], *, writer_idle: bool
+        self, batch: WorkBatch, sessions: Sequence[WorkerSession], *, light_load: bool
     ) -> JoinedStarts | None:
         """Gives ``batch`` (whose claims are for ``sessions``) an early hand-out when it
         is an enqueue's batch with claims and the writer has nothing else to take
-        (``writer_idle``: nothing pending, serving). The batch must then take every
+        (``light_load``: nothing pending, serving). The batch must then take every
         writer slot."""
-        if not (self.wait_s > 0 and writer_idle and batch.enqueues and batch.claims):
+        if not (self.wait_s > 0 and light_load and batch.enqueues and batch.claims):
             return None
         claimants = list(sessions)
         loop = asyncio.get_running_loop()
