@@ -335,7 +335,14 @@ class _BatchRun:
         were never committed."""
         claims = self.answers.claims
         self.answers.handed_out_early = any(claims) and joining.hand_out(claims)
-        self.writes.flush()  # the claims' rows go out while their workers answer
+        self.writes.flush()
+        if self.answers.handed_out_early:
+            # The claims' rows go out while their workers answer. Held to the start's
+            # write, they went out just before it (one statement cannot update a row
+            # twice): a round trip more between the last start and the commit. On
+            # PostgreSQL, p50 enqueue-to-start 4.50 against 4.83 and 4.96 against 5.43
+            # ms (two sittings of 8 alternating pairs, 300 jobs at 100/s each).
+            self.tx.send_writes()
         starts = joining.gather()
         if not starts:
             return

@@ -99,6 +99,12 @@ class TxBase:
         self._send_held()
         return self._connection
 
+    def send_writes(self) -> None:
+        """Sends the writes held so far now (PostgreSQL; on SQLite every write is sent
+        at its call): for a caller about to wait, so that their round trip overlaps the
+        wait instead of following it (``service.batch``'s joined starts)."""
+        self._send_held()
+
     def _send_held(self) -> None:
         """Sends the held writes now (PostgreSQL): before the commit, or so that an
         error of the last one held is raised here."""
