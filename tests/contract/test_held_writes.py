@@ -137,6 +137,62 @@ def test_a_failed_guard_rolls_back_every_write_held_with_it(harness: Harness) ->
     assert harness.job(job_id) == current
 
 
+def test_a_failed_guard_sent_with_the_commit_commits_nothing(harness: Harness) -> None:
+    """Once a transaction has begun (a read), its last writes go out with the COMMIT on
+    PostgreSQL (``HeldWrites.send_and_commit``): the statement checks its guards itself,
+    and one that matched too few rows keeps the COMMIT from running."""
+    job_id = harness.enqueue(queue=QUEUE)
+    current = harness.job(job_id)
+    stale = evolve(current, history_seq=current.history_seq + 3)
+    other = _job(0x505, queue=QUEUE)
+    tries: list[int] = []
+
+    def read_then_stale_change(tx: Tx) -> None:
+        tries.append(1)
+        tx.jobs_by_ids([job_id])
+        tx.insert_jobs([other], NOW_MS, ids_made_here=True)
+        tx.apply([JobChange(stale, evolve(stale, priority=2), reason="stale")], NOW_MS)
+
+    with pytest.raises(WriteConflict) as raised:
+        harness.store.transact(read_then_stale_change, what="a test")
+    assert "job changed under a write" in str(raised.value)
+    if harness.store.postgres:
+        assert "0 of 1 rows matched by held update 1 of 1 (of jobs" in str(raised.value)
+    assert len(tries) > 1  # a conflict: run again (and it conflicted every time)
+    assert harness.store.get_job(other.id) is None
+    assert harness.job(job_id) == current
+
+
+def test_guards_that_hold_commit_the_writes_sent_with_the_commit(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    current = harness.job(job_id)
+    other = _job(0x506, queue=QUEUE)
+
+    def read_then_change(tx: Tx) -> None:
+        tx.jobs_by_ids([job_id])
+        tx.insert_jobs([other], NOW_MS, ids_made_here=True)
+        tx.apply([JobChange(current, evolve(current, priority=7), reason="test")], NOW_MS)
+
+    harness.store.transact(read_then_change, what="a test")
+    assert harness.job(job_id).priority == 7
+    assert harness.store.get_job(other.id) is not None
+
+
+def test_a_held_write_that_fails_with_the_commit_writes_nothing(harness: Harness) -> None:
+    job_id = harness.enqueue(queue=QUEUE)
+    other = _job(0x507, queue=QUEUE)
+
+    def read_then_orphan_attempt(tx: Tx) -> None:
+        tx.jobs_by_ids([job_id])
+        tx.insert_jobs([other], NOW_MS, ids_made_here=True)
+        tx.insert_attempts([NewAttempt("attempt-orphan-2", "no-such-job", 1, "w", NOW_MS)])
+
+    with pytest.raises(StoreError) as raised:
+        harness.store.transact(read_then_orphan_attempt, what="a test")
+    assert not isinstance(raised.value, (WriteConflict, DuplicateKey))
+    assert harness.store.get_job(other.id) is None
+
+
 def test_a_held_write_that_fails_fails_the_transaction_and_writes_nothing(harness: Harness) -> None:
     other = _job(0x502, queue=QUEUE)
 
