@@ -137,10 +137,10 @@ def test_a_failed_guard_rolls_back_every_write_held_with_it(harness: Harness) ->
     assert harness.job(job_id) == current
 
 
-def test_a_failed_guard_sent_with_the_commit_commits_nothing(harness: Harness) -> None:
-    """Once a transaction has begun (a read), its last writes go out with the COMMIT on
-    PostgreSQL (``HeldWrites.send_and_commit``): the statement checks its guards itself,
-    and one that matched too few rows keeps the COMMIT from running."""
+def test_a_stale_write_held_to_the_end_of_a_begun_transaction_commits_nothing(harness: Harness) -> None:
+    """A transaction that has begun (a read) and holds a stale write at its end: on
+    PostgreSQL the guard fails when the last writes go out, just before the commit, and
+    nothing of the transaction commits (SQLite: at the write)."""
     job_id = harness.enqueue(queue=QUEUE)
     current = harness.job(job_id)
     stale = evolve(current, history_seq=current.history_seq + 3)
@@ -163,7 +163,7 @@ def test_a_failed_guard_sent_with_the_commit_commits_nothing(harness: Harness) -
     assert harness.job(job_id) == current
 
 
-def test_guards_that_hold_commit_the_writes_sent_with_the_commit(harness: Harness) -> None:
+def test_writes_held_to_the_end_of_a_begun_transaction_commit_when_guards_hold(harness: Harness) -> None:
     job_id = harness.enqueue(queue=QUEUE)
     current = harness.job(job_id)
     other = _job(0x506, queue=QUEUE)
@@ -178,7 +178,7 @@ def test_guards_that_hold_commit_the_writes_sent_with_the_commit(harness: Harnes
     assert harness.store.get_job(other.id) is not None
 
 
-def test_a_held_write_that_fails_with_the_commit_writes_nothing(harness: Harness) -> None:
+def test_a_held_write_that_fails_after_a_read_writes_nothing(harness: Harness) -> None:
     job_id = harness.enqueue(queue=QUEUE)
     other = _job(0x507, queue=QUEUE)
 
