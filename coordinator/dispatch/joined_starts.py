@@ -66,7 +66,8 @@ class JoinedStarts:
         self,
         loop: asyncio.AbstractEventLoop,
         deliver: Callable[[Sequence[Sequence[Claimed]]], None],
-        wait_s: float = 0.002,
+        *,
+        wait_s: float,
     ) -> None:
         """``deliver(claims)`` hands each claim's jobs to its session (on the loop);
         ``gather`` waits ``wait_s`` at most."""
@@ -98,15 +99,14 @@ class JoinedStarts:
         self._loop.call_soon_threadsafe(self._deliver, claims)
         return True
 
-    def gather(self, timeout_s: float | None = None) -> list[AttemptMessage]:
+    def gather(self) -> list[AttemptMessage]:
         """Writer side: waits until every claim handed out has its start, ``stop``, or
-        ``timeout_s`` (default: the wait it was made with); then takes no more. Returns
-        every start taken (a second try gets them again: they name attempts it never
-        made, and are refused)."""
+        the wait it was made with is over; then takes no more. Returns every start taken
+        (a second try gets them again: they name attempts it never made, and are
+        refused)."""
         with self._arrived:
             if self._handed:
-                wait_s = self._wait_s if timeout_s is None else timeout_s
-                self._arrived.wait_for(lambda: not (self._open and self._expected), wait_s)
+                self._arrived.wait_for(lambda: not (self._open and self._expected), self._wait_s)
             self._open = False
             return list(self.taken)
 
@@ -158,7 +158,7 @@ class StartJoins:
             return None
         claimants = list(sessions)
         loop = asyncio.get_running_loop()
-        joining = JoinedStarts(loop, lambda claims: self._hand_out(claimants, claims), self.wait_s)
+        joining = JoinedStarts(loop, lambda claims: self._hand_out(claimants, claims), wait_s=self.wait_s)
         batch.joining = self._waiting = joining
         return joining
 

@@ -111,6 +111,8 @@ class _BatchRun:
         self.writes = JobWrites(tx, self.now, self.answers)
         self._jobs: dict[str, JobRecord] = {}
         self._attempts: dict[str, AttemptRecord] = {}
+        self._made: list[NewAttempt] = []
+        """The attempts this try's claims made (the joined starts check against them)."""
         self._starts: list[tuple[str, str, int]] = []
         """The starts granted, (queue, key, when), not counted against rates yet."""
 
@@ -153,7 +155,7 @@ class _BatchRun:
             self.writes.flush()  # claims read the database: it must see this batch's releases
             self._claim(batch.claims)
             if batch.joining is not None:
-                self._join_starts(batch.joining, batch.claims)
+                self._join_starts(batch.joining)
         self.writes.flush()
         return self.answers
 
@@ -316,10 +318,11 @@ class _BatchRun:
             claimed = []
             for job in found.jobs:
                 attempt_id = uuid7(self.now)
-                updated = self._keep(
-                    self.writes.claim(job, attempt_id, request.worker_id, lease_until, request.token_id)
+                updated, made = self.writes.claim(
+                    job, attempt_id, request.worker_id, lease_until, request.token_id
                 )
-                claimed.append(Claimed(updated, attempt_id, lease_until))
+                self._made.append(made)
+                claimed.append(Claimed(self._keep(updated), attempt_id, lease_until))
             outputs = self.tx.parent_outputs(item.job.id for item in claimed) if claimed else {}
             if outputs:
                 claimed = [_with_outputs(item, outputs.get(item.job.id, {}), request) for item in claimed]
@@ -328,7 +331,7 @@ class _BatchRun:
             if found.wake_at_ms is not None:  # a rate held jobs back: claim again then
                 self.answers.scheduled(found.wake_at_ms)
 
-    def _join_starts(self, joining: StartJoin, requests: Sequence[ClaimRequest]) -> None:
+    def _join_starts(self, joining: StartJoin) -> None:
         """Hands the claims to their workers before the commit and writes the starts they
         answer with in time, as any start (``dispatch.joined_starts``). A second try
         hands nothing out, and refuses the starts the first one took: their attempts
@@ -346,13 +349,8 @@ class _BatchRun:
         starts = joining.gather()
         if not starts:
             return
-        for request, found in zip(requests, claims, strict=True):
-            for claimed in found:  # the attempts as this try's claims made them
-                job, attempt_id = claimed.job, claimed.attempt_id
-                made = NewAttempt(
-                    attempt_id, job.id, job.generation, request.worker_id, self.now, request.token_id
-                )
-                self._attempts[attempt_id] = made.record()
+        for made in self._made:  # the attempts as this try's claims made them
+            self._attempts[made.id] = made.record()
         self._tick()  # a start is stamped when it is written, after the wait
         self.answers.joined_starts = [self._start(start) for start in starts]
         self._count_starts()

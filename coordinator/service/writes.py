@@ -186,15 +186,16 @@ class JobWrites:
 
     def claim(
         self, job: JobRecord, attempt_id: str, worker_id: str, lease_until_ms: int, token_id: str | None
-    ) -> JobRecord:
+    ) -> tuple[JobRecord, NewAttempt]:
+        """Claims ``job`` for ``worker_id``: the job as claimed, and the attempt made for
+        it (its row goes out at ``flush``)."""
         updated = self.change(
             job, changes.claimed(job, attempt_id, worker_id, lease_until_ms), changes.CLAIMED, attempt_id
         )
-        self._new_attempts.append(
-            NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now, token_id=token_id)
-        )
+        made = NewAttempt(attempt_id, job.id, job.generation, worker_id, self.now, token_id=token_id)
+        self._new_attempts.append(made)
         self.effects.leases_taken = True
-        return updated
+        return updated, made
 
     def start(self, job: JobRecord, attempt_id: str, execution_number: int) -> JobRecord:
         self._started.append((attempt_id, execution_number))

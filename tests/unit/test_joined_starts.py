@@ -56,13 +56,13 @@ def _session() -> WorkerSession:
 
 async def test_the_wait_ends_as_soon_as_every_start_came() -> None:
     delivered: list[object] = []
-    joining = JoinedStarts(asyncio.get_running_loop(), delivered.append)
+    joining = JoinedStarts(asyncio.get_running_loop(), delivered.append, wait_s=30)
     session = _session()
     assert joining.hand_out(_claims(*ATTEMPTS))
 
     def gather() -> tuple[list[AttemptMessage], float]:
         began = time.monotonic()
-        return joining.gather(timeout_s=30), time.monotonic() - began
+        return joining.gather(), time.monotonic() - began
 
     waiting = asyncio.ensure_future(asyncio.to_thread(gather))
     await asyncio.sleep(0)
@@ -76,41 +76,41 @@ async def test_the_wait_ends_as_soon_as_every_start_came() -> None:
 
 
 async def test_only_the_claims_own_attempts_are_taken() -> None:
-    joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: None)
+    joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: None, wait_s=0)
     joining.hand_out(_claims(ATTEMPTS[0]))
     assert not joining.offer(_session(), ATTEMPTS[1])
-    assert joining.gather(timeout_s=0) == []
+    assert joining.gather() == []
 
 
 async def test_a_start_that_misses_the_bound_goes_the_usual_way() -> None:
-    joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: None)
+    joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: None, wait_s=0.01)
     joining.hand_out(_claims(ATTEMPTS[0]))
-    assert joining.gather(timeout_s=0.01) == []
+    assert joining.gather() == []
     assert not joining.offer(_session(), ATTEMPTS[0])
 
 
 async def test_stop_ends_the_wait_and_before_the_hand_out_cancels_it() -> None:
     delivered: list[object] = []
-    joining = JoinedStarts(asyncio.get_running_loop(), delivered.append)
+    joining = JoinedStarts(asyncio.get_running_loop(), delivered.append, wait_s=30)
     joining.hand_out(_claims(ATTEMPTS[0]))
     threading.Timer(0.05, joining.stop).start()
     began = time.monotonic()
-    assert joining.gather(timeout_s=30) == []
+    assert joining.gather() == []
     assert time.monotonic() - began < 30
-    stopped_first = JoinedStarts(asyncio.get_running_loop(), delivered.append)
+    stopped_first = JoinedStarts(asyncio.get_running_loop(), delivered.append, wait_s=30)
     stopped_first.stop()
     assert not stopped_first.hand_out(_claims(ATTEMPTS[1]))  # the claims go after the commit
-    assert not stopped_first.handed_out and stopped_first.gather(timeout_s=30) == []
+    assert not stopped_first.handed_out and stopped_first.gather() == []
 
 
 async def test_a_second_try_hands_nothing_out_and_gets_the_first_tries_starts_again() -> None:
-    joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: None)
+    joining = JoinedStarts(asyncio.get_running_loop(), lambda claims: None, wait_s=0)
     joining.hand_out(_claims(ATTEMPTS[0]))
     assert joining.offer(_session(), ATTEMPTS[0])
-    first = joining.gather(timeout_s=0)
+    first = joining.gather()
     assert not joining.hand_out(_claims(ATTEMPTS[1]))
     assert joining.handed_out
-    assert joining.gather(timeout_s=0) == first
+    assert joining.gather() == first
 
 
 async def test_a_batch_that_hands_out_early_holds_every_writer_slot() -> None:
