@@ -183,6 +183,11 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="runwick-hops-"))
     try:
         calls, runs, stamps = _measure(args, scratch)
+    except BaseException:
+        log = scratch / "coordinator.log"
+        if log.exists():  # what the coordinator said, before its folder goes
+            print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(report(calls, runs, stamps))
