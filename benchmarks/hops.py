@@ -336,18 +336,19 @@ def report(calls: dict[int, float], runs: dict[int, float], stamps: list[tuple[f
     if not hops:
         return "no job ran"
     latencies = [runs[number] - calls[number] for number in hops]
-    shapes = Counter(tuple(name for _, _, name in sequence) for sequence in hops.values())
-    shape, count = shapes.most_common(1)[0]
-    alike = [sequence for sequence in hops.values() if tuple(name for _, _, name in sequence) == shape]
+    names = {number: tuple(name for _, _, name in sequence) for number, sequence in hops.items()}
+    shape, count = Counter(names.values()).most_common(1)[0]
+    alike = [number for number in hops if names[number] == shape]
+    p90 = statistics.quantiles(latencies, n=10)[-1] if len(latencies) > 1 else latencies[0]
     lines = [
         f"{len(hops)} of {len(calls)} jobs ran; enqueue-to-start p50 {statistics.median(latencies):.3f} ms, "
-        f"p90 {statistics.quantiles(latencies, n=10)[-1] if len(latencies) > 1 else latencies[0]:.3f} ms",
+        f"p90 {p90:.3f} ms",
         f"the hop sequence of {count} of them, each stamp's median in ms after the call:",
     ]
     for index, name in enumerate(shape):
-        median = statistics.median(sequence[index][0] for sequence in alike)
-        lines.append(f"  {median:8.3f}  {alike[0][index][1]:<16}  {name}")
-    median_run = statistics.median(runs[number] - calls[number] for number in hops if hops[number] in alike)
+        median = statistics.median(hops[number][index][0] for number in alike)
+        lines.append(f"  {median:8.3f}  {hops[alike[0]][index][1]:<16}  {name}")
+    median_run = statistics.median(runs[number] - calls[number] for number in alike)
     lines.append(f"  {median_run:8.3f}  {'':<16}  the handler runs")
     return "\n".join(lines)
 
