@@ -39,6 +39,7 @@ from tests.chaos.jobs import RETRY_DELAY, UNSTARTED_DELAY, Fragile, Task
 from tests.chaos.pgcluster import ThrowawayCluster
 from tests.chaos.proxy import ChaosProxy
 from tests.support import LISTENING, kill9, read_log, runwick_command, serve, start_process, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk import (
     AsyncClient,
     AttemptInfo,
@@ -168,7 +169,8 @@ class CoordinatorProcess:
             self.log,
             *("--database-url", settings.database_url, "--port", "0"),
             *("--maintenance-interval", str(settings.maintenance_s), "--drain-timeout", "3"),
-            *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1", "--insecure"),
+            *NO_FIXED_PORTS,
+            "--insecure",
             env={**os.environ, "PGAPPNAME": self.app_name},  # pg_stat_activity.application_name
         )
         self.target = await wait_listening(self.process, self.log, count=listened + 1, timeout=60)

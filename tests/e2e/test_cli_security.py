@@ -17,6 +17,7 @@ from coordinator.cli.serve import BOOTSTRAP_BANNER
 from coordinator.store.engine import normalize_url
 from tests.e2e.cli import runwick
 from tests.support import WorkerProcess, eventually_async, serve, stop, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
     process = serve(
         log,
         *("--database-url", database_url),
-        *("--port", "0", "--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
+        *("--port", "0", *NO_FIXED_PORTS),
         *("--admin-token-file", str(token_file), "--maintenance-interval", "0.2"),
     )
     try:

@@ -14,12 +14,13 @@ import pytest
 from tests.e2e.cli import runwick
 from tests.e2e.test_serve_output import clean_env
 from tests.support import serve, stop, wait_for_line, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk.proto.keda import externalscaler_pb2 as pb
 from worker_sdk.proto.keda import externalscaler_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
-NO_OTHER_PORTS = ("--port", "0", "--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1")
+NO_OTHER_PORTS = ("--port", "0", *NO_FIXED_PORTS)
 
 
 async def test_serve_names_the_scaler_port_and_it_answers_without_a_token(tmp_path: Path) -> None:

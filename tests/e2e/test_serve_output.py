@@ -27,6 +27,7 @@ from coordinator.store.engine import normalize_url
 from tests.e2e.cli import runwick
 from tests.support import ROOT, runwick_command, serve, stop, wait_for_line, wait_listening
 from tests.support.polling import eventually
+from tests.support.processes import NO_FIXED_PORTS
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +112,7 @@ async def test_text_start_up_is_a_few_lines_without_library_noise(tmp_path: Path
         await wait_listening(process, log)
     finally:
         assert await stop(process) == 0
-    no_ports = ("--port", "0", "--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1")
+    no_ports = ("--port", "0", *NO_FIXED_PORTS)
     second = serve(log, "--database-url", database, "--insecure", *no_ports, env=clean_env())
     try:
         await wait_listening(second, log, count=2)

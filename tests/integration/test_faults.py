@@ -31,6 +31,7 @@ from tests.support import (
     wait_for_line,
     wait_listening,
 )
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk import AsyncClient, JobState, Outcome
 from worker_sdk.proto.runwick.v1 import worker_service_pb2 as pb
 
@@ -110,7 +111,7 @@ def _serve(database_url: str, port: int, log: Path, *extra: str) -> subprocess.P
         log,
         *("--database-url", database_url, "--port", str(port), "--maintenance-interval", "0.2"),
         # No fixed side ports: a restart on the same port must not collide.
-        *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
+        *NO_FIXED_PORTS,
         "--insecure",  # loopback only; the test's workers and clients send no token
         *extra,
     )

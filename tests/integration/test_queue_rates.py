@@ -23,6 +23,7 @@ from tests.integration.conftest import Coordinator
 from tests.integration.rawstream import RawWorker
 from tests.integration.worker_app import CooperativeSleep
 from tests.support import WorkerProcess, free_port, kill9, serve, stop, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk import ArgumentError, AsyncClient, JobState, RunwickError
 from worker_sdk.proto.runwick.v1 import admin_service_pb2_grpc, queue_pb2
 
@@ -135,7 +136,7 @@ def _serve(database_url: str, port: int, log: Path) -> object:
     return serve(
         log,
         *("--database-url", database_url, "--port", str(port)),
-        *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
+        *NO_FIXED_PORTS,
         "--insecure",  # loopback only; the test's workers and clients send no token
     )
 

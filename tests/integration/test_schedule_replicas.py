@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, text
 from coordinator.store.engine import normalize_url
 from tests.conftest import _truncate
 from tests.support import eventually, reap, serve, stop, wait_listening
+from tests.support.processes import NO_FIXED_PORTS
 from worker_sdk import AsyncClient
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -33,7 +34,7 @@ async def two_replicas(postgres_url: str, tmp_path: Path) -> AsyncIterator[list[
             process = serve(
                 log,
                 *("--database-url", postgres_url, "--port", "0", "--insecure"),
-                *("--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"),
+                *NO_FIXED_PORTS,
             )
             processes.append(process)
             targets.append(await wait_listening(process, log))

@@ -31,7 +31,7 @@ from coordinator.cli.database import database_refusal
 from coordinator.config import CoordinatorConfig
 from coordinator.process import start_coordinator
 from coordinator.store import Store
-from tests.support.processes import ROOT, runwick_command
+from tests.support.processes import NO_FIXED_PORTS, ROOT, runwick_command
 from worker_sdk.proto.runwick.v1 import job_service_pb2, job_service_pb2_grpc
 
 RETRY_LINE = "starting: the database connection failed"
@@ -134,8 +134,7 @@ def test_serve_with_a_bad_database_fails_at_once_with_exit_2(
 ) -> None:
     url = bad_url(postgres_url, tmp_path)
     command = runwick_command(
-        "serve", "--database-url", url, "--insecure", "--port", "0", "--health-port", "-1",
-        "--metrics-port", "-1", "--dashboard-port", "-1",
+        "serve", "--database-url", url, "--insecure", "--port", "0", *NO_FIXED_PORTS,
         "--startup-database-wait", "600",
     )  # fmt: skip
     done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -162,8 +161,8 @@ def test_serve_against_a_server_that_drops_every_connection_exits_3(tmp_path: Pa
     dropper.start()
     url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/runwick"
     command = runwick_command(
-        "serve", "--database-url", url, "--insecure", "--port", "0", "--health-port", "-1",
-        "--metrics-port", "-1", "--dashboard-port", "-1", "--startup-database-wait", "1",
+        "serve", "--database-url", url, "--insecure", "--port", "0", *NO_FIXED_PORTS,
+        "--startup-database-wait", "1",
     )  # fmt: skip
     try:
         done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
