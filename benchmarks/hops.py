@@ -36,6 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from coordinator.cli.serve import READY_LINE
 from worker_sdk import Client
 
 POINTS = (
@@ -174,7 +175,6 @@ async def noop(payload: Noop, ctx: JobContext) -> None:
     _runs.write("%d %.6f\\n" % (payload.i, time.perf_counter() * 1000))
 """
 
-LISTENING = "runwick coordinator listening on "
 WARM_UP = 4
 
 
@@ -219,8 +219,6 @@ def _measure(
         "PYTHONPATH": os.pathsep.join(p for p in path if p),
         "RUNWICK_HOPS_DIR": str(scratch),
         "RUNWICK_HOPS_CONCURRENCY": str(args.concurrency),
-        "RUNWICK_DASHBOARD_PORT": "-1",
-        "RUNWICK_SCALER_PORT": "-1",
     }
     url = args.database_url or f"sqlite:///{scratch / 'hops.db'}"
     runwick = [sys.executable, "-m", "coordinator.cli"]  # run in ``scratch``: -m puts the cwd first
@@ -260,14 +258,16 @@ def _serve(
 ) -> tuple[subprocess.Popen[bytes], str]:
     log_path = scratch / "coordinator.log"
     argv = [*runwick, "serve", "--database-url", url, "--host", "127.0.0.1", "--port", "0", "--insecure"]
-    argv += ["--health-port", "-1", "--metrics-port", "-1", "--log-level", "WARNING"]
+    # Every side port off (the scaler's is off by default): runs never collide on one.
+    argv += ["--health-port", "-1", "--metrics-port", "-1", "--dashboard-port", "-1"]
+    argv += ["--log-level", "WARNING"]
     with open(log_path, "wb") as log:
         coordinator = subprocess.Popen(argv, env=env, cwd=scratch, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and coordinator.poll() is None:
         for line in log_path.read_text(errors="replace").splitlines():
-            if line.startswith(LISTENING):
-                return coordinator, line[len(LISTENING) :].strip()
+            if line.startswith(READY_LINE):
+                return coordinator, line[len(READY_LINE) :].strip()
         time.sleep(0.05)
     coordinator.kill()
     raise SystemExit(f"the coordinator did not start:\n{log_path.read_text(errors='replace')}")
