@@ -83,7 +83,7 @@ def _by_key(used: Counter[str], rate: QueueRate) -> dict[str, int]:
 
 def _reserved_by_key(conn: Connection, queue: str) -> dict[str, int]:
     # The predicate as text, word for word: only then may a planner use the partial
-    # index of leased jobs (ix_jobs_queue_leased). Grouped by the key ``key_of`` gives.
+    # index of leased jobs (ix_jobs_queue_key_leased). Grouped by the key ``key_of`` gives.
     rows = conn.execute(
         select(jobs.c.concurrency_key, func.count())
         .where(jobs.c.queue == queue, text(LEASED_PREDICATE), jobs.c.state == JobState.RESERVED.value)
