@@ -147,8 +147,9 @@ Index(
 # of the table. Partial: a job outside the leased states never enters it, so most state
 # changes do not touch it (an index of every job's queue and state cost each state change
 # a rewrite of its entry). One index for the queue and its keys: a claim, a start and an
-# end each rewrite one entry fewer than with one index per question, which raised
-# throughput by 2-4% on both engines (benchmarks/LOG.md, 2026-12-07, fifth session).
+# end each rewrite one entry fewer than with one index per question (throughput higher in
+# 6 of 6 alternating pairs, by 1-4%, and within the noise of ``ab.sh``: benchmarks/LOG.md,
+# 2026-12-07, fifth session).
 Index(
     "ix_jobs_queue_key_leased",
     jobs.c.queue,
