@@ -325,20 +325,29 @@ class CoordinatorMetrics:
 
     def observe(self, effects: Effects) -> None:
         """Records what one transaction did (a worker batch, an operator action, a
-        maintenance pass): counters once per series, histograms once per value."""
+        maintenance pass): counters once per series, histograms once per value, and
+        each series looked up once per transaction (a batch's jobs mostly share their
+        queue and type: 3.2-3.7 -> 2.0 us a job for a batch of 93 started and ended)."""
         pair = self._pair
+        waits: dict[tuple[str, str], Histogram] = {}
         for started in effects.started:
-            waited = pair(self._waited_pairs, started.queue, started.wire_name)
-            self._waited(*waited).observe(started.waited_ms / 1000)
-        finished = Tally(
-            (*pair(self._completed_pairs, f.queue, f.wire_name), f.state.value) for f in effects.finished
-        )
-        for labels, count in finished.items():
-            self._completed(*labels).inc(count)
+            key = (started.queue, started.wire_name)
+            waited = waits.get(key)
+            if waited is None:
+                waited = waits[key] = self._waited(*pair(self._waited_pairs, *key))
+            waited.observe(started.waited_ms / 1000)
+        finished = Tally((f.queue, f.wire_name, f.state.value) for f in effects.finished)
+        for (queue, wire_name, state), count in finished.items():
+            self._completed(*pair(self._completed_pairs, queue, wire_name), state).inc(count)
+        runs: dict[tuple[str, str, Outcome], Histogram] = {}
         for ended in effects.ended:
             if ended.ran_ms is not None:
-                ran = pair(self._ran_pairs, ended.queue, ended.wire_name)
-                self._ran(*ran, ended.outcome.value).observe(ended.ran_ms / 1000)
+                run_key = (ended.queue, ended.wire_name, ended.outcome)
+                ran = runs.get(run_key)
+                if ran is None:
+                    labels = pair(self._ran_pairs, ended.queue, ended.wire_name)
+                    ran = runs[run_key] = self._ran(*labels, ended.outcome.value)
+                ran.observe(ended.ran_ms / 1000)
             if ended.lease_lapsed:
                 lapsed = pair(self._lapsed_pairs, ended.queue, ended.wire_name)
                 self._expired(*lapsed).inc()

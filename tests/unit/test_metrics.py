@@ -70,6 +70,33 @@ def test_a_batch_records_waits_completions_runs_expiries_and_stale_results() -> 
     assert value(metrics, "runwick_stale_results_total") == 1
 
 
+def test_a_batch_of_many_jobs_records_each_value_under_its_own_series() -> None:
+    """The series of a batch are looked up once per label set: every value still lands in
+    its own queue's and type's series, and outcomes stay apart."""
+    metrics = CoordinatorMetrics()
+    other = {"queue": "sms", "wire_name": "sms.send"}
+    metrics.observe(
+        Effects(
+            started=[RunStarted("mail", "mail.send", ms) for ms in (100, 200, 300)]
+            + [RunStarted("sms", "sms.send", 1_000)],
+            ended=[
+                AttemptEnded("mail", "mail.send", Outcome.SUCCEEDED, JobState.SUCCEEDED, ran_ms=10),
+                AttemptEnded("sms", "sms.send", Outcome.SUCCEEDED, JobState.SUCCEEDED, ran_ms=40),
+                AttemptEnded("mail", "mail.send", Outcome.SUCCEEDED, JobState.SUCCEEDED, ran_ms=30),
+                AttemptEnded("mail", "mail.send", Outcome.PERMANENT_FAILURE, JobState.FAILED, ran_ms=50),
+            ],
+        )
+    )
+    assert value(metrics, "runwick_job_wait_seconds_count", **MAIL) == 3
+    assert value(metrics, "runwick_job_wait_seconds_sum", **MAIL) == pytest.approx(0.6)
+    assert value(metrics, "runwick_job_wait_seconds_sum", **other) == 1.0
+    runs = "runwick_job_run_duration_seconds"
+    assert value(metrics, runs + "_count", **MAIL, outcome="succeeded") == 2
+    assert value(metrics, runs + "_sum", **MAIL, outcome="succeeded") == pytest.approx(0.04)
+    assert value(metrics, runs + "_sum", **MAIL, outcome="permanent_failure") == pytest.approx(0.05)
+    assert value(metrics, runs + "_sum", **other, outcome="succeeded") == pytest.approx(0.04)
+
+
 def test_queue_gauges_have_series_only_for_queues_with_jobs_or_workers() -> None:
     metrics = CoordinatorMetrics()
     metrics.workers([("mail", "default"), ("mail",)])
