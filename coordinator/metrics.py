@@ -336,17 +336,20 @@ class CoordinatorMetrics:
             if waited is None:
                 waited = waits[key] = self._waited(*pair(self._waited_pairs, *key))
             waited.observe(started.waited_ms / 1000)
-        finished = Tally((f.queue, f.wire_name, f.state.value) for f in effects.finished)
-        for (queue, wire_name, state), count in finished.items():
-            self._completed(*pair(self._completed_pairs, queue, wire_name), state).inc(count)
+        ended_jobs = Tally((f.queue, f.wire_name, f.state) for f in effects.finished)
+        finished: Tally[tuple[str, str, str]] = Tally()
+        for (queue, wire_name, state), count in ended_jobs.items():
+            finished[(*pair(self._completed_pairs, queue, wire_name), state.value)] += count
+        for labels, count in finished.items():  # pairs past the cap share one series
+            self._completed(*labels).inc(count)
         runs: dict[tuple[str, str, Outcome], Histogram] = {}
         for ended in effects.ended:
             if ended.ran_ms is not None:
                 run_key = (ended.queue, ended.wire_name, ended.outcome)
                 ran = runs.get(run_key)
                 if ran is None:
-                    labels = pair(self._ran_pairs, ended.queue, ended.wire_name)
-                    ran = runs[run_key] = self._ran(*labels, ended.outcome.value)
+                    ran_pair = pair(self._ran_pairs, ended.queue, ended.wire_name)
+                    ran = runs[run_key] = self._ran(*ran_pair, ended.outcome.value)
                 ran.observe(ended.ran_ms / 1000)
             if ended.lease_lapsed:
                 lapsed = pair(self._lapsed_pairs, ended.queue, ended.wire_name)
