@@ -4,7 +4,9 @@ of it agrees with it on both engines: the SQL text the store's statements state
 store's claim over committed rows, and its claim over rows inserted in its own
 transaction (read back from the database on both engines: no copy in Python).
 
-Every job state, each with a run-at already due and one not due yet, is tried."""
+Every job state, each with a run-at already due and one not due yet, is tried. The
+leased states (reserved, running) are one rule in the same way: every partial index of
+leased jobs in the live schema holds exactly the jobs ``LEASED_STATES`` names."""
 
 from __future__ import annotations
 
@@ -14,22 +16,24 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import bindparam, create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from coordinator.domain.records import JobRecord
-from coordinator.domain.states import CLAIMABLE_STATES, JobState, is_claimable
+from coordinator.domain.states import CLAIMABLE_STATES, LEASED_STATES, JobState, is_claimable
 from coordinator.store import Store
 from coordinator.store.claims import ClaimWanted
-from coordinator.store.schema import CLAIMABLE_PREDICATE
+from coordinator.store.schema import CLAIMABLE_PREDICATE, LEASED_PREDICATE
 
 from .harness import SECOND, WIRE, Harness
 
 CASES = [(state, due) for state in JobState for due in (True, False)]
 """Every state, due and not due."""
-CLAIM_INDEXES = ("ix_jobs_claim", "ix_jobs_due")
+CLAIM_INDEXES = ("ix_jobs_claim", "ix_jobs_due", "ix_jobs_claim_turns")
 """The partial indexes over claimable jobs."""
+LEASED_INDEXES = ("ix_jobs_leased", "ix_jobs_queue_key_leased")
+"""The partial indexes over leased (reserved and running) jobs."""
 
 
 def _jobs_in_every_state(harness: Harness, queue: str) -> list[JobRecord]:
@@ -59,8 +63,8 @@ def _expected(records: list[JobRecord], now_ms: int) -> set[str]:
     return expected
 
 
-def _index_predicates(engine: Engine) -> dict[str, str]:
-    """The WHERE clause of each claim index, as the live database holds it."""
+def _index_predicates(engine: Engine, names: tuple[str, ...]) -> dict[str, str]:
+    """The WHERE clause of each of the indexes ``names``, as the live database holds it."""
     with engine.connect() as conn:
         if engine.dialect.name == "postgresql":
             rows = conn.execute(
@@ -68,21 +72,22 @@ def _index_predicates(engine: Engine) -> dict[str, str]:
                     "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index AS i "
                     "JOIN pg_class AS c ON c.oid = i.indexrelid WHERE c.relname = ANY(:names)"
                 ),
-                {"names": list(CLAIM_INDEXES)},
+                {"names": list(names)},
             ).all()
             return {name: predicate for name, predicate in rows}
-        rows = conn.execute(
-            text("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN (:claim, :due)"),
-            dict(zip(("claim", "due"), CLAIM_INDEXES, strict=True)),
-        ).all()
+        query = text("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN :names")
+        named = query.bindparams(bindparam("names", expanding=True))
+        rows = conn.execute(named, {"names": list(names)}).all()
         return {name: re.split(r"\bWHERE\b", sql, maxsplit=1, flags=re.IGNORECASE)[1] for name, sql in rows}
 
 
-def _matching(engine: Engine, predicate: str, queue: str, now_ms: int) -> set[str]:
-    """The jobs of ``queue`` that ``predicate`` (SQL text) and being due select."""
+def _matching(engine: Engine, predicate: str, queue: str, now_ms: int | None) -> set[str]:
+    """The jobs of ``queue`` that ``predicate`` (SQL text) selects, and being due by
+    ``now_ms`` unless it is None."""
+    due = "" if now_ms is None else " AND run_at_ms <= :now_ms"
     with engine.connect() as conn:
         rows = conn.execute(
-            text(f"SELECT id FROM jobs WHERE queue = :queue AND ({predicate}) AND run_at_ms <= :now_ms"),
+            text(f"SELECT id FROM jobs WHERE queue = :queue AND ({predicate}){due}"),
             {"queue": queue, "now_ms": now_ms},
         )
         return {row[0] for row in rows}
@@ -104,7 +109,7 @@ def test_every_copy_of_the_claimable_rule_agrees_with_the_domain(harness: Harnes
         tx.insert_jobs(records, now)
 
     assert _matching(engine, CLAIMABLE_PREDICATE, queue, now) == expected
-    predicates = _index_predicates(engine)
+    predicates = _index_predicates(engine, CLAIM_INDEXES)
     assert set(predicates) == set(CLAIM_INDEXES)
     for name, predicate in predicates.items():
         assert _matching(engine, predicate, queue, now) == expected, name
@@ -116,6 +121,27 @@ def test_every_copy_of_the_claimable_rule_agrees_with_the_domain(harness: Harnes
         (found,) = tx.claim([ClaimWanted((queue,), (WIRE,), len(records))], now)
         assert {job.id for job in found.jobs} == expected
         assert found.drained
+
+
+def test_every_index_of_leased_jobs_holds_exactly_the_leased_states(harness: Harness, engine: Engine) -> None:
+    """The leased indexes' predicates are written out in the migrations that made them;
+    each must select the jobs in ``LEASED_STATES``, no more and no fewer, as the text the
+    store's statements state (``LEASED_PREDICATE``) does."""
+    queue = "rule-leased"
+    records = _jobs_in_every_state(harness, queue)
+    now = harness.clock.now_ms()
+    expected = {job.id for job in records if job.state in LEASED_STATES}
+    assert len(expected) == 2 * len(LEASED_STATES)  # each leased state, due and not due
+    with harness.store.write() as tx:
+        tx.insert_jobs(records, now)
+
+    assert _matching(engine, LEASED_PREDICATE, queue, None) == expected
+    predicates = _index_predicates(engine, LEASED_INDEXES)
+    assert set(predicates) == set(LEASED_INDEXES)
+    for name, predicate in predicates.items():
+        assert _matching(engine, predicate, queue, None) == expected, name
+        if engine.dialect.name == "sqlite":
+            assert predicate.strip() == LEASED_PREDICATE, name
 
 
 def test_a_claim_of_rows_inserted_in_its_own_transaction_keeps_the_same_rule(harness: Harness) -> None:
