@@ -93,6 +93,23 @@ def _matching(engine: Engine, predicate: str, queue: str, now_ms: int | None) ->
         return {row[0] for row in rows}
 
 
+def _assert_every_copy_selects(
+    engine: Engine, stated: str, indexes: tuple[str, ...], queue: str, now_ms: int | None, expected: set[str]
+) -> None:
+    """The predicate the store's statements state and that of each of ``indexes`` in the
+    live schema select exactly ``expected`` of ``queue``'s jobs (due by ``now_ms`` unless
+    it is None)."""
+    assert _matching(engine, stated, queue, now_ms) == expected
+    predicates = _index_predicates(engine, indexes)
+    assert set(predicates) == set(indexes)
+    for name, predicate in predicates.items():
+        assert _matching(engine, predicate, queue, now_ms) == expected, name
+        if engine.dialect.name == "sqlite":
+            # SQLite uses a partial index only for a query that states its predicate
+            # word for word, as the store's statements state ``stated``.
+            assert predicate.strip() == stated, name
+
+
 @pytest.fixture
 def engine(store: Store) -> Iterator[Engine]:
     plain = create_engine(store.url, poolclass=NullPool)
@@ -108,15 +125,7 @@ def test_every_copy_of_the_claimable_rule_agrees_with_the_domain(harness: Harnes
     with harness.store.write() as tx:
         tx.insert_jobs(records, now)
 
-    assert _matching(engine, CLAIMABLE_PREDICATE, queue, now) == expected
-    predicates = _index_predicates(engine, CLAIM_INDEXES)
-    assert set(predicates) == set(CLAIM_INDEXES)
-    for name, predicate in predicates.items():
-        assert _matching(engine, predicate, queue, now) == expected, name
-        if engine.dialect.name == "sqlite":
-            # SQLite uses a partial index only for a query that states its predicate
-            # word for word, as the store's statements state CLAIMABLE_PREDICATE.
-            assert predicate.strip() == CLAIMABLE_PREDICATE, name
+    _assert_every_copy_selects(engine, CLAIMABLE_PREDICATE, CLAIM_INDEXES, queue, now, expected)
     with harness.store.write() as tx:
         (found,) = tx.claim([ClaimWanted((queue,), (WIRE,), len(records))], now)
         assert {job.id for job in found.jobs} == expected
@@ -135,13 +144,7 @@ def test_every_index_of_leased_jobs_holds_exactly_the_leased_states(harness: Har
     with harness.store.write() as tx:
         tx.insert_jobs(records, now)
 
-    assert _matching(engine, LEASED_PREDICATE, queue, None) == expected
-    predicates = _index_predicates(engine, LEASED_INDEXES)
-    assert set(predicates) == set(LEASED_INDEXES)
-    for name, predicate in predicates.items():
-        assert _matching(engine, predicate, queue, None) == expected, name
-        if engine.dialect.name == "sqlite":
-            assert predicate.strip() == LEASED_PREDICATE, name
+    _assert_every_copy_selects(engine, LEASED_PREDICATE, LEASED_INDEXES, queue, None, expected)
 
 
 def test_a_claim_of_rows_inserted_in_its_own_transaction_keeps_the_same_rule(harness: Harness) -> None:
