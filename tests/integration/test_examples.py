@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Coordinator
-from tests.support import ROOT, eventually_async, free_port, read_log, reap, start_process, wait_for_line
+from tests.support import (
+    ROOT,
+    UVICORN_LISTENING,
+    eventually_async,
+    free_port,
+    read_log,
+    reap,
+    start_process,
+    wait_for_line,
+)
 from worker_sdk import AsyncClient, JobState
 
 pytestmark = pytest.mark.slow
@@ -67,7 +76,7 @@ async def test_fastapi_lifespan_runs_the_worker_in_the_app_loop(
     database = f"sqlite:///{tmp_path / 'shop.db'}"  # the app's own, for its outbox
     process = _start(command, EXAMPLES / "fastapi", log, coordinator.target, APP_DATABASE_URL=database)
     try:
-        await wait_for_line(process, log, "Application startup complete")
+        await wait_for_line(process, log, UVICORN_LISTENING)
         await _workers(coordinator, 1)
         answer = await _post(f"http://127.0.0.1:{port}/thumbnails/cat.png")
         info = await client.wait(str(answer["job_id"]), timedelta(seconds=30))
@@ -98,7 +107,7 @@ async def test_fastapi_orders_are_enqueued_through_the_outbox_in_their_transacti
     database = f"sqlite:///{tmp_path / 'shop.db'}"
     process = _start(command, EXAMPLES / "fastapi", log, coordinator.target, APP_DATABASE_URL=database)
     try:
-        await wait_for_line(process, log, "Application startup complete")
+        await wait_for_line(process, log, UVICORN_LISTENING)
         answer = await _post(f"http://127.0.0.1:{port}/orders/o-7")
         job_id = await _job_by_key(client, "examples.fastapi.receipt", str(answer["idempotency_key"]))
         info = await client.wait(job_id, timedelta(seconds=30))

@@ -23,7 +23,16 @@ import pytest
 
 from tests.e2e.cli import runwick
 from tests.integration.conftest import Coordinator
-from tests.support import ROOT, WorkerProcess, eventually_async, free_port, reap, start_process, wait_for_line
+from tests.support import (
+    ROOT,
+    UVICORN_LISTENING,
+    WorkerProcess,
+    eventually_async,
+    free_port,
+    reap,
+    start_process,
+    wait_for_line,
+)
 from worker_sdk import ArgumentError, AsyncClient, JobState
 from worker_sdk.proto.runwick.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 
@@ -65,7 +74,7 @@ async def test_one_trace_from_an_http_request_to_the_workers_handler(
     command = [sys.executable, "-m", "uvicorn", f"{APP}:app", "--host", "127.0.0.1", "--port", str(port)]
     web = start_process(command, web_log, env=env)
     try:
-        await wait_for_line(web, web_log, "Application startup complete")
+        await wait_for_line(web, web_log, UVICORN_LISTENING)
         job_id = str((await _post(f"http://127.0.0.1:{port}/orders/7"))["job_id"])
         info = await client.wait(job_id, timedelta(seconds=30))
         assert info.state is JobState.SUCCEEDED and info.output == b"charged 7"

@@ -9,6 +9,7 @@ from tests.support.polling import eventually, eventually_async, wait_until
 from tests.support.processes import (
     LISTENING,
     ROOT,
+    UVICORN_LISTENING,
     WorkerProcess,
     free_port,
     health_status,
@@ -29,6 +30,7 @@ from tests.support.processes import (
 __all__ = [
     "LISTENING",
     "ROOT",
+    "UVICORN_LISTENING",
     "WorkerProcess",
     "eventually",
     "eventually_async",

@@ -72,6 +72,12 @@ def serve(log: Path, *args: str, env: Mapping[str, str] | None = None) -> subpro
     return start_process(runwick_command("serve", *args), log, env=env)
 
 
+UVICORN_LISTENING = "Uvicorn running on"
+"""The line uvicorn prints once its socket listens. Not "Application startup complete":
+uvicorn prints that after the app's lifespan starts and before it binds the port, so a
+request sent on it was sometimes refused (seen in CI on the outbox FastAPI example)."""
+
+
 async def wait_for_line(
     process: subprocess.Popen[str], log: Path, text: str, *, count: int = 1, timeout: float = 30.0
 ) -> str:
